@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+)
+
+// Exit codes of DESIGN.md §4. Scripts branch on them: keep them exactly.
+const (
+	exitOK             = 0
+	exitFailed         = 1 // the operation failed and production is as it was
+	exitUsage          = 2 // usage or config error
+	exitRolledBack     = 3 // cutover failed verification and the rollback completed
+	exitRollbackFailed = 4 // rollback failed: a human is needed
+)
+
+// exitError carries an exit code to run, the one place errors become codes.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode marks err with an exit code.
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+// usageError is a usage or configuration error (exit 2).
+func usageError(format string, args ...any) error {
+	return withCode(exitUsage, fmt.Errorf(format, args...))
+}
+
+// deps is what commands need from the outside world; tests fill it with
+// buffers and fakes where the real part cannot run.
+type deps struct {
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	logger *slog.Logger
+}
+
+func newApp(d *deps) *cli.App {
+	app := &cli.App{
+		Name:      "mcpctl",
+		Usage:     "deploy mcp-backend safely: canary, stress, cutover with automatic rollback",
+		Version:   buildinfo.Version,
+		Writer:    d.stdout,
+		ErrWriter: d.stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
+			&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"},
+			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour", EnvVars: []string{"NO_COLOR"}},
+		},
+		Commands:        commands(d),
+		HideHelpCommand: true,
+		// Errors are turned into exit codes by run, nowhere else.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return withCode(exitUsage, err)
+		},
+	}
+	return app
+}
+
+// run builds the app and maps its error to an exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	d := &deps{
+		stdout: stdout,
+		stderr: stderr,
+		getenv: os.Getenv,
+		logger: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	return runApp(ctx, newApp(d), args, stderr)
+}
+
+func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int {
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailed
+	var ee *exitError
+	var ce cli.ExitCoder
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.As(err, &ce):
+		code = ce.ExitCode()
+	case isUsage(err):
+		code = exitUsage
+	}
+	fmt.Fprintf(stderr, "mcpctl: %v\n", err)
+	if code == exitRollbackFailed {
+		fmt.Fprintln(stderr, "mcpctl: ROLLBACK FAILED: a human is needed. Inspect `mcpctl status` and `journalctl -u mcp-backend.service`, then run `mcpctl rollback --snapshot ID` by hand.")
+	}
+	return code
+}
