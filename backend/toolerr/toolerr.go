@@ -4,8 +4,11 @@
 package toolerr
 
 import (
+	"encoding/json"
+
 	"errors"
 	"fmt"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Code is one of the adapter-compatible error codes.
@@ -58,4 +61,18 @@ func As(err error) *Error {
 // Envelope is the structuredContent of a failed tool call.
 type Envelope struct {
 	Error *Error `json:"error"`
+}
+
+// Result renders e as an MCP tool result: isError, the envelope as
+// structuredContent and the same JSON as text content.
+func Result(e *Error) *mcp.CallToolResult {
+	b, err := json.Marshal(Envelope{Error: e})
+	if err != nil { // cannot happen for strings and bools
+		b = []byte(`{"error":{"code":"INTERNAL","message":"encoding error","retryable":false}}`)
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		StructuredContent: json.RawMessage(b),
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+	}
 }
