@@ -1,0 +1,402 @@
+// Package ctlconfig holds mcpctl's own configuration, mcpctl.json: where the
+// backend and canary live, where releases and state go, the tunnels, the
+// rollback deadline and the systemd guardrails of the backend units.
+package ctlconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultPath is where mcpctl looks for its config when none is named.
+const DefaultPath = "/etc/mcpctl/mcpctl.json"
+
+// Config is mcpctl.json (DESIGN.md §4). Every key is optional; Default holds
+// the values a missing key keeps.
+type Config struct {
+	Backend    ServiceConfig `json:"backend"`
+	Canary     ServiceConfig `json:"canary"`
+	Install    Install       `json:"install"`
+	UnitDir    string        `json:"unitDir"`
+	StateDir   string        `json:"stateDir"`
+	Tunnels    []Tunnel      `json:"tunnels"`
+	Rollback   Rollback      `json:"rollback"`
+	Guardrails Guardrails    `json:"guardrails"`
+}
+
+// ServiceConfig is one backend instance: its unit, listen address and the
+// path of its mcp-backend config file.
+type ServiceConfig struct {
+	Unit   string `json:"unit"`
+	Listen string `json:"listen"`
+	Config string `json:"config"`
+}
+
+// Install says where releases live: <Root>/releases/<version>/ and the
+// <Root>/current symlink.
+type Install struct {
+	Root         string `json:"root"`
+	KeepReleases int    `json:"keepReleases"`
+}
+
+// Tunnel is one independently supervised tunnel unit. URL is its public
+// address (used to verify it); Exec is the tunnel program's command line in
+// systemd ExecStart syntax.
+type Tunnel struct {
+	Name string `json:"name"`
+	Unit string `json:"unit"`
+	URL  string `json:"url"`
+	Exec string `json:"exec"`
+}
+
+// Rollback configures the automatic rollback armed by cutover.
+type Rollback struct {
+	Deadline Duration `json:"deadline"`
+}
+
+// Guardrails are the last-resort resource limits of the backend units.
+// MemoryHigh and MemoryMax are systemd sizes ("6G", "512M", "infinity").
+type Guardrails struct {
+	TasksMax       int    `json:"tasksMax"`
+	LimitNOFILE    int    `json:"limitNOFILE"`
+	MemoryHigh     string `json:"memoryHigh"`
+	MemoryMax      string `json:"memoryMax"`
+	CPUWeight      int    `json:"cpuWeight"`
+	TimeoutStopSec int    `json:"timeoutStopSec"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string ("120s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats whole seconds like "120s" (as operators write them), other
+// durations like time.Duration does.
+func (d Duration) String() string {
+	if d%Duration(time.Second) == 0 {
+		return strconv.FormatInt(int64(d/Duration(time.Second)), 10) + "s"
+	}
+	return time.Duration(d).String()
+}
+
+// MarshalJSON writes d as a string such as "120s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(d.String())
+}
+
+// durationError lets Parse name the key of a bad duration.
+type durationError struct {
+	value string
+}
+
+func (e *durationError) Error() string {
+	return fmt.Sprintf("%s: not a duration (want e.g. \"120s\" or \"2m\")", e.value)
+}
+
+// UnmarshalJSON accepts a Go duration string such as "120s" or "2m".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &durationError{value: string(b)}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return &durationError{value: strconv.Quote(s)}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default returns the configuration of DESIGN.md §4.
+func Default() *Config {
+	return &Config{
+		Backend:  ServiceConfig{Unit: "mcp-backend.service", Listen: "127.0.0.1:3210", Config: "/etc/mcp-backend/config.json"},
+		Canary:   ServiceConfig{Unit: "mcp-backend-canary.service", Listen: "127.0.0.1:3211", Config: "/etc/mcp-backend/canary.json"},
+		Install:  Install{Root: "/opt/mcp-backend", KeepReleases: 5},
+		UnitDir:  "/etc/systemd/system",
+		StateDir: "/var/lib/mcpctl",
+		Tunnels: []Tunnel{
+			{Name: "Overdeck", Unit: "mcp-tunnel-overdeck.service"},
+			{Name: "overdeck-vm", Unit: "mcp-tunnel-overdeck-vm.service"},
+		},
+		Rollback: Rollback{Deadline: Duration(120 * time.Second)},
+		Guardrails: Guardrails{
+			TasksMax: 512, LimitNOFILE: 65536, MemoryHigh: "6G", MemoryMax: "9G", CPUWeight: 80, TimeoutStopSec: 5,
+		},
+	}
+}
+
+// Parse reads a config over the defaults: a missing key keeps its default, an
+// unknown key is an error. A "tunnels" array replaces the default tunnels
+// entirely. Parse does not validate; call Validate.
+func Parse(r io.Reader) (*Config, error) {
+	cfg := Default()
+	def := cfg.Tunnels
+	// A nil slice makes the decoder allocate fresh elements; decoding into the
+	// default slice would merge a file's tunnel with the default at its index.
+	cfg.Tunnels = nil
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		var de *durationError
+		if errors.As(err, &de) {
+			return nil, fmt.Errorf("rollback.deadline = %w", de)
+		}
+		return nil, fmt.Errorf("parse mcpctl config: %w", err)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		return nil, errors.New("parse mcpctl config: trailing data after the JSON object")
+	}
+	if cfg.Tunnels == nil {
+		cfg.Tunnels = def
+	}
+	return cfg, nil
+}
+
+// Load reads and validates the config at path. explicit says the path was
+// named by the operator (--config or MCPCTL_CONFIG): then a missing file is an
+// error, while a missing file at the default path means all defaults.
+func Load(path string, explicit bool) (*Config, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !explicit:
+		cfg := Default()
+		return cfg, cfg.Validate()
+	case err != nil:
+		return nil, fmt.Errorf("read mcpctl config: %w", err)
+	}
+	cfg, err := Parse(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// FixedUnits are the units mcpctl renders under fixed names besides the
+// configured ones; configured unit names must not collide with them.
+var FixedUnits = []string{
+	"mcp-watchdog.service",
+	"mcp-watchdog.timer",
+	"mcpctl-pending-rollback.service",
+	"mcpctl-rollback.service",
+	"mcpctl-rollback.timer",
+}
+
+// unitNameRE is a conservative subset of systemd unit names: no instances,
+// no escaping, only services.
+var unitNameRE = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+\.service$`)
+
+// Validate checks every value and reports all problems, each naming the key,
+// the value and what is allowed. A tunnel's url and exec may be empty here
+// (the defaults leave them empty); ValidateTunnels requires them.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	svc := func(key string, s ServiceConfig) {
+		if !unitNameRE.MatchString(s.Unit) {
+			add("%s.unit = %q: must be a unit name ending in .service", key, s.Unit)
+		}
+		if err := checkListen(s.Listen); err != nil {
+			add("%s.listen = %q: %v", key, s.Listen, err)
+		}
+		if err := checkPath(s.Config); err != nil {
+			add("%s.config = %q: %v", key, s.Config, err)
+		}
+	}
+	svc("backend", c.Backend)
+	svc("canary", c.Canary)
+	if c.Backend.Listen == c.Canary.Listen {
+		add("canary.listen = %q: must differ from backend.listen", c.Canary.Listen)
+	}
+	if c.Backend.Config == c.Canary.Config {
+		add("canary.config = %q: must differ from backend.config", c.Canary.Config)
+	}
+	if err := checkPath(c.Install.Root); err != nil {
+		add("install.root = %q: %v", c.Install.Root, err)
+	}
+	if c.Install.KeepReleases < 1 || c.Install.KeepReleases > 1000 {
+		add("install.keepReleases = %d: must be 1..1000", c.Install.KeepReleases)
+	}
+	if err := checkPath(c.UnitDir); err != nil {
+		add("unitDir = %q: %v", c.UnitDir, err)
+	}
+	if err := checkPath(c.StateDir); err != nil {
+		add("stateDir = %q: %v", c.StateDir, err)
+	}
+
+	seen := map[string]string{}
+	for _, u := range FixedUnits {
+		seen[u] = "a unit of mcpctl itself"
+	}
+	dup := func(key, unit string) {
+		if prev, ok := seen[unit]; ok {
+			add("%s = %q: duplicate unit name (also %s)", key, unit, prev)
+			return
+		}
+		seen[unit] = key
+	}
+	dup("backend.unit", c.Backend.Unit)
+	dup("canary.unit", c.Canary.Unit)
+	names := map[string]int{}
+	for i, t := range c.Tunnels {
+		key := fmt.Sprintf("tunnels[%d]", i)
+		if strings.TrimSpace(t.Name) == "" {
+			add("%s.name = %q: must not be empty", key, t.Name)
+		} else if j, ok := names[t.Name]; ok {
+			add("%s.name = %q: duplicate tunnel name (also tunnels[%d])", key, t.Name, j)
+		} else {
+			names[t.Name] = i
+		}
+		if !unitNameRE.MatchString(t.Unit) {
+			add("%s.unit = %q: must be a unit name ending in .service", key, t.Unit)
+		} else {
+			dup(key+".unit", t.Unit)
+		}
+		if t.URL != "" {
+			if err := checkURL(t.URL); err != nil {
+				add("%s.url = %q: %v", key, t.URL, err)
+			}
+		}
+		if strings.ContainsAny(t.Exec, "\n\r") {
+			add("%s.exec = %q: must be a single line", key, t.Exec)
+		}
+	}
+
+	if d := c.Rollback.Deadline.D(); d < time.Second || d > 24*time.Hour {
+		add("rollback.deadline = %q: must be 1s..24h", c.Rollback.Deadline.String())
+	}
+
+	g := c.Guardrails
+	if g.TasksMax < 16 || g.TasksMax > 4194304 {
+		add("guardrails.tasksMax = %d: must be 16..4194304", g.TasksMax)
+	}
+	if g.LimitNOFILE < 1024 || g.LimitNOFILE > 1048576 {
+		add("guardrails.limitNOFILE = %d: must be 1024..1048576", g.LimitNOFILE)
+	}
+	if g.CPUWeight < 1 || g.CPUWeight > 10000 {
+		add("guardrails.cpuWeight = %d: must be 1..10000", g.CPUWeight)
+	}
+	if g.TimeoutStopSec < 1 || g.TimeoutStopSec > 600 {
+		add("guardrails.timeoutStopSec = %d: must be 1..600", g.TimeoutStopSec)
+	}
+	high, errHigh := ParseSize(g.MemoryHigh)
+	if errHigh != nil {
+		add("guardrails.memoryHigh = %q: %v", g.MemoryHigh, errHigh)
+	}
+	max, errMax := ParseSize(g.MemoryMax)
+	if errMax != nil {
+		add("guardrails.memoryMax = %q: %v", g.MemoryMax, errMax)
+	}
+	if errHigh == nil && errMax == nil && high > max {
+		add("guardrails.memoryHigh = %q: must not be above guardrails.memoryMax = %q", g.MemoryHigh, g.MemoryMax)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateTunnels checks what deploying the tunnels needs beyond Validate:
+// every tunnel has a url (to verify it) and an exec (to run it). Rendering
+// units and cutover call it; commands that never touch tunnels need not.
+func (c *Config) ValidateTunnels() error {
+	var errs []error
+	for i, t := range c.Tunnels {
+		if t.URL == "" {
+			errs = append(errs, fmt.Errorf("tunnels[%d].url = \"\": must be the tunnel's http(s) URL (tunnel %q)", i, t.Name))
+		}
+		if strings.TrimSpace(t.Exec) == "" {
+			errs = append(errs, fmt.Errorf("tunnels[%d].exec = %q: must be the tunnel program's command line (tunnel %q)", i, t.Exec, t.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Unknown keys are caught by the decoder; these check shapes.
+
+func checkListen(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("must be host:port, e.g. 127.0.0.1:3210")
+	}
+	if host == "" {
+		return errors.New("must name a host, e.g. 127.0.0.1:3210")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return errors.New("port must be 1..65535")
+	}
+	return nil
+}
+
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("must not be empty")
+	case !filepath.IsAbs(p):
+		return errors.New("must be an absolute path")
+	case strings.ContainsAny(p, " \t\n\r\"'\\%$"):
+		return errors.New("must not contain whitespace, quotes, backslashes, % or $")
+	case filepath.Clean(p) != p:
+		return fmt.Errorf("must be a clean path (%s)", filepath.Clean(p))
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an http:// or https:// URL with a host")
+	}
+	return nil
+}
+
+// ParseSize parses a systemd byte size as the units use it: a number of
+// bytes with an optional K, M, G or T suffix (powers of 1024), or "infinity".
+// infinity is returned as the largest uint64, like systemd does.
+func ParseSize(s string) (uint64, error) {
+	if s == "infinity" {
+		return ^uint64(0), nil
+	}
+	if s == "" {
+		return 0, errors.New("not a size: empty (want e.g. 512M, 6G or infinity)")
+	}
+	mult := uint64(1)
+	num := s
+	switch s[len(s)-1] {
+	case 'K':
+		mult = 1 << 10
+	case 'M':
+		mult = 1 << 20
+	case 'G':
+		mult = 1 << 30
+	case 'T':
+		mult = 1 << 40
+	}
+	if mult != 1 {
+		num = s[:len(s)-1]
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || n == 0 {
+		return 0, errors.New("not a size (want a positive whole number with an optional K, M, G or T suffix, e.g. 6G, or infinity)")
+	}
+	if n > (^uint64(0))/mult {
+		return 0, errors.New("size too large")
+	}
+	return n * mult, nil
+}

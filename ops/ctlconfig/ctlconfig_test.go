@@ -1,0 +1,255 @@
+package ctlconfig
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultMatchesDesign(t *testing.T) {
+	// The JSON of DESIGN.md §4, verbatim: parsing it must give Default().
+	const design = `{
+  "backend":  { "unit": "mcp-backend.service", "listen": "127.0.0.1:3210", "config": "/etc/mcp-backend/config.json" },
+  "canary":   { "unit": "mcp-backend-canary.service", "listen": "127.0.0.1:3211", "config": "/etc/mcp-backend/canary.json" },
+  "install":  { "root": "/opt/mcp-backend", "keepReleases": 5 },
+  "unitDir":  "/etc/systemd/system",
+  "stateDir": "/var/lib/mcpctl",
+  "tunnels":  [ { "name": "Overdeck", "unit": "mcp-tunnel-overdeck.service", "url": "", "exec": "" },
+                { "name": "overdeck-vm", "unit": "mcp-tunnel-overdeck-vm.service", "url": "", "exec": "" } ],
+  "rollback": { "deadline": "120s" },
+  "guardrails": { "tasksMax": 512, "limitNOFILE": 65536, "memoryHigh": "6G", "memoryMax": "9G", "cpuWeight": 80, "timeoutStopSec": 5 }
+}`
+	got, err := Parse(strings.NewReader(design))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, Default()) {
+		t.Fatalf("design JSON parses to\n%+v\nwant Default()\n%+v", got, Default())
+	}
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	// And it round-trips, the deadline written as operators write it.
+	b, err := json.Marshal(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"deadline":"120s"`) {
+		t.Fatalf("deadline marshals as %s", b)
+	}
+	back, err := Parse(strings.NewReader(string(b)))
+	if err != nil || !reflect.DeepEqual(back, Default()) {
+		t.Fatalf("round trip: %v %+v", err, back)
+	}
+}
+
+func TestParseKeepsDefaults(t *testing.T) {
+	cfg, err := Parse(strings.NewReader(`{"backend":{"listen":"127.0.0.1:4000"},"guardrails":{"cpuWeight":100},"rollback":{"deadline":"30s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Backend.Listen = "127.0.0.1:4000"
+	want.Guardrails.CPUWeight = 100
+	want.Rollback.Deadline = Duration(30 * time.Second)
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestParseTunnelsReplaceDefaults(t *testing.T) {
+	// A tunnel in the file must not inherit fields of the default tunnel at
+	// the same index.
+	cfg, err := Parse(strings.NewReader(`{"tunnels":[{"name":"only"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Tunnel{{Name: "only"}}; !reflect.DeepEqual(cfg.Tunnels, want) {
+		t.Fatalf("tunnels = %+v, want %+v", cfg.Tunnels, want)
+	}
+	cfg, err = Parse(strings.NewReader(`{"tunnels":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tunnels) != 0 {
+		t.Fatalf("tunnels = %+v, want none", cfg.Tunnels)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"unknown key", `{"backend":{"unit":"x.service","port":1}}`, `unknown field "port"`},
+		{"unknown top key", `{"bogus":1}`, `unknown field "bogus"`},
+		{"bad deadline", `{"rollback":{"deadline":"soon"}}`, `rollback.deadline = "soon": not a duration`},
+		{"number deadline", `{"rollback":{"deadline":120}}`, `rollback.deadline = 120: not a duration`},
+		{"wrong type", `{"guardrails":{"tasksMax":"512"}}`, `guardrails.tasksMax`},
+		{"trailing", `{} {}`, `trailing data`},
+		{"not json", `nope`, `parse mcpctl config`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"cpuWeight zero", func(c *Config) { c.Guardrails.CPUWeight = 0 }, "guardrails.cpuWeight = 0: must be 1..10000"},
+		{"cpuWeight too big", func(c *Config) { c.Guardrails.CPUWeight = 10001 }, "guardrails.cpuWeight = 10001: must be 1..10000"},
+		{"cpuWeight max", func(c *Config) { c.Guardrails.CPUWeight = 10000 }, ""},
+		{"memoryMax not a size", func(c *Config) { c.Guardrails.MemoryMax = "9 gigs" }, `guardrails.memoryMax = "9 gigs": not a size`},
+		{"memoryHigh not a size", func(c *Config) { c.Guardrails.MemoryHigh = "-1G" }, `guardrails.memoryHigh = "-1G": not a size`},
+		{"memoryHigh above max", func(c *Config) { c.Guardrails.MemoryHigh = "10G" }, `guardrails.memoryHigh = "10G": must not be above guardrails.memoryMax = "9G"`},
+		{"memoryHigh in other unit above", func(c *Config) { c.Guardrails.MemoryHigh = "9217M" }, `must not be above`},
+		{"memory infinity", func(c *Config) { c.Guardrails.MemoryHigh, c.Guardrails.MemoryMax = "infinity", "infinity" }, ""},
+		{"tasksMax", func(c *Config) { c.Guardrails.TasksMax = 0 }, "guardrails.tasksMax = 0: must be"},
+		{"limitNOFILE", func(c *Config) { c.Guardrails.LimitNOFILE = 10 }, "guardrails.limitNOFILE = 10: must be"},
+		{"timeoutStopSec", func(c *Config) { c.Guardrails.TimeoutStopSec = 0 }, "guardrails.timeoutStopSec = 0: must be"},
+		{"tunnel without name", func(c *Config) { c.Tunnels[0].Name = "" }, `tunnels[0].name = "": must not be empty`},
+		{"tunnel without unit", func(c *Config) { c.Tunnels[1].Unit = "" }, `tunnels[1].unit = "": must be a unit name`},
+		{"tunnel bad url", func(c *Config) { c.Tunnels[1].URL = "ftp://x" }, `tunnels[1].url = "ftp://x": must be an http`},
+		{"tunnel multi-line exec", func(c *Config) { c.Tunnels[0].Exec = "a\nb" }, `tunnels[0].exec = "a\nb": must be a single line`},
+		{"duplicate tunnel unit", func(c *Config) { c.Tunnels[1].Unit = c.Tunnels[0].Unit }, `tunnels[1].unit = "mcp-tunnel-overdeck.service": duplicate unit name (also tunnels[0].unit)`},
+		{"tunnel unit is backend", func(c *Config) { c.Tunnels[0].Unit = "mcp-backend.service" }, `duplicate unit name (also backend.unit)`},
+		{"canary unit is backend", func(c *Config) { c.Canary.Unit = c.Backend.Unit }, `canary.unit = "mcp-backend.service": duplicate unit name`},
+		{"fixed unit", func(c *Config) { c.Tunnels[0].Unit = "mcp-watchdog.service" }, `duplicate unit name (also a unit of mcpctl itself)`},
+		{"duplicate tunnel name", func(c *Config) { c.Tunnels[1].Name = "Overdeck" }, `tunnels[1].name = "Overdeck": duplicate tunnel name`},
+		{"deadline zero", func(c *Config) { c.Rollback.Deadline = 0 }, `rollback.deadline = "0s": must be 1s..24h`},
+		{"listen", func(c *Config) { c.Backend.Listen = "3210" }, `backend.listen = "3210": must be host:port`},
+		{"listen port", func(c *Config) { c.Canary.Listen = "127.0.0.1:70000" }, `canary.listen = "127.0.0.1:70000": port must be 1..65535`},
+		{"same listen", func(c *Config) { c.Canary.Listen = c.Backend.Listen }, `canary.listen = "127.0.0.1:3210": must differ`},
+		{"relative root", func(c *Config) { c.Install.Root = "opt" }, `install.root = "opt": must be an absolute path`},
+		{"root with space", func(c *Config) { c.Install.Root = "/opt/a b" }, `install.root = "/opt/a b": must not contain whitespace`},
+		{"keepReleases", func(c *Config) { c.Install.KeepReleases = 0 }, `install.keepReleases = 0: must be 1..1000`},
+		{"unitDir", func(c *Config) { c.UnitDir = "" }, `unitDir = "": must not be empty`},
+		{"backend unit", func(c *Config) { c.Backend.Unit = "mcp-backend" }, `backend.unit = "mcp-backend": must be a unit name ending in .service`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mutate(c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := Default()
+	c.Guardrails.CPUWeight = 0
+	c.Guardrails.MemoryMax = "lots"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "cpuWeight") || !strings.Contains(err.Error(), "memoryMax") {
+		t.Fatalf("err = %v, want both problems", err)
+	}
+}
+
+func TestValidateTunnels(t *testing.T) {
+	c := Default()
+	err := c.ValidateTunnels()
+	if err == nil || !strings.Contains(err.Error(), `tunnels[0].url = "": must be`) || !strings.Contains(err.Error(), `tunnels[1].exec = "": must be`) {
+		t.Fatalf("err = %v, want url and exec of the default tunnels named", err)
+	}
+	for i := range c.Tunnels {
+		c.Tunnels[i].URL = "https://example.invalid/"
+		c.Tunnels[i].Exec = "/usr/bin/tunnel run"
+	}
+	if err := c.ValidateTunnels(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"6G", 6 << 30, true},
+		{"9G", 9 << 30, true},
+		{"512M", 512 << 20, true},
+		{"1T", 1 << 40, true},
+		{"4096", 4096, true},
+		{"64K", 64 << 10, true},
+		{"infinity", ^uint64(0), true},
+		{"", 0, false},
+		{"G", 0, false},
+		{"0", 0, false},
+		{"1.5G", 0, false},
+		{"6g", 0, false},
+		{"6GB", 0, false},
+		{"99999999999T", 0, false},
+	}
+	for _, tc := range tests {
+		got, err := ParseSize(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.json")
+	good := filepath.Join(dir, "good.json")
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(good, []byte(`{"guardrails":{"tasksMax":256}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"guardrails":{"cpuWeight":0}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		path     string
+		explicit bool
+		want     string // error substring, "" for success
+		tasksMax int
+	}{
+		{"default path missing means defaults", missing, false, "", 512},
+		{"explicit path missing is an error", missing, true, "no such file", 0},
+		{"file read", good, true, "", 256},
+		{"file at default path read", good, false, "", 256},
+		{"invalid file", bad, true, "guardrails.cpuWeight = 0: must be 1..10000", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(tc.path, tc.explicit)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Guardrails.TasksMax != tc.tasksMax {
+				t.Fatalf("tasksMax = %d, want %d", cfg.Guardrails.TasksMax, tc.tasksMax)
+			}
+		})
+	}
+}
