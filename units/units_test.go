@@ -1,0 +1,285 @@
+package units
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// goldenConfig is the DESIGN.md default config with the tunnels filled in.
+func goldenConfig(t testing.TB) *ctlconfig.Config {
+	t.Helper()
+	cfg := ctlconfig.Default()
+	cfg.Tunnels[0].URL = "https://overdeck.example.com/"
+	cfg.Tunnels[0].Exec = "/usr/bin/socat TCP-LISTEN:8441,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:3210"
+	cfg.Tunnels[1].URL = "https://overdeck-vm.example.com/"
+	cfg.Tunnels[1].Exec = "/usr/local/bin/tunnel run --name overdeck-vm --upstream http://127.0.0.1:3210 --rate 100%"
+	return cfg
+}
+
+func TestRenderGolden(t *testing.T) {
+	cfg := goldenConfig(t)
+	us, err := Render(Params{Config: cfg, CanaryBinary: CanaryBinary(cfg, "v1.2.3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"mcp-backend.service", "mcp-backend-canary.service",
+		"mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service",
+		"mcp-watchdog.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service",
+	}
+	if got := names(us); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("units = %v, want %v", got, want)
+	}
+	dir := filepath.Join("testdata", "golden")
+	if *update {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range us {
+		path := filepath.Join(dir, u.Name)
+		if *update {
+			if err := os.WriteFile(path, u.Content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		golden, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./units -update)", err)
+		}
+		if !bytes.Equal(golden, u.Content) {
+			t.Errorf("%s differs from %s (run go test ./units -update after checking):\n%s", u.Name, path, u.Content)
+		}
+	}
+}
+
+func TestRenderDeterministic(t *testing.T) {
+	cfg := goldenConfig(t)
+	a, err := Render(Params{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		b, err := Render(Params{Config: goldenConfig(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a) != len(b) {
+			t.Fatalf("run %d: %d units, want %d", i, len(b), len(a))
+		}
+		for j := range a {
+			if a[j].Name != b[j].Name || !bytes.Equal(a[j].Content, b[j].Content) || a[j].Enable != b[j].Enable {
+				t.Fatalf("run %d: unit %s differs", i, a[j].Name)
+			}
+		}
+	}
+}
+
+// directives parses "Key=Value" lines of a unit, section-qualified.
+func directives(content []byte) map[string][]string {
+	m := map[string][]string{}
+	section := ""
+	for _, line := range strings.Split(string(content), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, _ := strings.Cut(line, "=")
+			m[section+"."+k] = append(m[section+"."+k], v)
+		}
+	}
+	return m
+}
+
+func TestRenderContents(t *testing.T) {
+	cfg := goldenConfig(t)
+	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7}
+	us, err := Render(Params{Config: cfg, MCPCtl: "/opt/bin/mcpctl", MCPCtlConfig: "/etc/x/mcpctl.json", CanaryBinary: "/opt/mcp-backend/releases/v9/mcp-backend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Unit{}
+	for _, u := range us {
+		byName[u.Name] = u
+	}
+	type want map[string]string
+	tests := []struct {
+		unit   string
+		want   want
+		absent []string
+		enable bool
+	}{
+		{"mcp-backend.service", want{
+			"Service.Type": "notify", "Service.Restart": "on-failure", "Service.KillMode": "mixed",
+			"Service.WatchdogSec": "10s", "Service.TasksMax": "300", "Service.LimitNOFILE": "4096",
+			"Service.MemoryHigh": "1G", "Service.MemoryMax": "2G", "Service.CPUWeight": "50", "Service.TimeoutStopSec": "7",
+			"Service.ExecStart":    "/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
+			"Unit.StartLimitBurst": "5",
+			"Install.WantedBy":     "multi-user.target",
+			"Unit.After":           "network.target mcpctl-pending-rollback.service",
+		}, nil, true},
+		{"mcp-backend-canary.service", want{
+			"Service.Type": "notify", "Service.TasksMax": "300", "Service.MemoryMax": "2G", "Service.CPUWeight": "50",
+			"Service.ExecStart": "/opt/mcp-backend/releases/v9/mcp-backend serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211",
+		}, []string{"Install.WantedBy"}, false},
+		{"mcp-tunnel-overdeck.service", want{
+			"Service.Restart":   "always",
+			"Service.ExecStart": "/usr/bin/socat TCP-LISTEN:8441,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:3210",
+		}, []string{"Unit.BindsTo", "Unit.PartOf", "Unit.Requires", "Unit.Requisite"}, true},
+		{"mcp-tunnel-overdeck-vm.service", want{
+			"Service.Restart":   "always",
+			"Service.ExecStart": "/usr/local/bin/tunnel run --name overdeck-vm --upstream http://127.0.0.1:3210 --rate 100%%",
+		}, []string{"Unit.BindsTo", "Unit.PartOf", "Unit.Requires", "Unit.Requisite"}, true},
+		{"mcp-watchdog.service", want{
+			"Service.Type": "oneshot", "Service.ExecStart": "/opt/bin/mcpctl --config /etc/x/mcpctl.json watchdog",
+		}, []string{"Install.WantedBy"}, false},
+		{"mcp-watchdog.timer", want{"Timer.Unit": "mcp-watchdog.service", "Install.WantedBy": "timers.target"}, nil, true},
+		{"mcpctl-pending-rollback.service", want{
+			"Service.Type": "oneshot", "Unit.Before": "mcp-backend.service",
+			"Service.ExecStart": "/opt/bin/mcpctl --config /etc/x/mcpctl.json rollback --if-pending",
+		}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.unit, func(t *testing.T) {
+			u, ok := byName[tc.unit]
+			if !ok {
+				t.Fatalf("unit not rendered")
+			}
+			if u.Enable != tc.enable {
+				t.Errorf("Enable = %v, want %v", u.Enable, tc.enable)
+			}
+			d := directives(u.Content)
+			for k, v := range tc.want {
+				if got := d[k]; len(got) != 1 || got[0] != v {
+					t.Errorf("%s = %q, want [%q]", k, got, v)
+				}
+			}
+			for _, k := range tc.absent {
+				if _, ok := d[k]; ok {
+					t.Errorf("%s present, must be absent", k)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderWithoutCanary(t *testing.T) {
+	us, err := Render(Params{Config: goldenConfig(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range us {
+		if u.Name == "mcp-backend-canary.service" {
+			t.Fatal("canary rendered without a canary binary")
+		}
+	}
+	if len(us) != 6 {
+		t.Fatalf("%d units, want 6: %v", len(us), names(us))
+	}
+}
+
+func TestRenderRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Params)
+		want   string
+	}{
+		{"no config", func(p *Params) { p.Config = nil }, "no config"},
+		{"invalid guardrail", func(p *Params) { p.Config.Guardrails.CPUWeight = 0 }, "guardrails.cpuWeight = 0"},
+		{"tunnel without url", func(p *Params) { p.Config.Tunnels[1].URL = "" }, `tunnels[1].url = ""`},
+		{"tunnel without exec", func(p *Params) { p.Config.Tunnels[0].Exec = " " }, `tunnels[0].exec = " "`},
+		{"tunnel exec continues", func(p *Params) { p.Config.Tunnels[0].Exec = `/bin/x \` }, `must not end in a backslash`},
+		{"relative mcpctl", func(p *Params) { p.MCPCtl = "mcpctl" }, `mcpctl binary = "mcpctl": must be an absolute path`},
+		{"canary with space", func(p *Params) { p.CanaryBinary = "/opt/a b/mcp-backend" }, `canary binary = "/opt/a b/mcp-backend"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Params{Config: goldenConfig(t)}
+			tc.mutate(&p)
+			_, err := Render(p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSystemdAnalyzeVerify feeds every rendered unit to systemd's own
+// checker, with the binaries they name present as stubs.
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	tmp := t.TempDir()
+	stub := func(p string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := goldenConfig(t)
+	cfg.Install.Root = filepath.Join(tmp, "opt")
+	stub(CurrentBinary(cfg))
+	canary := stub(CanaryBinary(cfg, "v2"))
+	mcpctl := stub(filepath.Join(tmp, "bin", "mcpctl"))
+	tunnel := stub(filepath.Join(tmp, "bin", "tunnel"))
+	cfg.Tunnels[0].Exec = tunnel + " --port 1 --rate 5%"
+	cfg.Tunnels[1].Exec = tunnel + " --port 2"
+	us, err := Render(Params{Config: cfg, MCPCtl: mcpctl, MCPCtlConfig: filepath.Join(tmp, "mcpctl.json"), CanaryBinary: canary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitDir := filepath.Join(tmp, "units")
+	if err := os.MkdirAll(unitDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range us {
+		path := filepath.Join(unitDir, u.Name)
+		if err := os.WriteFile(path, u.Content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(u.Name, func(t *testing.T) {
+			cmd := exec.Command(analyze, "verify", "--man=no", path)
+			cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")
+			out, err := cmd.CombinedOutput()
+			// Other units on the host may draw warnings; only ours matter.
+			var own []string
+			for _, line := range strings.Split(string(out), "\n") {
+				if ownUnitRE.MatchString(line) {
+					own = append(own, line)
+				}
+			}
+			if err != nil || len(own) > 0 {
+				t.Fatalf("systemd-analyze verify %s: %v\n%s", u.Name, err, out)
+			}
+		})
+	}
+}
+
+var ownUnitRE = regexp.MustCompile(`mcp-|mcpctl`)
+
+func names(us []Unit) []string {
+	var s []string
+	for _, u := range us {
+		s = append(s, u.Name)
+	}
+	return s
+}
