@@ -131,6 +131,10 @@ func describeJSONError(err error) error {
 	return err
 }
 
+// maxLimit bounds maxActive and maxQueue: the admission controller packs its
+// gauges into 12-bit fields.
+const maxLimit = 4095
+
 // Validate checks every value and returns an error naming the first bad key,
 // its value and what is allowed.
 func (c Config) Validate() error {
@@ -149,8 +153,8 @@ func (c Config) Validate() error {
 		}
 	}
 	cc := c.Concurrency
-	if cc.MaxActive <= 0 {
-		bad("concurrency.maxActive", cc.MaxActive, "must be > 0")
+	if cc.MaxActive <= 0 || cc.MaxActive > maxLimit {
+		bad("concurrency.maxActive", cc.MaxActive, "must be 1..4095")
 	}
 	if cc.ReservedControl <= 0 {
 		bad("concurrency.reservedControl", cc.ReservedControl, "must be > 0")
@@ -162,8 +166,8 @@ func (c Config) Validate() error {
 	} else if cc.MaxActive > cc.ReservedControl && cc.MaxShell > cc.MaxNonControl() {
 		bad("concurrency.maxShell", cc.MaxShell, fmt.Sprintf("must be <= maxActive - reservedControl (%d)", cc.MaxNonControl()))
 	}
-	if cc.MaxQueue < 0 {
-		bad("concurrency.maxQueue", cc.MaxQueue, "must be >= 0")
+	if cc.MaxQueue < 0 || cc.MaxQueue > maxLimit {
+		bad("concurrency.maxQueue", cc.MaxQueue, "must be 0..4095")
 	}
 	if cc.QueueWaitMs <= 0 {
 		bad("concurrency.queueWaitMs", cc.QueueWaitMs, "must be > 0")

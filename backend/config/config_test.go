@@ -70,8 +70,9 @@ func TestValidate(t *testing.T) {
 	}{
 		{"maxShell above non-control", `{"concurrency":{"maxShell":50}}`, "concurrency.maxShell = 50: must be <= maxActive - reservedControl (40)"},
 		{"reserved not below max", `{"concurrency":{"maxActive":8,"reservedControl":8,"maxShell":1}}`, "concurrency.reservedControl = 8: must be < maxActive (8)"},
-		{"zero maxActive", `{"concurrency":{"maxActive":0}}`, "concurrency.maxActive = 0: must be > 0"},
-		{"negative queue", `{"concurrency":{"maxQueue":-1}}`, "concurrency.maxQueue = -1: must be >= 0"},
+		{"zero maxActive", `{"concurrency":{"maxActive":0}}`, "concurrency.maxActive = 0: must be 1..4095"},
+		{"negative queue", `{"concurrency":{"maxQueue":-1}}`, "concurrency.maxQueue = -1: must be 0..4095"},
+		{"huge queue", `{"concurrency":{"maxQueue":5000}}`, "concurrency.maxQueue = 5000: must be 0..4095"},
 		{"zero queue wait", `{"concurrency":{"queueWaitMs":0}}`, "concurrency.queueWaitMs = 0: must be > 0"},
 		{"bad listen", `{"listen":"3210"}`, `listen = "3210": must be HOST:PORT`},
 		{"relative shell", `{"shell":{"path":"bash"}}`, `shell.path = "bash": must be an absolute path`},

@@ -1,0 +1,407 @@
+// Package admission is the process-wide admission controller of mcp-backend.
+// It turns overload into a bounded, explicit condition: a fixed number of tool
+// operations run at once (with slots reserved for control operations and a
+// separate cap on shell commands), a bounded queue waits for capacity, and
+// everything beyond fails at once with OVERLOADED.
+//
+// One Controller must serve every request of a process: a limit is only a
+// limit if every path shares it.
+package admission
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind is the admission class of an operation.
+type Kind uint8
+
+const (
+	// Normal operations use the non-control share of the slots.
+	Normal Kind = iota
+	// Shell operations are normal and also take a shell slot.
+	Shell
+	// Control operations may also use the reserved slots.
+	Control
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Control:
+		return "control"
+	case Shell:
+		return "shell"
+	default:
+		return "normal"
+	}
+}
+
+// controlTools are the control and observability operations of the spec
+// (§2.2): an operator must be able to look and act while normal work has
+// saturated its share.
+var controlTools = map[string]bool{
+	"system.info":     true,
+	"process.list":    true,
+	"service.status":  true,
+	"process.kill":    true,
+	"service.control": true,
+}
+
+// KindOf classifies a tool by name; unknown tools are normal.
+func KindOf(tool string) Kind {
+	if controlTools[tool] {
+		return Control
+	}
+	if tool == "shell.exec" {
+		return Shell
+	}
+	return Normal
+}
+
+// Sentinel errors callers branch on to build the tool error.
+var (
+	ErrQueueFull    = errors.New("admission queue is full")     // OVERLOADED, counted rejected
+	ErrQueueTimeout = errors.New("admission queue wait expired") // OVERLOADED, counted timedOut
+	ErrCancelled    = errors.New("cancelled while queued")       // CANCELLED, counted cancelled
+)
+
+// Limits are the configured bounds.
+type Limits struct {
+	MaxActive       int
+	ReservedControl int
+	MaxShell        int
+	MaxQueue        int
+	QueueWait       time.Duration
+}
+
+// MaxNonControl is the share of slots normal work may use.
+func (l Limits) MaxNonControl() int { return l.MaxActive - l.ReservedControl }
+
+// Validate checks the limits the way config validation does.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxActive <= 0, l.ReservedControl <= 0, l.MaxShell <= 0, l.QueueWait <= 0:
+		return errors.New("admission: maxActive, reservedControl, maxShell and queueWait must be > 0")
+	case l.ReservedControl >= l.MaxActive:
+		return errors.New("admission: reservedControl must be < maxActive")
+	case l.MaxShell > l.MaxNonControl():
+		return errors.New("admission: maxShell must be <= maxActive - reservedControl")
+	case l.MaxQueue < 0:
+		return errors.New("admission: maxQueue must be >= 0")
+	case l.MaxActive > MaxLimit, l.MaxQueue > MaxLimit:
+		return errors.New("admission: maxActive and maxQueue must be <= 4095")
+	}
+	return nil
+}
+
+// waiter is one queued operation. granted and the list links are guarded by
+// the controller's mutex.
+type waiter struct {
+	kind       Kind
+	ready      chan struct{} // closed when granted
+	granted    bool
+	prev, next *waiter
+}
+
+// queue is an intrusive FIFO list, so removal of a cancelled waiter is O(1).
+type queue struct {
+	head, tail *waiter
+}
+
+func (q *queue) push(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+}
+
+func (q *queue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+// The gauges live in one 64-bit word of 12-bit fields, so one atomic load
+// is a consistent view and one compare-and-swap takes or frees a slot.
+// Operations that neither see nor create queued waiters never touch the
+// mutex; everything that involves the queue runs under it. Because the
+// queued counts share the word with the active counts, a release can never
+// miss a waiter that queued concurrently: either the release's CAS sees the
+// waiter's count and takes the slow path, or the waiter's CAS sees the freed
+// slot and starts at once.
+const (
+	fieldBits = 12
+	fieldMask = 1<<fieldBits - 1
+	// MaxLimit is the largest value maxActive and maxQueue may take.
+	MaxLimit = fieldMask
+
+	shTotal      = 0 * fieldBits
+	shNonControl = 1 * fieldBits
+	shShell      = 2 * fieldBits
+	shQControl   = 3 * fieldBits
+	shQNormal    = 4 * fieldBits
+)
+
+func field(s uint64, shift uint) int { return int(s >> shift & fieldMask) }
+
+// takeDelta is what occupying one slot of a kind adds to the word.
+var takeDelta = [...]uint64{
+	Normal:  1<<shTotal | 1<<shNonControl,
+	Shell:   1<<shTotal | 1<<shNonControl | 1<<shShell,
+	Control: 1 << shTotal,
+}
+
+func queuedDelta(k Kind) uint64 {
+	if k == Control {
+		return 1 << shQControl
+	}
+	return 1 << shQNormal
+}
+
+func queuedTotal(s uint64) int { return field(s, shQControl) + field(s, shQNormal) }
+
+// Controller admits operations within the limits. Create it with New and
+// share it.
+type Controller struct {
+	lim   Limits
+	state atomic.Uint64 // the packed gauges
+
+	mu       sync.Mutex // guards the queues and every change while queued
+	controlQ queue
+	normalQ  queue
+
+	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
+	accepted, completed, rejected, timedOut, cancelled atomic.Int64
+}
+
+// New returns a controller for lim. It panics on invalid limits: config
+// validation runs before it.
+func New(lim Limits) *Controller {
+	if err := lim.Validate(); err != nil {
+		panic(err)
+	}
+	return &Controller{lim: lim}
+}
+
+// Limits returns the configured limits.
+func (c *Controller) Limits() Limits { return c.lim }
+
+// Permit is a granted slot. Release it exactly once.
+type Permit struct {
+	c        *Controller
+	kind     Kind
+	released atomic.Bool
+}
+
+// Kind is the class the permit was granted for.
+func (p *Permit) Kind() Kind { return p.kind }
+
+// Release frees the slot and hands it to the next startable waiter. A second
+// Release is a bug in the caller and panics rather than corrupting the counts.
+func (p *Permit) Release() {
+	if !p.released.CompareAndSwap(false, true) {
+		panic("admission: permit released twice")
+	}
+	c := p.c
+	c.completed.Add(1)
+	for {
+		s := c.state.Load()
+		if queuedTotal(s) > 0 {
+			break
+		}
+		if c.state.CompareAndSwap(s, s-takeDelta[p.kind]) {
+			return
+		}
+	}
+	c.mu.Lock()
+	c.state.Add(-takeDelta[p.kind])
+	c.dispatch()
+	c.mu.Unlock()
+}
+
+// canStart reports whether an operation of kind k fits in state s.
+func (c *Controller) canStart(s uint64, k Kind) bool {
+	if field(s, shTotal) >= c.lim.MaxActive {
+		return false
+	}
+	if k == Control {
+		return true
+	}
+	if field(s, shNonControl) >= c.lim.MaxNonControl() {
+		return false
+	}
+	return k != Shell || field(s, shShell) < c.lim.MaxShell
+}
+
+// tryTake occupies a slot of kind k if it fits; with mustBeEmpty it also
+// requires an empty queue (the lock-free fast path may not overtake waiters).
+func (c *Controller) tryTake(k Kind, mustBeEmpty bool) bool {
+	for {
+		s := c.state.Load()
+		if (mustBeEmpty && queuedTotal(s) > 0) || !c.canStart(s, k) {
+			return false
+		}
+		n := s + takeDelta[k]
+		if c.state.CompareAndSwap(s, n) {
+			c.notePeaks(n)
+			return true
+		}
+	}
+}
+
+func (c *Controller) notePeaks(s uint64) {
+	setMax(&c.peakActive, int64(field(s, shTotal)))
+	setMax(&c.peakNonControl, int64(field(s, shNonControl)))
+	setMax(&c.peakShell, int64(field(s, shShell)))
+	setMax(&c.peakQueued, int64(queuedTotal(s)))
+}
+
+// dispatch grants queued waiters while capacity allows: control first, FIFO
+// within a class, skipping waiters that cannot start yet so a waiting shell
+// command never blocks startable work behind it. Caller holds mu.
+//
+// Invariant after dispatch: no queued waiter could start now. That is what
+// lets a new arrival that fits start at once without overtaking anyone.
+func (c *Controller) dispatch() {
+	for w := c.controlQ.head; w != nil; {
+		next := w.next
+		if !c.grant(&c.controlQ, w) {
+			break // no slot at all is free
+		}
+		w = next
+	}
+	for w := c.normalQ.head; w != nil; {
+		s := c.state.Load()
+		if field(s, shTotal) >= c.lim.MaxActive || field(s, shNonControl) >= c.lim.MaxNonControl() {
+			return
+		}
+		next := w.next
+		c.grant(&c.normalQ, w)
+		w = next
+	}
+}
+
+// grant moves w from the queue to a slot if it fits. Caller holds mu.
+func (c *Controller) grant(q *queue, w *waiter) bool {
+	for {
+		s := c.state.Load()
+		if !c.canStart(s, w.kind) {
+			return false
+		}
+		n := s - queuedDelta(w.kind) + takeDelta[w.kind]
+		if c.state.CompareAndSwap(s, n) {
+			c.notePeaks(n)
+			break
+		}
+	}
+	q.remove(w)
+	w.granted = true
+	close(w.ready)
+	return true
+}
+
+// Acquire waits for a slot of kind k. It returns at once when one is free,
+// ErrQueueFull at once when the queue is full, ErrQueueTimeout after the
+// queue wait, and ErrCancelled when ctx ends first; those errors never hold
+// a slot.
+func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
+	if ctx.Err() != nil {
+		c.cancelled.Add(1)
+		return nil, ErrCancelled
+	}
+	if c.tryTake(k, true) {
+		c.accepted.Add(1)
+		return &Permit{c: c, kind: k}, nil
+	}
+	c.mu.Lock()
+	var w *waiter
+	for w == nil {
+		s := c.state.Load()
+		if c.canStart(s, k) {
+			// Under mu every startable waiter has been granted already,
+			// so starting now overtakes no one.
+			if c.state.CompareAndSwap(s, s+takeDelta[k]) {
+				c.notePeaks(s + takeDelta[k])
+				c.mu.Unlock()
+				c.accepted.Add(1)
+				return &Permit{c: c, kind: k}, nil
+			}
+			continue
+		}
+		if queuedTotal(s) >= c.lim.MaxQueue {
+			c.mu.Unlock()
+			c.rejected.Add(1)
+			return nil, ErrQueueFull
+		}
+		if n := s + queuedDelta(k); c.state.CompareAndSwap(s, n) {
+			c.notePeaks(n)
+			w = &waiter{kind: k, ready: make(chan struct{})}
+		}
+	}
+	q := &c.normalQ
+	if k == Control {
+		q = &c.controlQ
+	}
+	q.push(w)
+	c.mu.Unlock()
+
+	timer := time.NewTimer(c.lim.QueueWait)
+	defer timer.Stop()
+	var failure error
+	select {
+	case <-w.ready:
+		c.accepted.Add(1)
+		return &Permit{c: c, kind: k}, nil
+	case <-ctx.Done():
+		failure = ErrCancelled
+	case <-timer.C:
+		failure = ErrQueueTimeout
+	}
+
+	c.mu.Lock()
+	if w.granted {
+		// The grant raced the cancellation or timeout: hand the slot on
+		// instead of stranding it.
+		c.state.Add(-takeDelta[k])
+		c.dispatch()
+	} else {
+		q.remove(w)
+		c.state.Add(-queuedDelta(k))
+	}
+	c.mu.Unlock()
+	if failure == ErrCancelled {
+		c.cancelled.Add(1)
+	} else {
+		c.timedOut.Add(1)
+	}
+	return nil, failure
+}
+
+// Full reports whether the queue is full: the /readyz condition. It is one
+// atomic load.
+func (c *Controller) Full() bool {
+	return queuedTotal(c.state.Load()) >= c.lim.MaxQueue
+}
+
+func setMax(m *atomic.Int64, v int64) {
+	for {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}

@@ -1,0 +1,451 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func defaults() Limits {
+	return Limits{MaxActive: 48, ReservedControl: 8, MaxShell: 8, MaxQueue: 64, QueueWait: 30 * time.Second}
+}
+
+// hold acquires n permits of kind k that must be granted at once.
+func hold(t testing.TB, c *Controller, k Kind, n int) []*Permit {
+	t.Helper()
+	ps := make([]*Permit, 0, n)
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		p, err := c.Acquire(ctx, k)
+		cancel()
+		if err != nil {
+			t.Fatalf("acquire %v #%d: %v (snapshot %+v)", k, i, err, c.Snapshot())
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func releaseAll(ps []*Permit) {
+	for _, p := range ps {
+		p.Release()
+	}
+}
+
+// result of an Acquire that ran in the background.
+type result struct {
+	p   *Permit
+	err error
+}
+
+// enqueue starts an Acquire in the background and waits until it is queued.
+func enqueue(t testing.TB, ctx context.Context, c *Controller, k Kind) <-chan result {
+	t.Helper()
+	before := c.Snapshot().Queued.Total
+	ch := make(chan result, 1)
+	go func() {
+		p, err := c.Acquire(ctx, k)
+		ch <- result{p, err}
+	}()
+	waitFor(t, func() bool { return c.Snapshot().Queued.Total > before }, "operation queued")
+	return ch
+}
+
+// waitFor polls a condition; it bounds a wait, it does not time anything.
+func waitFor(t testing.TB, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pending asserts that the operation is still waiting.
+func pending(t testing.TB, ch <-chan result) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("operation finished while it must still wait: %+v", r)
+	default:
+	}
+}
+
+func get(t testing.TB, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result")
+		return result{}
+	}
+}
+
+func assertIdle(t testing.TB, c *Controller) {
+	t.Helper()
+	s := c.Snapshot()
+	if s.Active != (Active{}) || s.Queued != (Queued{}) {
+		t.Fatalf("not idle: active %+v queued %+v", s.Active, s.Queued)
+	}
+	if s.Counters.Accepted != s.Counters.Completed {
+		t.Fatalf("accepted %d != completed %d", s.Counters.Accepted, s.Counters.Completed)
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	tests := map[string]Kind{
+		"system.info": Control, "process.list": Control, "service.status": Control,
+		"process.kill": Control, "service.control": Control,
+		"shell.exec": Shell, "file.read": Normal, "file.write": Normal, "file.list": Normal, "unknown": Normal,
+	}
+	for tool, want := range tests {
+		if got := KindOf(tool); got != want {
+			t.Errorf("KindOf(%q) = %v, want %v", tool, got, want)
+		}
+	}
+}
+
+func TestGlobalCap(t *testing.T) {
+	c := New(defaults())
+	normal := hold(t, c, Normal, 40)
+	control := hold(t, c, Control, 8)
+	if got := c.Snapshot().Active.Total; got != 48 {
+		t.Fatalf("active = %d, want 48", got)
+	}
+	// A 49th operation of any kind must wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := enqueue(t, ctx, c, Control)
+	pending(t, ch)
+	control[0].Release()
+	r := get(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.p.Release()
+	cancel()
+	releaseAll(normal)
+	releaseAll(control[1:])
+	assertIdle(t, c)
+}
+
+func TestReservedControlSlotsUsableWhileNonControlSaturated(t *testing.T) {
+	c := New(defaults())
+	normal := hold(t, c, Normal, 40)
+	// Normal work is at its share: more normal work queues...
+	ctx := context.Background()
+	ch := enqueue(t, ctx, c, Normal)
+	// ...while control work still starts at once, up to the reserve.
+	control := hold(t, c, Control, 8)
+	s := c.Snapshot()
+	if s.Active.NonControl != 40 || s.Active.Control != 8 || s.Queued.NonControl != 1 {
+		t.Fatalf("snapshot %+v %+v", s.Active, s.Queued)
+	}
+	pending(t, ch)
+	// Freeing a control slot does not let normal work past its share.
+	control[0].Release()
+	pending(t, ch)
+	normal[0].Release()
+	r := get(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.p.Release()
+	releaseAll(normal[1:])
+	releaseAll(control[1:])
+	assertIdle(t, c)
+}
+
+func TestShellCap(t *testing.T) {
+	c := New(defaults())
+	shells := hold(t, c, Shell, 8)
+	ch := enqueue(t, context.Background(), c, Shell)
+	// Other normal work is not held back by the shell cap.
+	others := hold(t, c, Normal, 32)
+	if s := c.Snapshot(); s.Active.Shell != 8 || s.Peak.Shell != 8 || s.Active.NonControl != 40 {
+		t.Fatalf("active %+v peak %+v", s.Active, s.Peak)
+	}
+	pending(t, ch)
+	shells[0].Release()
+	r := get(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if s := c.Snapshot(); s.Peak.Shell != 8 {
+		t.Fatalf("peak shell %d exceeds 8", s.Peak.Shell)
+	}
+	r.p.Release()
+	releaseAll(shells[1:])
+	releaseAll(others)
+	assertIdle(t, c)
+}
+
+func TestQueueBoundRejectsAtOnce(t *testing.T) {
+	lim := defaults()
+	lim.MaxQueue = 3
+	c := New(lim)
+	ps := hold(t, c, Normal, 40)
+	ctx, cancel := context.WithCancel(context.Background())
+	var chs []<-chan result
+	for i := 0; i < 3; i++ {
+		chs = append(chs, enqueue(t, ctx, c, Normal))
+	}
+	if !c.Full() {
+		t.Fatal("queue of 3 with 3 waiters must be full")
+	}
+	// The next one is rejected without waiting: a cancelled-never context
+	// and a long queue wait would hang here if it queued.
+	if _, err := c.Acquire(context.Background(), Normal); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("err = %v, want ErrQueueFull", err)
+	}
+	// Control work that cannot start is queued in the same bounded queue.
+	_ = hold(t, c, Control, 8)
+	if _, err := c.Acquire(context.Background(), Control); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("control err = %v, want ErrQueueFull", err)
+	}
+	if got := c.Snapshot().Counters.Rejected; got != 2 {
+		t.Fatalf("rejected = %d, want 2", got)
+	}
+	cancel()
+	for _, ch := range chs {
+		if r := get(t, ch); !errors.Is(r.err, ErrCancelled) {
+			t.Fatalf("err = %v", r.err)
+		}
+	}
+	if c.Full() {
+		t.Fatal("queue still full after cancellations")
+	}
+	releaseAll(ps)
+}
+
+func TestQueueWaitTimeout(t *testing.T) {
+	lim := defaults()
+	lim.QueueWait = 20 * time.Millisecond
+	c := New(lim)
+	ps := hold(t, c, Shell, 8)
+	r := get(t, enqueue(t, context.Background(), c, Shell))
+	if !errors.Is(r.err, ErrQueueTimeout) || r.p != nil {
+		t.Fatalf("got %+v, want ErrQueueTimeout and no permit", r)
+	}
+	s := c.Snapshot()
+	if s.Counters.TimedOut != 1 || s.Queued.Total != 0 || s.Active.Shell != 8 {
+		t.Fatalf("counters %+v queued %+v active %+v", s.Counters, s.Queued, s.Active)
+	}
+	releaseAll(ps)
+	assertIdle(t, c)
+}
+
+func TestCancelWhileQueuedTakesNoSlot(t *testing.T) {
+	c := New(defaults())
+	ps := hold(t, c, Normal, 40)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := enqueue(t, ctx, c, Normal)
+	before := c.Snapshot()
+	cancel()
+	r := get(t, ch)
+	if !errors.Is(r.err, ErrCancelled) || r.p != nil {
+		t.Fatalf("got %+v, want ErrCancelled", r)
+	}
+	after := c.Snapshot()
+	if after.Counters.Cancelled != 1 || after.Queued.Total != 0 || after.Counters.Accepted != before.Counters.Accepted || after.Active != before.Active {
+		t.Fatalf("before %+v after %+v", before, after)
+	}
+	releaseAll(ps)
+	assertIdle(t, c)
+}
+
+func TestControlPriorityOverEarlierQueuedNormal(t *testing.T) {
+	c := New(defaults())
+	ps := hold(t, c, Normal, 40)
+	cs := hold(t, c, Control, 8)
+	normal := enqueue(t, context.Background(), c, Normal)
+	control := enqueue(t, context.Background(), c, Control)
+	// One slot frees: a normal one. Queued control goes first although it
+	// came later.
+	ps[0].Release()
+	r := get(t, control)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	pending(t, normal)
+	r.p.Release()
+	rn := get(t, normal)
+	if rn.err != nil {
+		t.Fatal(rn.err)
+	}
+	rn.p.Release()
+	releaseAll(ps[1:])
+	releaseAll(cs)
+	assertIdle(t, c)
+}
+
+func TestNoHeadOfLineBlocking(t *testing.T) {
+	c := New(defaults())
+	shells := hold(t, c, Shell, 8)
+	others := hold(t, c, Normal, 32)
+	// A shell waiter at the head, a file operation behind it.
+	shell := enqueue(t, context.Background(), c, Shell)
+	file := enqueue(t, context.Background(), c, Normal)
+	// A non-shell slot frees: the shell waiter cannot use it (shell cap),
+	// the file operation behind it must start.
+	others[0].Release()
+	r := get(t, file)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	pending(t, shell)
+	shells[0].Release()
+	// Now only the non-control share is full; the shell waiter waits for that.
+	pending(t, shell)
+	r.p.Release()
+	rs := get(t, shell)
+	if rs.err != nil {
+		t.Fatal(rs.err)
+	}
+	rs.p.Release()
+	releaseAll(shells[1:])
+	releaseAll(others[1:])
+	assertIdle(t, c)
+}
+
+// TestCeilingNotSerializer: with capacity free, work starts at once: 100
+// concurrent normal operations run exactly 40 at a time, and the rest start
+// as slots free.
+func TestCeilingNotSerializer(t *testing.T) {
+	lim := defaults()
+	lim.MaxQueue = 100
+	c := New(lim)
+	var running, peak, done atomic.Int64
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := c.Acquire(context.Background(), Normal)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			setMax(&peak, running.Add(1))
+			<-release
+			running.Add(-1)
+			done.Add(1)
+			p.Release()
+		}()
+	}
+	waitFor(t, func() bool { return running.Load() == 40 && c.Snapshot().Queued.Total == 60 }, "40 running, 60 queued")
+	close(release)
+	wg.Wait()
+	if peak.Load() != 40 || done.Load() != 100 {
+		t.Fatalf("peak %d done %d, want 40 and 100", peak.Load(), done.Load())
+	}
+	if s := c.Snapshot(); s.Peak.NonControl != 40 || s.Counters.Accepted != 100 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	assertIdle(t, c)
+}
+
+// TestGrantCancelRace: thousands of operations with random cancellations and
+// timeouts over many goroutines; afterwards no slot is stranded, and each
+// operation ended in exactly one outcome.
+func TestGrantCancelRace(t *testing.T) {
+	lim := Limits{MaxActive: 6, ReservedControl: 2, MaxShell: 2, MaxQueue: 16, QueueWait: 2 * time.Millisecond}
+	c := New(lim)
+	const workers, perWorker = 32, 300
+	var ok, full, timeout, cancelled atomic.Int64
+	var over atomic.Bool
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 1))
+			for i := 0; i < perWorker; i++ {
+				k := Kind(rng.IntN(3))
+				ctx, cancel := context.WithCancel(context.Background())
+				if rng.IntN(3) == 0 {
+					d := time.Duration(rng.IntN(300)) * time.Microsecond
+					time.AfterFunc(d, cancel)
+				}
+				p, err := c.Acquire(ctx, k)
+				switch {
+				case err == nil:
+					s := c.Snapshot()
+					if s.Active.Total > int64(lim.MaxActive) || s.Active.NonControl > int64(lim.MaxNonControl()) || s.Active.Shell > int64(lim.MaxShell) {
+						over.Store(true)
+					}
+					ok.Add(1)
+					if rng.IntN(2) == 0 {
+						time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+					}
+					p.Release()
+				case errors.Is(err, ErrQueueFull):
+					full.Add(1)
+				case errors.Is(err, ErrQueueTimeout):
+					timeout.Add(1)
+				case errors.Is(err, ErrCancelled):
+					cancelled.Add(1)
+				default:
+					t.Errorf("unexpected error %v", err)
+				}
+				cancel()
+			}
+		}(uint64(g))
+	}
+	wg.Wait()
+	if over.Load() {
+		t.Fatal("a limit was exceeded")
+	}
+	s := c.Snapshot()
+	assertIdle(t, c)
+	total := int64(workers * perWorker)
+	if got := ok.Load() + full.Load() + timeout.Load() + cancelled.Load(); got != total {
+		t.Fatalf("outcomes %d != operations %d", got, total)
+	}
+	if s.Counters.Accepted != ok.Load() || s.Counters.Rejected != full.Load() || s.Counters.TimedOut != timeout.Load() || s.Counters.Cancelled != cancelled.Load() {
+		t.Fatalf("counters %+v vs ok=%d full=%d timeout=%d cancelled=%d", s.Counters, ok.Load(), full.Load(), timeout.Load(), cancelled.Load())
+	}
+	if s.Peak.Active > int64(lim.MaxActive) || s.Peak.Shell > int64(lim.MaxShell) || s.Peak.NonControl > int64(lim.MaxNonControl()) || s.Peak.Queued > int64(lim.MaxQueue) {
+		t.Fatalf("peaks %+v exceed limits", s.Peak)
+	}
+	// Every slot is free: the full capacity can be taken again at once.
+	releaseAll(hold(t, c, Normal, lim.MaxNonControl()))
+	t.Logf("ok=%d full=%d timeout=%d cancelled=%d", ok.Load(), full.Load(), timeout.Load(), cancelled.Load())
+	if timeout.Load() == 0 || cancelled.Load() == 0 || full.Load() == 0 {
+		t.Fatalf("the race test must exercise every outcome: %+v", s.Counters)
+	}
+}
+
+func TestDoubleReleasePanics(t *testing.T) {
+	c := New(defaults())
+	p := hold(t, c, Normal, 1)[0]
+	p.Release()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("second Release did not panic")
+		}
+		assertIdle(t, c)
+	}()
+	p.Release()
+}
+
+func TestZeroQueueRejectsAtOnce(t *testing.T) {
+	lim := defaults()
+	lim.MaxQueue = 0
+	c := New(lim)
+	ps := hold(t, c, Shell, 8)
+	if _, err := c.Acquire(context.Background(), Shell); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("err = %v", err)
+	}
+	if !c.Full() {
+		t.Fatal("a zero queue is always full")
+	}
+	releaseAll(ps)
+}
