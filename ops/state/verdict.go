@@ -1,0 +1,122 @@
+package state
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Verdict kinds.
+const (
+	KindCanary = "canary"
+	KindStress = "stress"
+)
+
+// Verdict is the outcome of a canary or stress run against one build,
+// identified by its digest: cutover requires passing ones for what it
+// installs.
+type Verdict struct {
+	Kind    string    `json:"kind"`   // "canary" | "stress"
+	Digest  string    `json:"digest"` // "sha256:<hex>" of the build
+	Version string    `json:"version,omitempty"`
+	Pass    bool      `json:"pass"`
+	Time    time.Time `json:"time"`
+	Summary string    `json:"summary,omitempty"`
+}
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ValidateDigest accepts "sha256:" and 64 lowercase hex digits.
+func ValidateDigest(d string) error {
+	if !digestRE.MatchString(d) {
+		return fmt.Errorf("digest %q: want sha256:<64 lowercase hex digits>", d)
+	}
+	return nil
+}
+
+func (v *Verdict) validate() error {
+	if v.Kind != KindCanary && v.Kind != KindStress {
+		return fmt.Errorf("verdict kind %q: want %q or %q", v.Kind, KindCanary, KindStress)
+	}
+	return ValidateDigest(v.Digest)
+}
+
+// RecordVerdict appends v to <stateDir>/verdicts.jsonl (a zero Time is now).
+func RecordVerdict(stateDir string, v Verdict) error {
+	if err := v.validate(); err != nil {
+		return fmt.Errorf("record verdict: %w", err)
+	}
+	if v.Time.IsZero() {
+		v.Time = time.Now()
+	}
+	v.Time = v.Time.UTC()
+	return appendJSON(stateDir, VerdictsFile, v)
+}
+
+// Verdicts returns every readable record, in file order. A line torn by a
+// crash is skipped: it can only lose a record, which makes a cutover refuse,
+// never pass.
+func Verdicts(stateDir string) ([]Verdict, error) {
+	f, err := os.Open(filepath.Join(stateDir, VerdictsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("verdicts: %w", err)
+	}
+	defer f.Close()
+	var out []Verdict
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		var v Verdict
+		if json.Unmarshal(sc.Bytes(), &v) != nil || v.validate() != nil {
+			continue
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("verdicts: %w", err)
+	}
+	return out, nil
+}
+
+// Latest returns the newest verdict of kind for digest, or nil. Newest is by
+// Time; at equal times the later line wins.
+func Latest(stateDir, kind, digest string) (*Verdict, error) {
+	all, err := Verdicts(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var best *Verdict
+	for i := range all {
+		v := &all[i]
+		if v.Kind == kind && v.Digest == digest && (best == nil || !v.Time.Before(best.Time)) {
+			best = v
+		}
+	}
+	return best, nil
+}
+
+// PassingFor reports whether the newest canary and the newest stress verdict
+// for digest passed. A build without a record of a kind has not passed it.
+func PassingFor(stateDir, digest string) (canaryOK, stressOK bool, err error) {
+	if err := ValidateDigest(digest); err != nil {
+		return false, false, err
+	}
+	c, err := Latest(stateDir, KindCanary, digest)
+	if err != nil {
+		return false, false, err
+	}
+	s, err := Latest(stateDir, KindStress, digest)
+	if err != nil {
+		return false, false, err
+	}
+	return c != nil && c.Pass, s != nil && s.Pass, nil
+}
