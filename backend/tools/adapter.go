@@ -1,0 +1,232 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+// toolDef is a tool with its low-level handler, built once in New.
+type toolDef struct {
+	tool    *mcp.Tool
+	handler mcp.ToolHandler
+}
+
+// schemaTweaker lets an input type adjust its derived schema (enums, unions,
+// bounds) where Go types alone cannot say it.
+type schemaTweaker interface {
+	tweakSchema(s *jsonschema.Schema)
+}
+
+// define builds a tool from a typed function. The SDK's typed mcp.AddTool
+// would turn a returned error into a text-only result and drop the
+// structured error envelope, so this adapter registers with the low-level
+// (*mcp.Server).AddTool and renders successes and failures itself.
+func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnotations, fn func(context.Context, In) (Out, error)) toolDef {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: input schema of %s: %v", name, err))
+	}
+	var zero In
+	if tw, ok := any(&zero).(schemaTweaker); ok {
+		tw.tweakSchema(in)
+	}
+	resolved, err := in.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: resolve input schema of %s: %v", name, err))
+	}
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: output schema of %s: %v", name, err))
+	}
+	ann.Title = name
+	tool := &mcp.Tool{
+		Name:         name,
+		Description:  description,
+		InputSchema:  in,
+		OutputSchema: out,
+		Annotations:  ann,
+	}
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
+		// A panic in one tool must not take the backend (and every other
+		// conversation) down with it.
+		defer func() {
+			if r := recover(); r != nil {
+				t.log.Error("tools: panic in tool", "tool", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				res = toolerr.Result(toolerr.New(toolerr.Internal, "%s: internal error", name))
+			}
+		}()
+		var raw json.RawMessage
+		if req != nil && req.Params != nil {
+			raw = req.Params.Arguments
+		}
+		arg, terr := decodeArgs[In](raw, resolved)
+		if terr != nil {
+			return toolerr.Result(terr), nil
+		}
+		v, err := fn(ctx, arg)
+		if err != nil {
+			return toolerr.Result(classify(ctx, err)), nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return toolerr.Result(toolerr.New(toolerr.Internal, "%s: encode result: %v", name, err)), nil
+		}
+		return &mcp.CallToolResult{
+			StructuredContent: json.RawMessage(b),
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		}, nil
+	}
+	return toolDef{tool: tool, handler: handler}
+}
+
+// decodeArgs validates raw arguments against the resolved input schema and
+// unmarshals them; failures are INVALID_ARGUMENT naming the field.
+func decodeArgs[In any](raw json.RawMessage, resolved *jsonschema.Resolved) (In, *toolerr.Error) {
+	var in In
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		raw = []byte("{}")
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return in, toolerr.New(toolerr.InvalidArgument, "arguments must be a JSON object: %v", err)
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	if err := resolved.Validate(m); err != nil {
+		return in, toolerr.New(toolerr.InvalidArgument, "%s", schemaMessage(err))
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			return in, toolerr.New(toolerr.InvalidArgument, "argument %q: %s does not fit %s", ute.Field, ute.Value, ute.Type)
+		}
+		return in, toolerr.New(toolerr.InvalidArgument, "arguments: %v", err)
+	}
+	return in, nil
+}
+
+// schemaMessage turns jsonschema's nested "validating root: validating
+// /properties/x: reason" chain into "argument "x": reason".
+func schemaMessage(err error) string {
+	s := err.Error()
+	path := ""
+	for strings.HasPrefix(s, "validating ") {
+		rest := s[len("validating "):]
+		i := strings.Index(rest, ": ")
+		if i < 0 {
+			break
+		}
+		path, s = rest[:i], rest[i+2:]
+	}
+	field := fieldName(path)
+	var msg string
+	switch {
+	case strings.HasPrefix(s, "required: missing properties: "):
+		msg = "missing required argument " + strings.TrimPrefix(s, "required: missing properties: ")
+		if field != "" {
+			msg = fmt.Sprintf("argument %q: %s", field, msg)
+		}
+	case strings.HasPrefix(s, "unexpected additional properties "):
+		msg = "unknown argument " + strings.TrimPrefix(s, "unexpected additional properties ")
+		if field != "" {
+			msg = fmt.Sprintf("argument %q: %s", field, msg)
+		}
+	case field != "":
+		msg = fmt.Sprintf("argument %q: %s", field, s)
+	default:
+		msg = "arguments: " + s
+	}
+	// jsonschema prints bounds as rationals and floats ("0/1 is less than
+	// 1.000000"); show plain numbers.
+	msg = ratNumber.ReplaceAllString(msg, "$1")
+	msg = floatNumber.ReplaceAllString(msg, "$1")
+	return truncate(msg, maxErrorMessageLength)
+}
+
+var (
+	ratNumber   = regexp.MustCompile(`\b(-?\d+)/1\b`)
+	floatNumber = regexp.MustCompile(`\b(\d+)\.0+\b`)
+)
+
+// fieldName maps a schema path like /properties/env/additionalProperties to
+// the argument name "env.*"; the root maps to "".
+func fieldName(path string) string {
+	if path == "" || path == "root" {
+		return ""
+	}
+	var parts []string
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 0; i < len(segs); i++ {
+		switch segs[i] {
+		case "properties":
+			if i+1 < len(segs) {
+				parts = append(parts, segs[i+1])
+				i++
+			}
+		case "additionalProperties", "items":
+			parts = append(parts, "*")
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// classify maps a tool function's error to a toolerr.Error: structured errors
+// pass through, cancellation by the caller becomes CANCELLED, a deadline
+// TIMEOUT, anything else INTERNAL.
+func classify(ctx context.Context, err error) *toolerr.Error {
+	var te *toolerr.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	switch {
+	case errors.Is(err, context.Canceled) || (ctx.Err() != nil && errors.Is(err, ctx.Err())):
+		return toolerr.New(toolerr.Cancelled, "cancelled by the client: %v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return toolerr.New(toolerr.Timeout, "%v", err)
+	}
+	return toolerr.New(toolerr.Internal, "%s", truncate(err.Error(), maxErrorMessageLength))
+}
+
+// truncate shortens s to at most n bytes (plus "...") on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cutUTF8(s, n) + "..."
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// end inside a multi-byte rune.
+func cutUTF8(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func readOnly() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)}
+}
+
+func destructive() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{DestructiveHint: new(true), OpenWorldHint: new(false)}
+}

@@ -1,0 +1,238 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+// harness is a real *mcp.Server with the tools, connected to a go-sdk
+// client over the in-memory transport.
+type harness struct {
+	tools  *Tools
+	client *mcp.ClientSession
+}
+
+func testOptions() Options {
+	return Options{
+		OutputBytes:    1 << 20,
+		ShellPath:      "/bin/bash",
+		DefaultTimeout: 20 * time.Second,
+		MaxTimeout:     60 * time.Second,
+	}
+}
+
+func newHarness(t testing.TB, opts Options) *harness {
+	t.Helper()
+	tl := New(opts)
+	srv := mcp.NewServer(&mcp.Implementation{Name: "tools-test", Version: "0"}, nil)
+	tl.Register(srv)
+	st, ct := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatalf("server connect: %v", err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "tools-test-client", Version: "0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatalf("client connect: %v", err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Close()
+		tl.Close()
+	})
+	return &harness{tools: tl, client: cs}
+}
+
+// call invokes a tool through the MCP client and checks the invariants every
+// result must keep: exactly one text content holding the same JSON as the
+// structured content.
+func (h *harness) call(t testing.TB, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	return h.callCtx(context.Background(), t, name, args)
+}
+
+func (h *harness) callCtx(ctx context.Context, t testing.TB, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := h.client.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: transport error: %v", name, err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%s: want 1 content, got %d", name, len(res.Content))
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("%s: content is %T, want text", name, res.Content[0])
+	}
+	sc, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatalf("%s: structured content: %v", name, err)
+	}
+	if !jsonEqual(t, sc, []byte(tc.Text)) {
+		t.Fatalf("%s: text content differs from structured content:\ntext: %.300s\nstructured: %.300s", name, tc.Text, sc)
+	}
+	return res
+}
+
+func jsonEqual(t testing.TB, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("unmarshal: %v", err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("unmarshal: %v", err)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
+
+// ok calls a tool, requires success, checks the structured content against
+// the tool's advertised output schema and decodes it into T.
+func ok[T any](t testing.TB, h *harness, name string, args any) T {
+	t.Helper()
+	res := h.call(t, name, args)
+	if res.IsError {
+		t.Fatalf("%s(%v): unexpected error: %s", name, args, res.Content[0].(*mcp.TextContent).Text)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	checkOutputSchema(t, h, name, b)
+	var out T
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("%s: decode result: %v", name, err)
+	}
+	return out
+}
+
+func checkOutputSchema(t testing.TB, h *harness, name string, b []byte) {
+	t.Helper()
+	for _, d := range h.tools.defs {
+		if d.tool.Name != name {
+			continue
+		}
+		rs, err := d.tool.OutputSchema.(*jsonschema.Schema).Resolve(nil)
+		if err != nil {
+			t.Fatalf("%s: resolve output schema: %v", name, err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := rs.Validate(v); err != nil {
+			t.Fatalf("%s: result does not match its output schema: %v", name, err)
+		}
+		return
+	}
+	t.Fatalf("no tool %s", name)
+}
+
+// fails calls a tool and requires a structured error with code.
+func fails(t testing.TB, h *harness, name string, args any, code toolerr.Code) *toolerr.Error {
+	t.Helper()
+	return wantToolError(t, h.call(t, name, args), code)
+}
+
+func wantToolError(t testing.TB, res *mcp.CallToolResult, code toolerr.Code) *toolerr.Error {
+	t.Helper()
+	if !res.IsError {
+		b, _ := json.Marshal(res.StructuredContent)
+		t.Fatalf("want error %s, got success: %.500s", code, b)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var env toolerr.Envelope
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&env); err != nil || env.Error == nil {
+		t.Fatalf("error result is not an envelope (%v): %s", err, b)
+	}
+	if env.Error.Code != code {
+		t.Fatalf("want code %s, got %s: %s", code, env.Error.Code, env.Error.Message)
+	}
+	if env.Error.Message == "" {
+		t.Fatalf("empty error message")
+	}
+	return env.Error
+}
+
+// alive reports whether pid exists and is not a zombie. Orphans are
+// reparented to PID 1, which may not reap them, so a zombie counts as dead.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	st, ok := parseStat(b)
+	return ok && st.State != "Z" && st.State != "X"
+}
+
+// waitDead polls (bounded) until none of pids is alive.
+func waitDead(t testing.TB, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var live []int
+		for _, p := range pids {
+			if alive(p) {
+				live = append(live, p)
+			}
+		}
+		if len(live) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes still alive: %v", live)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readPids waits (bounded) until file holds n pids, one per line.
+func readPids(t testing.TB, file string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(file)
+		lines := strings.Fields(string(b))
+		if len(lines) >= n {
+			pids := make([]int, 0, n)
+			for _, l := range lines[:n] {
+				p, err := strconv.Atoi(l)
+				if err != nil {
+					t.Fatalf("bad pid %q in %s", l, file)
+				}
+				pids = append(pids, p)
+			}
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: want %d pids, have %q", file, n, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// grandchildren is a shell snippet that starts two background sleeps and
+// records their pids in file.
+func grandchildren(file string) string {
+	return fmt.Sprintf("sleep 300 & echo $! >> %[1]s; sleep 301 & echo $! >> %[1]s; ", file)
+}
+
+func tempFile(t testing.TB, name string) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), name)
+}

@@ -1,0 +1,330 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"golang.org/x/sys/unix"
+)
+
+// clockTicks is USER_HZ, the unit of CPU times in /proc/PID/stat; it is 100
+// on every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProcessListInput is the input of process.list.
+type ProcessListInput struct {
+	Name  string `json:"name,omitempty" jsonschema:"case-insensitive substring of the process name or command line"`
+	User  string `json:"user,omitempty" jsonschema:"user name or numeric uid (effective uid)"`
+	Limit int    `json:"limit,omitempty" jsonschema:"maximum processes returned (default 200, at most 5000)"`
+}
+
+func (*ProcessListInput) tweakSchema(s *jsonschema.Schema) {
+	s.Properties["limit"].Minimum = new(0.0)
+	s.Properties["limit"].Maximum = new(float64(maxProcessLimit))
+}
+
+// ProcessInfo is one process of process.list.
+type ProcessInfo struct {
+	PID       int    `json:"pid"`
+	PPID      int    `json:"ppid"`
+	PGID      int    `json:"pgid"`
+	User      string `json:"user"`
+	UID       int    `json:"uid"`
+	State     string `json:"state" jsonschema:"one-letter state from /proc/PID/stat (R, S, D, Z, T, ...)"`
+	Name      string `json:"name"`
+	Command   string `json:"command" jsonschema:"command line; [name] for kernel threads"`
+	RSSBytes  int64  `json:"rssBytes"`
+	CPUTimeMs int64  `json:"cpuTimeMs" jsonschema:"user+system CPU time"`
+	Threads   int    `json:"threads"`
+	StartTime string `json:"startTime,omitempty" jsonschema:"RFC3339"`
+}
+
+// ProcessListResult is the result of process.list, sorted by pid.
+type ProcessListResult struct {
+	Processes []ProcessInfo `json:"processes"`
+	Total     int           `json:"total" jsonschema:"processes matching the filters"`
+	Truncated bool          `json:"truncated"`
+}
+
+// ProcessKillInput is the input of process.kill.
+type ProcessKillInput struct {
+	PID    int `json:"pid" jsonschema:"process id (> 1, not the backend itself)"`
+	Signal any `json:"signal,omitempty" jsonschema:"signal name (TERM, SIGTERM) or number; default TERM"`
+}
+
+func (*ProcessKillInput) tweakSchema(s *jsonschema.Schema) {
+	s.Properties["signal"].Types = []string{"string", "integer"}
+}
+
+// ProcessKillResult is the result of process.kill.
+type ProcessKillResult struct {
+	PID    int    `json:"pid"`
+	Signal string `json:"signal"`
+	Sent   bool   `json:"sent"`
+}
+
+func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessListResult, error) {
+	var res ProcessListResult
+	limit := in.Limit
+	switch {
+	case limit == 0:
+		limit = defaultProcessLimit
+	case limit < 0 || limit > maxProcessLimit:
+		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxProcessLimit, limit)
+	}
+	wantUID := -1
+	if in.User != "" {
+		uid, err := resolveUser(in.User)
+		if err != nil {
+			return res, err
+		}
+		wantUID = uid
+	}
+	name := strings.ToLower(in.Name)
+
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return res, toolerr.New(toolerr.Unavailable, "read /proc: %v", err)
+	}
+	pids := make([]int, 0, len(entries))
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	boot := bootTime()
+	users := map[int]string{}
+	res.Processes = []ProcessInfo{}
+	for _, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		p, ok := readProcess(pid, boot)
+		if !ok {
+			continue // exited while listing
+		}
+		if wantUID >= 0 && p.UID != wantUID {
+			continue
+		}
+		if name != "" && !strings.Contains(strings.ToLower(p.Name), name) && !strings.Contains(strings.ToLower(p.Command), name) {
+			continue
+		}
+		res.Total++
+		if len(res.Processes) >= limit {
+			res.Truncated = true
+			continue
+		}
+		u, ok := users[p.UID]
+		if !ok {
+			u = userName(p.UID)
+			users[p.UID] = u
+		}
+		p.User = u
+		res.Processes = append(res.Processes, p)
+	}
+	return res, nil
+}
+
+// readProcess reads one process from /proc; false when it is gone.
+func readProcess(pid int, boot time.Time) (ProcessInfo, bool) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return ProcessInfo{}, false
+	}
+	p, ok := parseStat(stat)
+	if !ok {
+		return ProcessInfo{}, false
+	}
+	if !boot.IsZero() && p.startTicks > 0 {
+		p.StartTime = boot.Add(time.Duration(p.startTicks) * time.Second / clockTicks).UTC().Format(time.RFC3339)
+	}
+	p.UID = -1
+	if status, err := os.ReadFile(dir + "/status"); err == nil {
+		p.UID = effectiveUID(status)
+	}
+	if cmdline, err := os.ReadFile(dir + "/cmdline"); err == nil && len(cmdline) > 0 {
+		cmdline = bytes.TrimRight(cmdline, "\x00")
+		if len(cmdline) > maxCmdlineBytes {
+			cmdline = cmdline[:maxCmdlineBytes]
+		}
+		p.Command = strings.ToValidUTF8(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})), "\uFFFD")
+	}
+	if p.Command == "" {
+		p.Command = "[" + p.Name + "]"
+	}
+	return p.ProcessInfo, true
+}
+
+type statInfo struct {
+	ProcessInfo
+	startTicks int64
+}
+
+// parseStat parses /proc/PID/stat. The name is in parentheses and may itself
+// contain spaces and parentheses, so the fields start after the last ')'.
+func parseStat(b []byte) (statInfo, bool) {
+	var s statInfo
+	open := bytes.IndexByte(b, '(')
+	end := bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return s, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+	if err != nil {
+		return s, false
+	}
+	s.PID = pid
+	s.Name = strings.ToValidUTF8(string(b[open+1:end]), "\uFFFD")
+	f := strings.Fields(string(b[end+1:]))
+	// f[0] is field 3 (state) of proc(5); field N is f[N-3].
+	if len(f) < 22 {
+		return s, false
+	}
+	num := func(n int) int64 { v, _ := strconv.ParseInt(f[n-3], 10, 64); return v }
+	s.State = f[0]
+	s.PPID = int(num(4))
+	s.PGID = int(num(5))
+	s.CPUTimeMs = (num(14) + num(15)) * 1000 / clockTicks
+	s.Threads = int(num(20))
+	s.startTicks = num(22)
+	s.RSSBytes = num(24) * int64(os.Getpagesize())
+	return s, true
+}
+
+// effectiveUID reads the effective uid from /proc/PID/status ("Uid: r e s f").
+func effectiveUID(status []byte) int {
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 2 {
+				if uid, err := strconv.Atoi(f[1]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// bootTime reads btime from /proc/stat; zero when unknown.
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "btime "); ok {
+			if s, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64); err == nil {
+				return time.Unix(s, 0)
+			}
+		}
+	}
+	return time.Time{}
+}
+
+func userName(uid int) string {
+	if uid < 0 {
+		return ""
+	}
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}
+
+// resolveUser maps a user name or numeric uid to a uid.
+func resolveUser(s string) (int, error) {
+	if uid, err := strconv.Atoi(s); err == nil && uid >= 0 {
+		return uid, nil
+	}
+	u, err := user.Lookup(s)
+	if err != nil {
+		return 0, toolerr.New(toolerr.NotFound, "argument \"user\": no user %q", s)
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return 0, toolerr.New(toolerr.Internal, "argument \"user\": uid %q of %s is not numeric", u.Uid, s)
+	}
+	return uid, nil
+}
+
+func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKillResult, error) {
+	var res ProcessKillResult
+	sig, err := parseSignal(in.Signal)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case in.PID <= 1:
+		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", in.PID)
+	case in.PID == selfPID:
+		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", in.PID)
+	}
+	name := signalName(sig)
+	if err := syscall.Kill(in.PID, sig); err != nil {
+		switch {
+		case errors.Is(err, syscall.ESRCH):
+			return res, toolerr.New(toolerr.NotFound, "argument \"pid\": no process %d", in.PID)
+		case errors.Is(err, syscall.EPERM):
+			return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": not permitted to signal pid %d", in.PID)
+		}
+		return res, fmt.Errorf("kill %d %s: %w", in.PID, name, err)
+	}
+	t.log.Info("tools: signal sent", "pid", in.PID, "signal", name)
+	return ProcessKillResult{PID: in.PID, Signal: name, Sent: true}, nil
+}
+
+// parseSignal accepts nil (TERM), a name with or without SIG, or a number
+// (JSON number or numeric string) from 0 to SIGRTMAX.
+func parseSignal(v any) (syscall.Signal, error) {
+	bad := func() error {
+		return toolerr.New(toolerr.InvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
+	}
+	switch s := v.(type) {
+	case nil:
+		return syscall.SIGTERM, nil
+	case float64:
+		if s != float64(int(s)) || s < 0 || s > 64 {
+			return 0, bad()
+		}
+		return syscall.Signal(int(s)), nil
+	case string:
+		s = strings.ToUpper(strings.TrimSpace(s))
+		if n, err := strconv.Atoi(s); err == nil {
+			if n < 0 || n > 64 {
+				return 0, bad()
+			}
+			return syscall.Signal(n), nil
+		}
+		if !strings.HasPrefix(s, "SIG") {
+			s = "SIG" + s
+		}
+		if sig := unix.SignalNum(s); sig != 0 {
+			return sig, nil
+		}
+	}
+	return 0, bad()
+}
+
+func signalName(sig syscall.Signal) string {
+	if sig == 0 {
+		return "0"
+	}
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(sig))
+}

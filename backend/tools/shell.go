@@ -1,0 +1,340 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	sigTERM = syscall.SIGTERM
+	sigKILL = syscall.SIGKILL
+)
+
+// ShellExecInput is the input of shell.exec.
+type ShellExecInput struct {
+	Command   string            `json:"command" jsonschema:"shell command, run as SHELL -c COMMAND in its own process group"`
+	Cwd       string            `json:"cwd,omitempty" jsonschema:"absolute working directory (default: the backend's)"`
+	TimeoutMs *int64            `json:"timeoutMs,omitempty" jsonschema:"timeout in milliseconds, > 0; capped at the configured maximum"`
+	Env       map[string]string `json:"env,omitempty" jsonschema:"variables added to the backend's environment"`
+}
+
+func (*ShellExecInput) tweakSchema(s *jsonschema.Schema) {
+	s.Properties["command"].MinLength = new(1)
+	s.Properties["timeoutMs"].Minimum = new(1.0)
+}
+
+// ShellExecResult is the structured result of shell.exec (DESIGN.md §3).
+type ShellExecResult struct {
+	ExitCode      *int    `json:"exitCode"`
+	Signal        *string `json:"signal"`
+	Stdout        string  `json:"stdout"`
+	Stderr        string  `json:"stderr"`
+	TimedOut      bool    `json:"timedOut"`
+	OutputLimited bool    `json:"outputLimited"`
+	DurationMs    int64   `json:"durationMs"`
+}
+
+func shellExecDescription(o Options) string {
+	return fmt.Sprintf("Run a shell command (%s -c COMMAND) in its own process group. "+
+		"timeoutMs defaults to %d and is capped at %d; stdout+stderr together are limited to %d bytes. "+
+		"Timeout, output limit and cancellation kill the whole group (SIGTERM, SIGKILL after %s); "+
+		"background processes still running when the shell exits are killed too, so this cannot start daemons (use service.control). "+
+		"Output that is not valid UTF-8 has the invalid bytes replaced by U+FFFD.",
+		o.ShellPath, o.DefaultTimeout.Milliseconds(), o.MaxTimeout.Milliseconds(), o.OutputBytes, killGrace)
+}
+
+// endReason says why the supervisor stopped waiting for the shell.
+type endReason int
+
+const (
+	endExited endReason = iota
+	endTimeout
+	endOutputLimit
+	endCancelled
+	endClosed
+)
+
+func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResult, error) {
+	var res ShellExecResult
+	if strings.TrimSpace(in.Command) == "" {
+		return res, toolerr.New(toolerr.InvalidArgument, "argument \"command\": must not be empty")
+	}
+	if strings.IndexByte(in.Command, 0) >= 0 {
+		return res, toolerr.New(toolerr.InvalidArgument, "argument \"command\": must not contain NUL bytes")
+	}
+	timeout := t.opts.DefaultTimeout
+	if in.TimeoutMs != nil {
+		if *in.TimeoutMs <= 0 {
+			return res, toolerr.New(toolerr.InvalidArgument, "argument \"timeoutMs\": must be > 0 (got %d)", *in.TimeoutMs)
+		}
+		// Capped rather than refused: DESIGN.md says timeoutMs is capped by
+		// shell.maxTimeoutMs. Compare in ms to avoid Duration overflow.
+		if *in.TimeoutMs >= t.opts.MaxTimeout.Milliseconds() {
+			timeout = t.opts.MaxTimeout
+		} else {
+			timeout = time.Duration(*in.TimeoutMs) * time.Millisecond
+		}
+	}
+	env, err := shellEnv(in.Env)
+	if err != nil {
+		return res, err
+	}
+	if in.Cwd != "" {
+		if err := checkDir("cwd", in.Cwd); err != nil {
+			return res, err
+		}
+	}
+
+	out := newCapture(t.opts.OutputBytes)
+	cmd := exec.Command(t.opts.ShellPath, "-c", in.Command)
+	cmd.Dir = in.Cwd
+	cmd.Env = env
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout = out.stream(&out.stdout)
+	cmd.Stderr = out.stream(&out.stderr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// An orphan that escaped the group (setsid) may keep a pipe open: after
+	// the shell has exited, Wait closes the pipes after this delay.
+	cmd.WaitDelay = pipeWaitDelay
+
+	if err := t.beginExec(); err != nil {
+		return res, err
+	}
+	defer t.running.Done()
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, startError(t.opts.ShellPath, err)
+	}
+	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group id is the leader's pid
+	if !t.track(pgid) {
+		killGroup(pgid, sigKILL) // Close ran between beginExec and Start
+	}
+
+	// exited is closed once the leader has exited, without reaping it: while
+	// the leader is an unreaped zombie its pid, and so the group id, cannot
+	// be reused, which makes the final group SIGKILL safe.
+	exited := make(chan struct{})
+	go func() {
+		waitExitedNoReap(pgid)
+		close(exited)
+	}()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	reason := endExited
+	select {
+	case <-exited:
+	case <-timer.C:
+		reason = endTimeout
+	case <-out.limited:
+		reason = endOutputLimit
+	case <-ctx.Done():
+		reason = endCancelled
+	case <-t.closing:
+		reason = endClosed
+	}
+	if reason != endExited && reason != endClosed {
+		killGroup(pgid, sigTERM)
+		grace := time.NewTimer(killGrace)
+		select {
+		case <-exited:
+		case <-grace.C:
+		}
+		grace.Stop()
+	}
+	// Always sweep the group: descendants may linger after the leader exits.
+	killGroup(pgid, sigKILL)
+	<-exited
+	t.untrack(pgid)
+	waitErr := cmd.Wait() // reaps the leader; pipes drained or closed after WaitDelay
+	res.DurationMs = time.Since(start).Milliseconds()
+
+	switch reason {
+	case endCancelled:
+		return res, fmt.Errorf("shell.exec: command killed: %w", ctx.Err())
+	case endClosed:
+		return res, toolerr.New(toolerr.Unavailable, "backend is shutting down: command killed")
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		ws, _ := ps.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Signaled():
+			name := unix.SignalName(ws.Signal())
+			if name == "" {
+				name = fmt.Sprintf("SIG%d", int(ws.Signal()))
+			}
+			res.Signal = &name
+		default:
+			code := ws.ExitStatus()
+			res.ExitCode = &code
+		}
+	} else if waitErr != nil {
+		return res, fmt.Errorf("shell.exec: wait: %w", waitErr)
+	}
+	res.TimedOut = reason == endTimeout
+	res.Stdout, res.Stderr, res.OutputLimited = out.result()
+	res.OutputLimited = res.OutputLimited || reason == endOutputLimit
+	return res, nil
+}
+
+// beginExec registers a running call unless Close has run.
+func (t *Tools) beginExec() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return toolerr.New(toolerr.Unavailable, "backend is shutting down: no new commands")
+	}
+	t.running.Add(1)
+	return nil
+}
+
+// track records a running group; false when Close already ran.
+func (t *Tools) track(pgid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.groups[pgid] = struct{}{}
+	return !t.closed
+}
+
+func (t *Tools) untrack(pgid int) {
+	t.mu.Lock()
+	delete(t.groups, pgid)
+	t.mu.Unlock()
+}
+
+// killGroup signals every process of the group; ESRCH (group gone) is fine.
+func killGroup(pgid int, sig syscall.Signal) {
+	if pgid <= 1 {
+		return // never signal -1 (everything) or our own group by accident
+	}
+	_ = syscall.Kill(-pgid, sig)
+}
+
+// waitExitedNoReap blocks until process pid has exited, leaving it a zombie
+// for cmd.Wait to reap.
+func waitExitedNoReap(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		return // exited, or ECHILD: nothing left to wait for
+	}
+}
+
+// shellEnv is the backend's environment plus extra; later entries win.
+func shellEnv(extra map[string]string) ([]string, error) {
+	env := os.Environ()
+	for k, v := range extra {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"env\": invalid variable name %q (non-empty, no '=' or NUL)", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"env\": value of %q contains a NUL byte", k)
+		}
+		env = append(env, k+"="+v)
+	}
+	return env, nil
+}
+
+// checkDir requires an absolute, existing directory for argument field.
+func checkDir(field, dir string) error {
+	if !filepath.IsAbs(dir) {
+		return toolerr.New(toolerr.InvalidArgument, "argument %q: must be an absolute path (got %q)", field, dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fsError(field, err)
+	}
+	if !fi.IsDir() {
+		return toolerr.New(toolerr.InvalidArgument, "argument %q: %s is not a directory", field, dir)
+	}
+	return nil
+}
+
+func startError(shell string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return toolerr.New(toolerr.Unavailable, "shell %s not found: %v", shell, err)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return toolerr.New(toolerr.PermissionDenied, "cannot start shell %s: %v", shell, err)
+	}
+	return toolerr.New(toolerr.Internal, "start shell %s: %v", shell, err)
+}
+
+// capture collects stdout and stderr under one shared byte limit. Bytes over
+// the limit are dropped (the pipes keep draining so nothing blocks) and
+// limited is closed, which makes the supervisor kill the group.
+type capture struct {
+	mu             sync.Mutex
+	limit          int64
+	total          int64
+	stdout, stderr bytes.Buffer
+	over           bool
+	limited        chan struct{}
+}
+
+func newCapture(limit int64) *capture {
+	return &capture{limit: limit, limited: make(chan struct{})}
+}
+
+type captureStream struct {
+	c   *capture
+	buf *bytes.Buffer
+}
+
+func (c *capture) stream(buf *bytes.Buffer) captureStream { return captureStream{c, buf} }
+
+func (s captureStream) Write(p []byte) (int, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.limit - c.total
+	n := int64(len(p))
+	if n > room {
+		n = max(room, 0)
+		if !c.over {
+			c.over = true
+			close(c.limited)
+		}
+	}
+	s.buf.Write(p[:n])
+	c.total += n
+	return len(p), nil
+}
+
+// result returns the captured output as valid UTF-8, still within the limit
+// (a replacement rune is 3 bytes, so sanitizing can grow the text), and
+// whether bytes were dropped.
+func (c *capture) result() (stdout, stderr string, limited bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stdout = strings.ToValidUTF8(c.stdout.String(), "\uFFFD")
+	stderr = strings.ToValidUTF8(c.stderr.String(), "\uFFFD")
+	limited = c.over
+	if excess := int64(len(stdout)+len(stderr)) - c.limit; excess > 0 {
+		limited = true
+		cut := min(excess, int64(len(stdout)))
+		stdout = cutUTF8(stdout, len(stdout)-int(cut))
+		if rest := int64(len(stdout)+len(stderr)) - c.limit; rest > 0 {
+			stderr = cutUTF8(stderr, len(stderr)-int(rest))
+		}
+	}
+	return stdout, stderr, limited
+}

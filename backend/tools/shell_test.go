@@ -1,0 +1,415 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+func TestShellExecResults(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	tests := []struct {
+		name       string
+		args       map[string]any
+		wantExit   *int
+		wantSignal string
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "exit zero", args: map[string]any{"command": "true"}, wantExit: new(0)},
+		{name: "exit code", args: map[string]any{"command": "exit 3"}, wantExit: new(3)},
+		{name: "stdout and stderr", args: map[string]any{"command": "echo out; echo err >&2"}, wantExit: new(0), wantStdout: "out\n", wantStderr: "err\n"},
+		{name: "killed by signal", args: map[string]any{"command": "kill -KILL $$"}, wantSignal: "SIGKILL"},
+		{name: "terminated by signal", args: map[string]any{"command": "kill -TERM $$"}, wantSignal: "SIGTERM"},
+		{name: "cwd", args: map[string]any{"command": "pwd", "cwd": dir}, wantExit: new(0), wantStdout: dir + "\n"},
+		{name: "env added", args: map[string]any{"command": `printf %s "$MCP_TEST_VAR"`, "env": map[string]string{"MCP_TEST_VAR": "a b=c"}}, wantExit: new(0), wantStdout: "a b=c"},
+		{name: "env inherited", args: map[string]any{"command": `printf %s "$MCP_INHERITED"`}, wantExit: new(0), wantStdout: "from-parent"},
+		{name: "env overrides inherited", args: map[string]any{"command": `printf %s "$MCP_INHERITED"`, "env": map[string]string{"MCP_INHERITED": "override"}}, wantExit: new(0), wantStdout: "override"},
+		{name: "stdin is empty", args: map[string]any{"command": "cat; echo done"}, wantExit: new(0), wantStdout: "done\n"},
+		{name: "explicit timeout not hit", args: map[string]any{"command": "echo fast", "timeoutMs": 10000}, wantExit: new(0), wantStdout: "fast\n"},
+	}
+	t.Setenv("MCP_INHERITED", "from-parent")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok[ShellExecResult](t, h, NameShellExec, tc.args)
+			switch {
+			case tc.wantExit != nil:
+				if r.ExitCode == nil || *r.ExitCode != *tc.wantExit || r.Signal != nil {
+					t.Fatalf("exit: got code %v signal %v, want code %d", deref(r.ExitCode), deref(r.Signal), *tc.wantExit)
+				}
+			default:
+				if r.Signal == nil || *r.Signal != tc.wantSignal || r.ExitCode != nil {
+					t.Fatalf("signal: got %v (exit %v), want %s", deref(r.Signal), deref(r.ExitCode), tc.wantSignal)
+				}
+			}
+			if r.Stdout != tc.wantStdout || r.Stderr != tc.wantStderr {
+				t.Fatalf("output: got %q/%q, want %q/%q", r.Stdout, r.Stderr, tc.wantStdout, tc.wantStderr)
+			}
+			if r.TimedOut || r.OutputLimited {
+				t.Fatalf("flags set: %+v", r)
+			}
+			if r.DurationMs < 0 {
+				t.Fatalf("negative duration")
+			}
+		})
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestShellExecArgumentErrors(t *testing.T) {
+	h := newHarness(t, testOptions())
+	file := tempFile(t, "plain")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args map[string]any
+		code toolerr.Code
+		want string // substring of the message
+	}{
+		{"missing command", map[string]any{}, toolerr.InvalidArgument, "command"},
+		{"empty command", map[string]any{"command": ""}, toolerr.InvalidArgument, "command"},
+		{"blank command", map[string]any{"command": "   "}, toolerr.InvalidArgument, "command"},
+		{"command wrong type", map[string]any{"command": 5}, toolerr.InvalidArgument, "command"},
+		{"unknown argument", map[string]any{"command": "true", "bogus": 1}, toolerr.InvalidArgument, "bogus"},
+		{"timeout zero", map[string]any{"command": "true", "timeoutMs": 0}, toolerr.InvalidArgument, "timeoutMs"},
+		{"timeout negative", map[string]any{"command": "true", "timeoutMs": -5}, toolerr.InvalidArgument, "timeoutMs"},
+		{"timeout not integer", map[string]any{"command": "true", "timeoutMs": 1.5}, toolerr.InvalidArgument, "timeoutMs"},
+		{"timeout string", map[string]any{"command": "true", "timeoutMs": "10"}, toolerr.InvalidArgument, "timeoutMs"},
+		{"env value not string", map[string]any{"command": "true", "env": map[string]any{"A": 1}}, toolerr.InvalidArgument, "env"},
+		{"env bad name", map[string]any{"command": "true", "env": map[string]any{"A=B": "x"}}, toolerr.InvalidArgument, "env"},
+		{"relative cwd", map[string]any{"command": "true", "cwd": "tmp"}, toolerr.InvalidArgument, "cwd"},
+		{"missing cwd", map[string]any{"command": "true", "cwd": "/nonexistent/dir"}, toolerr.NotFound, "cwd"},
+		{"cwd is a file", map[string]any{"command": "true", "cwd": file}, toolerr.InvalidArgument, "cwd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := fails(t, h, NameShellExec, tc.args, tc.code)
+			t.Logf("%s: %s", e.Code, e.Message)
+			if !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("message %q does not name %q", e.Message, tc.want)
+			}
+		})
+	}
+}
+
+func TestShellExecMissingShell(t *testing.T) {
+	opts := testOptions()
+	opts.ShellPath = "/nonexistent/shell"
+	h := newHarness(t, opts)
+	fails(t, h, NameShellExec, map[string]any{"command": "true"}, toolerr.Unavailable)
+}
+
+func TestShellExecTimeoutIsCapped(t *testing.T) {
+	opts := testOptions()
+	opts.MaxTimeout = 300 * time.Millisecond
+	h := newHarness(t, opts)
+	// Without the cap the sleep would finish normally with exit 0.
+	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "sleep 30", "timeoutMs": 100000})
+	if !r.TimedOut || r.Signal == nil || *r.Signal != "SIGTERM" || r.ExitCode != nil {
+		t.Fatalf("want timed out by SIGTERM, got %+v", r)
+	}
+}
+
+func TestShellExecDefaultTimeout(t *testing.T) {
+	opts := testOptions()
+	opts.DefaultTimeout = 200 * time.Millisecond
+	h := newHarness(t, opts)
+	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "echo before; sleep 30"})
+	if !r.TimedOut || r.Stdout != "before\n" {
+		t.Fatalf("want timeout keeping the output, got %+v", r)
+	}
+}
+
+// A command that ignores SIGTERM is SIGKILLed after the grace.
+func TestShellExecIgnoresTerm(t *testing.T) {
+	h := newHarness(t, testOptions())
+	pidFile := tempFile(t, "pids")
+	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{
+		"command":   "trap '' TERM; echo $$ >> " + pidFile + "; while :; do sleep 0.05; done",
+		"timeoutMs": 300,
+	})
+	if !r.TimedOut || r.Signal == nil || *r.Signal != "SIGKILL" {
+		t.Fatalf("want SIGKILL after grace, got %+v", r)
+	}
+	waitDead(t, readPids(t, pidFile, 1)...)
+}
+
+func TestShellExecDescendantsDie(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    func(*Options)
+		command string // appended to the grandchildren snippet
+		args    map[string]any
+		cancel  bool
+		check   func(t *testing.T, r ShellExecResult)
+	}{
+		{
+			name:    "timeout",
+			command: "wait",
+			args:    map[string]any{"timeoutMs": 500},
+			check: func(t *testing.T, r ShellExecResult) {
+				if !r.TimedOut || r.OutputLimited {
+					t.Fatalf("want timedOut only, got %+v", r)
+				}
+			},
+		},
+		{
+			name:    "output limit",
+			opts:    func(o *Options) { o.OutputBytes = 64 << 10 },
+			command: "yes",
+			check: func(t *testing.T, r ShellExecResult) {
+				if !r.OutputLimited || r.TimedOut {
+					t.Fatalf("want outputLimited only, got %+v", flags(r))
+				}
+				if n := len(r.Stdout) + len(r.Stderr); n > 64<<10 {
+					t.Fatalf("output %d bytes over the limit", n)
+				}
+			},
+		},
+		{
+			name:    "normal exit leaves background jobs",
+			command: "echo done",
+			check: func(t *testing.T, r ShellExecResult) {
+				if r.ExitCode == nil || *r.ExitCode != 0 || r.Stdout != "done\n" {
+					t.Fatalf("want exit 0 and output, got %+v", r)
+				}
+			},
+		},
+		{name: "cancellation", command: "wait", cancel: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions()
+			if tc.opts != nil {
+				tc.opts(&opts)
+			}
+			h := newHarness(t, opts)
+			pidFile := tempFile(t, "pids")
+			args := map[string]any{"command": grandchildren(pidFile) + tc.command}
+			for k, v := range tc.args {
+				args[k] = v
+			}
+			if tc.cancel {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					_, err := h.client.CallTool(ctx, &mcp.CallToolParams{Name: NameShellExec, Arguments: args})
+					done <- err
+				}()
+				pids := readPids(t, pidFile, 2)
+				cancel()
+				if err := <-done; err == nil {
+					t.Fatalf("cancelled call returned no error")
+				}
+				waitDead(t, pids...)
+				waitUntracked(t, h.tools)
+				return
+			}
+			r := ok[ShellExecResult](t, h, NameShellExec, args)
+			tc.check(t, r)
+			// The call has returned: the group must already be gone, so no
+			// polling beyond what a SIGKILL needs to be delivered.
+			waitDead(t, readPids(t, pidFile, 2)...)
+			waitUntracked(t, h.tools)
+		})
+	}
+}
+
+func flags(r ShellExecResult) map[string]any {
+	return map[string]any{"exit": deref(r.ExitCode), "signal": deref(r.Signal), "timedOut": r.TimedOut, "outputLimited": r.OutputLimited}
+}
+
+func waitUntracked(t testing.TB, tl *Tools) {
+	t.Helper()
+	tl.mu.Lock()
+	n := len(tl.groups)
+	tl.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d command groups still tracked after the call returned", n)
+	}
+}
+
+// The handler itself answers CANCELLED when its context is cancelled.
+func TestShellExecCancelledResult(t *testing.T) {
+	tl := New(testOptions())
+	defer tl.Close()
+	pidFile := tempFile(t, "pids")
+	args, _ := json.Marshal(map[string]any{"command": grandchildren(pidFile) + "wait"})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		readPids(t, pidFile, 2)
+		cancel()
+	}()
+	res, err := handlerOf(t, tl, NameShellExec)(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameShellExec, Arguments: args}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantToolError(t, res, toolerr.Cancelled)
+	waitDead(t, readPids(t, pidFile, 2)...)
+}
+
+func handlerOf(t testing.TB, tl *Tools, name string) mcp.ToolHandler {
+	t.Helper()
+	for _, d := range tl.defs {
+		if d.tool.Name == name {
+			return d.handler
+		}
+	}
+	t.Fatalf("no tool %s", name)
+	return nil
+}
+
+// An orphan in the group holding stdout open does not hang the call and is
+// killed; one that escaped the group (setsid) is cut off by WaitDelay.
+func TestShellExecOrphanHoldingPipe(t *testing.T) {
+	h := newHarness(t, testOptions())
+	t.Run("in group", func(t *testing.T) {
+		r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "sleep 300 & echo $!; exit 0"})
+		if r.ExitCode == nil || *r.ExitCode != 0 {
+			t.Fatalf("want exit 0, got %+v", r)
+		}
+		waitDead(t, atoi(t, strings.TrimSpace(r.Stdout)))
+	})
+	t.Run("escaped group", func(t *testing.T) {
+		pidFile := tempFile(t, "pids")
+		// The setsid'd sleep keeps stdout open and survives the group kill.
+		r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{
+			"command":   "setsid sh -c 'echo $$ >> " + pidFile + "; exec sleep 300' & sleep 0.2; echo parent; exit 0",
+			"timeoutMs": 30000,
+		})
+		pid := readPids(t, pidFile, 1)[0]
+		t.Cleanup(func() { _ = killPid(pid) })
+		if r.ExitCode == nil || *r.ExitCode != 0 || r.TimedOut || r.Stdout != "parent\n" {
+			t.Fatalf("want exit 0 without timeout, got %+v", r)
+		}
+		if r.DurationMs >= 30000 {
+			t.Fatalf("call hung until the timeout")
+		}
+	})
+}
+
+func TestShellExecOutputLimit(t *testing.T) {
+	const limit = 64 << 10
+	opts := testOptions()
+	opts.OutputBytes = limit
+	h := newHarness(t, opts)
+	tests := []struct {
+		name        string
+		command     string
+		wantLimited bool
+		wantTotal   int // -1: any up to the limit
+	}{
+		{"exactly the limit", "head -c 65536 /dev/zero | tr '\\0' a", false, limit},
+		{"one byte over", "head -c 65537 /dev/zero | tr '\\0' a", true, limit},
+		{"split over stdout and stderr", "head -c 40000 /dev/zero | tr '\\0' a; head -c 40000 /dev/zero | tr '\\0' b >&2", true, limit},
+		{"both streams flooding", "yes out & yes err >&2; wait", true, -1},
+		{"invalid utf-8 flood", "while :; do printf 'a\\377'; done", true, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": tc.command})
+			total := len(r.Stdout) + len(r.Stderr)
+			if total > limit {
+				t.Fatalf("stdout+stderr = %d bytes, over the %d limit", total, limit)
+			}
+			if r.OutputLimited != tc.wantLimited {
+				t.Fatalf("outputLimited = %v, want %v", r.OutputLimited, tc.wantLimited)
+			}
+			if tc.wantTotal >= 0 && total != tc.wantTotal {
+				t.Fatalf("total = %d, want %d", total, tc.wantTotal)
+			}
+			if !utf8.ValidString(r.Stdout) || !utf8.ValidString(r.Stderr) {
+				t.Fatalf("output is not valid UTF-8")
+			}
+		})
+	}
+}
+
+func TestShellExecInvalidUTF8(t *testing.T) {
+	h := newHarness(t, testOptions())
+	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": `printf 'ok\377\376end'`})
+	if r.Stdout != "ok\uFFFDend" {
+		t.Fatalf("got %q", r.Stdout)
+	}
+}
+
+// Sanitizing can grow text (1 invalid byte -> 3-byte U+FFFD); the result
+// still stays within the limit and says it was cut.
+func TestCaptureSanitizedWithinLimit(t *testing.T) {
+	c := newCapture(100)
+	w := c.stream(&c.stdout)
+	for range 50 {
+		w.Write([]byte{'a', 0xff})
+	}
+	out, errOut, limited := c.result()
+	if len(out)+len(errOut) > 100 || !limited || !utf8.ValidString(out) {
+		t.Fatalf("len %d limited %v valid %v", len(out)+len(errOut), limited, utf8.ValidString(out))
+	}
+}
+
+func TestCloseKillsRunningGroups(t *testing.T) {
+	h := newHarness(t, testOptions())
+	const calls = 3
+	var wg sync.WaitGroup
+	files := make([]string, calls)
+	results := make([]*mcp.CallToolResult, calls)
+	for i := range calls {
+		files[i] = tempFile(t, "pids")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], _ = h.client.CallTool(context.Background(), &mcp.CallToolParams{
+				Name: NameShellExec, Arguments: map[string]any{"command": grandchildren(files[i]) + "wait"},
+			})
+		}()
+	}
+	var pids []int
+	for _, f := range files {
+		pids = append(pids, readPids(t, f, 2)...)
+	}
+	h.tools.Close()
+	waitDead(t, pids...)
+	wg.Wait()
+	for i, r := range results {
+		if r == nil {
+			t.Fatalf("call %d: no result", i)
+		}
+		wantToolError(t, r, toolerr.Unavailable)
+	}
+	fails(t, h, NameShellExec, map[string]any{"command": "true"}, toolerr.Unavailable)
+	h.tools.Close() // twice is fine
+}
+
+func atoi(t testing.TB, s string) int {
+	t.Helper()
+	var n int
+	if err := json.Unmarshal([]byte(s), &n); err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
+
+func killPid(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

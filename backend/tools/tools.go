@@ -1,0 +1,171 @@
+// Package tools holds the nine MCP tools of mcp-backend (DESIGN.md §3): the
+// control tools system.info, process.list, service.status, process.kill and
+// service.control, and the normal tools shell.exec, file.read, file.write and
+// file.list. Every tool has structured input and output schemas; every
+// failure is a structured toolerr result. Admission control is not done here:
+// the server wraps these tools from outside.
+package tools
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The tool names, exactly as DESIGN.md §3 pins them.
+const (
+	NameSystemInfo     = "system.info"
+	NameProcessList    = "process.list"
+	NameServiceStatus  = "service.status"
+	NameProcessKill    = "process.kill"
+	NameServiceControl = "service.control"
+	NameShellExec      = "shell.exec"
+	NameFileRead       = "file.read"
+	NameFileWrite      = "file.write"
+	NameFileList       = "file.list"
+)
+
+// Names returns the nine tool names, control tools first.
+func Names() []string {
+	return []string{
+		NameSystemInfo, NameProcessList, NameServiceStatus, NameProcessKill, NameServiceControl,
+		NameShellExec, NameFileRead, NameFileWrite, NameFileList,
+	}
+}
+
+// Defaults used when an Options field is zero.
+const (
+	defaultOutputBytes    = 4 << 20
+	defaultShellPath      = "/bin/bash"
+	defaultTimeout        = 60 * time.Second
+	defaultMaxTimeout     = 600 * time.Second
+	killGrace             = 500 * time.Millisecond // SIGTERM -> SIGKILL
+	pipeWaitDelay         = time.Second            // how long an orphan may hold a pipe after the shell exits
+	closeWait             = 3 * time.Second        // how long Close waits for killed groups to be reaped
+	serviceJobDeadline    = 60 * time.Second
+	defaultProcessLimit   = 200
+	maxProcessLimit       = 5000
+	defaultFileListLimit  = 1000
+	maxFileListLimit      = 10000
+	maxCmdlineBytes       = 4096
+	maxErrorMessageLength = 512
+)
+
+// Options configure the tools; zero fields get the DESIGN.md defaults.
+type Options struct {
+	OutputBytes    int64         // limits.outputBytes: max stdout+stderr of shell.exec, max content bytes file.read returns
+	ShellPath      string        // shell.path: shell.exec runs ShellPath -c COMMAND
+	DefaultTimeout time.Duration // shell.defaultTimeoutMs
+	MaxTimeout     time.Duration // shell.maxTimeoutMs (cap on timeoutMs)
+	Logger         *slog.Logger
+	Admission      func() any                                      // snapshot included in system.info under "admission"; may be nil
+	SystemdBus     func(ctx context.Context) (*sddbus.Conn, error) // how service.* connect; nil = the system bus
+}
+
+// Tools is the set of tools with their shared state: the registry of running
+// command groups that Close kills.
+type Tools struct {
+	opts    Options
+	log     *slog.Logger
+	defs    []toolDef
+	started time.Time
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}    // closed by Close; running shell.exec calls watch it
+	groups  map[int]struct{} // process group ids of running commands, not yet reaped
+	running sync.WaitGroup   // one per running shell.exec
+	once    sync.Once
+}
+
+// New builds the tools. Schemas are derived and resolved once here, so
+// Register is cheap enough to call for every server instance.
+func New(opts Options) *Tools {
+	if opts.OutputBytes <= 0 {
+		opts.OutputBytes = defaultOutputBytes
+	}
+	if opts.ShellPath == "" {
+		opts.ShellPath = defaultShellPath
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = defaultTimeout
+	}
+	if opts.MaxTimeout <= 0 {
+		opts.MaxTimeout = defaultMaxTimeout
+	}
+	if opts.DefaultTimeout > opts.MaxTimeout {
+		opts.DefaultTimeout = opts.MaxTimeout
+	}
+	if opts.SystemdBus == nil {
+		opts.SystemdBus = sddbus.NewSystemConnectionContext
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tools{
+		opts:    opts,
+		log:     log,
+		started: time.Now(),
+		closing: make(chan struct{}),
+		groups:  make(map[int]struct{}),
+	}
+	t.defs = []toolDef{
+		define(t, NameSystemInfo, "Host and backend facts: hostname, OS and kernel, uptime, load, memory, CPU count, backend version and build, admission state.",
+			readOnly(), t.systemInfo),
+		define(t, NameProcessList, "List processes from /proc with pid, ppid, user, state, command line, RSS and CPU time; filter by name substring and user.",
+			readOnly(), t.processList),
+		define(t, NameServiceStatus, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.",
+			readOnly(), t.serviceStatus),
+		define(t, NameProcessKill, "Send a signal (default TERM) to a process. Refuses pid 1 and the backend itself.",
+			destructive(), t.processKill),
+		define(t, NameServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
+			destructive(), t.serviceControl),
+		define(t, NameShellExec, shellExecDescription(opts), destructive(), t.shellExec),
+		define(t, NameFileRead, "Read part of a file (absolute path). Text comes back as utf-8, binary content as base64.",
+			readOnly(), t.fileRead),
+		define(t, NameFileWrite, "Write a file atomically (temp file in the same directory, fsync, rename). Absolute path; owner, ACLs and xattrs of a replaced file are not preserved.",
+			destructive(), t.fileWrite),
+		define(t, NameFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
+			readOnly(), t.fileList),
+	}
+	return t
+}
+
+// Register adds all nine tools to s.
+func (t *Tools) Register(s *mcp.Server) {
+	for _, d := range t.defs {
+		s.AddTool(d.tool, d.handler)
+	}
+}
+
+// Close kills every still-running command group at once (no grace: this is
+// shutdown) and waits a bounded time for them to be reaped. Later shell.exec
+// calls fail with UNAVAILABLE. Safe to call more than once.
+func (t *Tools) Close() {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		close(t.closing)
+		for pgid := range t.groups {
+			killGroup(pgid, sigKILL)
+		}
+		t.mu.Unlock()
+
+		done := make(chan struct{})
+		go func() { t.running.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			t.log.Warn("tools: command groups still being reaped after close", "wait", closeWait)
+		}
+	})
+}
+
+// selfPID is the backend's own pid, which process.kill refuses.
+var selfPID = os.Getpid()
