@@ -1,0 +1,330 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+func TestFileRoundTrip(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	binary := make([]byte, 256)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	tests := []struct {
+		name         string
+		write        map[string]any
+		want         []byte
+		wantEncoding string
+	}{
+		{"text", map[string]any{"content": "héllo\nwörld\n"}, []byte("héllo\nwörld\n"), encodingUTF8},
+		{"empty", map[string]any{"content": ""}, []byte{}, encodingUTF8},
+		{"binary via base64", map[string]any{"content": base64.StdEncoding.EncodeToString(binary), "encoding": "base64"}, binary, encodingBase64},
+		{"text with NUL is binary", map[string]any{"content": "a\x00b"}, []byte("a\x00b"), encodingBase64},
+		{"invalid utf-8 is binary", map[string]any{"content": base64.StdEncoding.EncodeToString([]byte("ok\xff")), "encoding": "base64"}, []byte("ok\xff"), encodingBase64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+			tc.write["path"] = p
+			w := ok[FileWriteResult](t, h, NameFileWrite, tc.write)
+			if w.Path != p || w.BytesWritten != int64(len(tc.want)) || w.Mode != "0644" || !w.Created {
+				t.Fatalf("write result %+v", w)
+			}
+			got, err := os.ReadFile(p)
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("on disk %q (%v), want %q", got, err, tc.want)
+			}
+			r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": p})
+			if r.Encoding != tc.wantEncoding || !r.EOF || r.Size != int64(len(tc.want)) || r.Length != int64(len(tc.want)) {
+				t.Fatalf("read result %+v", r)
+			}
+			content := []byte(r.Content)
+			if r.Encoding == encodingBase64 {
+				content, err = base64.StdEncoding.DecodeString(r.Content)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bytes.Equal(content, tc.want) {
+				t.Fatalf("read %q, want %q", content, tc.want)
+			}
+			onlyEntries(t, dir) // no temp file left behind
+		})
+	}
+}
+
+// onlyEntries fails when dir holds a temp file of file.write.
+func onlyEntries(t testing.TB, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Fatalf("temp file left behind: %s", e.Name())
+		}
+	}
+}
+
+func TestFileWriteReplacesAndModes(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": p, "content": "old content, longer"})
+	tests := []struct {
+		mode string
+		want fs.FileMode
+	}{
+		{"0600", 0o600}, {"755", 0o755}, {"0777", 0o777}, {"0000", 0},
+	}
+	old := syscall.Umask(0o077) // the mode must be exact despite the umask
+	defer syscall.Umask(old)
+	for _, tc := range tests {
+		w := ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": p, "content": "new", "mode": tc.mode})
+		if w.Created {
+			t.Fatalf("replacing reported created")
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != tc.want {
+			t.Fatalf("mode %s: got %o", tc.mode, fi.Mode().Perm())
+		}
+		if b, _ := os.ReadFile(p); string(b) != "new" {
+			t.Fatalf("content %q", b)
+		}
+	}
+	onlyEntries(t, dir)
+}
+
+func TestFileWriteParentsAndSymlinks(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	deep := filepath.Join(dir, "a", "b", "c.txt")
+	e := fails(t, h, NameFileWrite, map[string]any{"path": deep, "content": "x"}, toolerr.NotFound)
+	if !strings.Contains(e.Message, "path") {
+		t.Fatalf("message %q", e.Message)
+	}
+	ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": deep, "content": "x", "createParents": true})
+	if b, err := os.ReadFile(deep); err != nil || string(b) != "x" {
+		t.Fatalf("%q %v", b, err)
+	}
+
+	target := filepath.Join(dir, "target")
+	link := filepath.Join(dir, "link")
+	os.WriteFile(target, []byte("before"), 0o644)
+	os.Symlink("target", link)
+	w := ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": link, "content": "after"})
+	if w.Path != target {
+		t.Fatalf("wrote %s, want the link target %s", w.Path, target)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("link replaced: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "after" {
+		t.Fatalf("target %q", b)
+	}
+}
+
+// A failure after the temp file exists (here: rename onto a non-empty
+// directory) removes the temp file and leaves the destination untouched.
+func TestWriteAtomicFailureLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	dest := filepath.Join(dir, "busy")
+	os.MkdirAll(filepath.Join(dest, "child"), 0o755)
+	if err := writeAtomic(dest, []byte("data"), 0o644); err == nil {
+		t.Fatal("rename onto a non-empty directory succeeded")
+	}
+	onlyEntries(t, dir)
+	if fi, err := os.Stat(dest); err != nil || !fi.IsDir() {
+		t.Fatalf("destination changed: %v", err)
+	}
+}
+
+func TestFileReadChunks(t *testing.T) {
+	opts := testOptions()
+	opts.OutputBytes = 1000
+	h := newHarness(t, opts)
+	dir := t.TempDir()
+	text := filepath.Join(dir, "text")
+	os.WriteFile(text, []byte(strings.Repeat("é", 1000)), 0o644) // 2000 bytes
+	bin := filepath.Join(dir, "bin")
+	os.WriteFile(bin, bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000), 0o644) // 4000 bytes
+
+	tests := []struct {
+		name         string
+		args         map[string]any
+		wantLen      int64
+		wantEOF      bool
+		wantEncoding string
+	}{
+		{"default length is the limit", map[string]any{"path": text}, 1000, false, encodingUTF8},
+		{"length capped by the limit", map[string]any{"path": text, "length": 5000}, 1000, false, encodingUTF8},
+		{"split rune is left for the next read", map[string]any{"path": text, "length": 3}, 2, false, encodingUTF8},
+		{"offset to the end", map[string]any{"path": text, "offset": 1000}, 1000, true, encodingUTF8},
+		{"offset past the end", map[string]any{"path": text, "offset": 5000}, 0, true, encodingUTF8},
+		{"zero length", map[string]any{"path": text, "length": 0}, 0, false, encodingUTF8},
+		{"binary stays within the limit once encoded", map[string]any{"path": bin}, 750, false, encodingBase64},
+		{"binary tail", map[string]any{"path": bin, "offset": 3500}, 500, true, encodingBase64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok[FileReadResult](t, h, NameFileRead, tc.args)
+			if r.Length != tc.wantLen || r.EOF != tc.wantEOF || r.Encoding != tc.wantEncoding {
+				t.Fatalf("got length %d eof %v encoding %s, want %d %v %s", r.Length, r.EOF, r.Encoding, tc.wantLen, tc.wantEOF, tc.wantEncoding)
+			}
+			if len(r.Content) > 1000 {
+				t.Fatalf("content %d bytes over the limit", len(r.Content))
+			}
+		})
+	}
+
+	// Reading chunk after chunk reassembles the file exactly.
+	var got []byte
+	for off := int64(0); ; {
+		r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": text, "offset": off, "length": 333})
+		got = append(got, r.Content...)
+		off += r.Length
+		if r.EOF {
+			break
+		}
+	}
+	if string(got) != strings.Repeat("é", 1000) {
+		t.Fatalf("reassembled %d bytes differ", len(got))
+	}
+}
+
+func TestFileReadProcFile(t *testing.T) {
+	h := newHarness(t, testOptions())
+	r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": "/proc/self/status"})
+	if !r.EOF || !strings.Contains(r.Content, "Pid:") {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	tests := []struct {
+		name string
+		tool string
+		args map[string]any
+		code toolerr.Code
+		want string
+	}{
+		{"read relative", NameFileRead, map[string]any{"path": "etc/passwd"}, toolerr.InvalidArgument, "path"},
+		{"read missing", NameFileRead, map[string]any{"path": filepath.Join(dir, "nope")}, toolerr.NotFound, "path"},
+		{"read directory", NameFileRead, map[string]any{"path": dir}, toolerr.InvalidArgument, "directory"},
+		{"read fifo does not hang", NameFileRead, map[string]any{"path": fifo}, toolerr.InvalidArgument, "regular"},
+		{"read negative offset", NameFileRead, map[string]any{"path": file, "offset": -1}, toolerr.InvalidArgument, "offset"},
+		{"read missing path", NameFileRead, map[string]any{}, toolerr.InvalidArgument, "path"},
+		{"read under a file", NameFileRead, map[string]any{"path": file + "/x"}, toolerr.InvalidArgument, "path"},
+		{"write relative", NameFileWrite, map[string]any{"path": "x", "content": ""}, toolerr.InvalidArgument, "path"},
+		{"write onto directory", NameFileWrite, map[string]any{"path": dir, "content": ""}, toolerr.InvalidArgument, "directory"},
+		{"write onto fifo", NameFileWrite, map[string]any{"path": fifo, "content": ""}, toolerr.InvalidArgument, "regular"},
+		{"write bad base64", NameFileWrite, map[string]any{"path": file, "content": "***", "encoding": "base64"}, toolerr.InvalidArgument, "content"},
+		{"write bad encoding", NameFileWrite, map[string]any{"path": file, "content": "", "encoding": "latin1"}, toolerr.InvalidArgument, "encoding"},
+		{"write bad mode", NameFileWrite, map[string]any{"path": file, "content": "", "mode": "0999"}, toolerr.InvalidArgument, "mode"},
+		{"write setuid mode", NameFileWrite, map[string]any{"path": file, "content": "", "mode": "4755"}, toolerr.InvalidArgument, "mode"},
+		{"write content missing", NameFileWrite, map[string]any{"path": file}, toolerr.InvalidArgument, "content"},
+		{"list relative", NameFileList, map[string]any{"path": "."}, toolerr.InvalidArgument, "path"},
+		{"list missing", NameFileList, map[string]any{"path": filepath.Join(dir, "nope")}, toolerr.NotFound, "path"},
+		{"list a file", NameFileList, map[string]any{"path": file}, toolerr.InvalidArgument, "not a directory"},
+		{"list limit too big", NameFileList, map[string]any{"path": dir, "limit": 10001}, toolerr.InvalidArgument, "limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := fails(t, h, tc.tool, tc.args, tc.code)
+			if !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("message %q does not mention %q", e.Message, tc.want)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(file); string(b) != "x" {
+		t.Fatalf("failed writes changed the file: %q", b)
+	}
+	onlyEntries(t, dir)
+}
+
+func TestFsErrorCodes(t *testing.T) {
+	tests := []struct {
+		err  error
+		code toolerr.Code
+	}{
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, toolerr.NotFound},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, toolerr.PermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EPERM}, toolerr.PermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EROFS}, toolerr.PermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOTDIR}, toolerr.InvalidArgument},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EISDIR}, toolerr.InvalidArgument},
+		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, toolerr.Unavailable},
+		{&fs.PathError{Op: "read", Path: "/x", Err: syscall.EIO}, toolerr.Internal},
+		{errors.New("odd"), toolerr.Internal},
+	}
+	for _, tc := range tests {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			e := toolerr.As(fsError("path", tc.err))
+			if e.Code != tc.code || !strings.Contains(e.Message, `"path"`) {
+				t.Fatalf("got %s %q, want %s naming the field", e.Code, e.Message, tc.code)
+			}
+		})
+	}
+}
+
+func TestFileList(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "b.txt"), []byte("12345"), 0o640)
+	os.Mkdir(filepath.Join(dir, "a-dir"), 0o755)
+	syscall.Chmod(filepath.Join(dir, "a-dir"), 0o1755) // sticky bit
+	os.Symlink("b.txt", filepath.Join(dir, "c-link"))
+	syscall.Mkfifo(filepath.Join(dir, "d-fifo"), 0o600)
+	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	os.Chtimes(filepath.Join(dir, "b.txt"), mtime, mtime)
+
+	r := ok[FileListResult](t, h, NameFileList, map[string]any{"path": dir})
+	want := []FileEntry{
+		{Name: "a-dir", Type: "dir", Mode: "1755"},
+		{Name: "b.txt", Type: "file", Size: 5, Mode: "0640", Mtime: "2024-05-06T07:08:09Z"},
+		{Name: "c-link", Type: "symlink", Target: "b.txt"},
+		{Name: "d-fifo", Type: "other", Mode: "0600"},
+	}
+	if len(r.Entries) != len(want) || r.Total != len(want) || r.Truncated || r.Path != dir {
+		t.Fatalf("got %+v", r)
+	}
+	for i, w := range want {
+		g := r.Entries[i]
+		if g.Name != w.Name || g.Type != w.Type || (w.Mode != "" && g.Mode != w.Mode) ||
+			(w.Size != 0 && g.Size != w.Size) || (w.Mtime != "" && g.Mtime != w.Mtime) || g.Target != w.Target {
+			t.Fatalf("entry %d: got %+v, want %+v", i, g, w)
+		}
+		if _, err := time.Parse(time.RFC3339, g.Mtime); err != nil {
+			t.Fatalf("mtime %q: %v", g.Mtime, err)
+		}
+	}
+
+	r = ok[FileListResult](t, h, NameFileList, map[string]any{"path": dir, "limit": 2})
+	if len(r.Entries) != 2 || r.Total != 4 || !r.Truncated || r.Entries[1].Name != "b.txt" {
+		t.Fatalf("limited: %+v", r)
+	}
+}

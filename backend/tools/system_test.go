@@ -1,0 +1,215 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+)
+
+func TestSystemInfo(t *testing.T) {
+	opts := testOptions()
+	opts.Admission = func() any { return map[string]any{"active": map[string]int{"total": 3}} }
+	h := newHarness(t, opts)
+	r := ok[SystemInfoResult](t, h, NameSystemInfo, nil)
+	host, _ := os.Hostname()
+	if r.Hostname != host || r.OS.Kernel != "Linux" || r.OS.Release == "" || r.CPUCount != runtime.NumCPU() ||
+		r.Memory.TotalBytes <= 0 || r.Memory.AvailableBytes <= 0 || r.Memory.AvailableBytes > r.Memory.TotalBytes || r.UptimeSeconds <= 0 {
+		t.Fatalf("host facts: %+v", r)
+	}
+	b := r.Backend
+	if b.PID != os.Getpid() || b.Version != buildinfo.Version || !strings.HasPrefix(b.Build, "sha256:") || b.GoVersion != runtime.Version() {
+		t.Fatalf("backend facts: %+v", b)
+	}
+	adm, _ := json.Marshal(r.Admission)
+	if string(adm) != `{"active":{"total":3}}` {
+		t.Fatalf("admission snapshot %s", adm)
+	}
+
+	// Without a snapshot function the field is simply absent.
+	h2 := newHarness(t, testOptions())
+	if r := ok[SystemInfoResult](t, h2, NameSystemInfo, map[string]any{}); r.Admission != nil {
+		t.Fatalf("admission %v", r.Admission)
+	}
+	fails(t, h2, NameSystemInfo, map[string]any{"verbose": true}, toolerr.InvalidArgument)
+}
+
+func TestValidateUnit(t *testing.T) {
+	tests := []struct {
+		unit string
+		ok   bool
+	}{
+		{"mcp-backend.service", true},
+		{"getty@tty1.service", true},
+		{"mcpctl-rollback.timer", true},
+		{"system-foo\\x2dbar.slice", true},
+		{"-.mount", true},
+		{"", false},
+		{"mcp-backend", false},
+		{".service", false},
+		{"@.service", false},
+		{"../etc.service", false},
+		{"a b.service", false},
+		{"x.servic", false},
+		{strings.Repeat("a", 250) + ".service", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.unit, func(t *testing.T) {
+			err := validateUnit(tc.unit)
+			if (err == nil) != tc.ok {
+				t.Fatalf("validateUnit(%q) = %v, want ok=%v", tc.unit, err, tc.ok)
+			}
+			if err != nil && (toolerr.As(err).Code != toolerr.InvalidArgument || !strings.Contains(err.Error(), "unit")) {
+				t.Fatalf("error %v", err)
+			}
+		})
+	}
+}
+
+func TestServiceToolsWithoutSystemd(t *testing.T) {
+	connects := 0
+	opts := testOptions()
+	opts.SystemdBus = func(ctx context.Context) (*sddbus.Conn, error) {
+		connects++
+		return nil, errors.New("dial unix /run/dbus/system_bus_socket: connect: no such file or directory")
+	}
+	h := newHarness(t, opts)
+	tests := []struct {
+		name string
+		tool string
+		args map[string]any
+		code toolerr.Code
+		want string
+	}{
+		{"status no bus", NameServiceStatus, map[string]any{"unit": "mcp-backend.service"}, toolerr.Unavailable, "D-Bus"},
+		{"control no bus", NameServiceControl, map[string]any{"unit": "mcp-backend.service", "action": "restart"}, toolerr.Unavailable, "D-Bus"},
+		{"status bad unit", NameServiceStatus, map[string]any{"unit": "mcp-backend"}, toolerr.InvalidArgument, "unit"},
+		{"control bad unit", NameServiceControl, map[string]any{"unit": "x;reboot.service", "action": "start"}, toolerr.InvalidArgument, "unit"},
+		{"control bad action", NameServiceControl, map[string]any{"unit": "a.service", "action": "explode"}, toolerr.InvalidArgument, "action"},
+		{"control missing action", NameServiceControl, map[string]any{"unit": "a.service"}, toolerr.InvalidArgument, "action"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := connects
+			e := fails(t, h, tc.tool, tc.args, tc.code)
+			if !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("message %q does not mention %q", e.Message, tc.want)
+			}
+			if tc.code == toolerr.Unavailable && !e.Retryable {
+				t.Fatalf("UNAVAILABLE not retryable")
+			}
+			if tc.code == toolerr.InvalidArgument && connects != before {
+				t.Fatalf("invalid arguments reached D-Bus")
+			}
+		})
+	}
+}
+
+// The default connector (the system bus) fails cleanly on a host without one.
+func TestServiceStatusDefaultBusMissing(t *testing.T) {
+	if _, err := os.Stat("/run/dbus/system_bus_socket"); err == nil {
+		t.Skip("this host has a system bus")
+	}
+	h := newHarness(t, testOptions())
+	fails(t, h, NameServiceStatus, map[string]any{"unit": "mcp-backend.service"}, toolerr.Unavailable)
+}
+
+func TestDBusErrorCodes(t *testing.T) {
+	tests := []struct {
+		err  error
+		code toolerr.Code
+	}{
+		{dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit x.service not found."}}, toolerr.NotFound},
+		{&dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}, toolerr.PermissionDenied},
+		{dbus.Error{Name: "org.freedesktop.systemd1.UnitMasked"}, toolerr.InvalidArgument},
+		{dbus.Error{Name: "org.freedesktop.DBus.Error.NoReply"}, toolerr.Unavailable},
+		{dbus.Error{Name: "org.example.Weird"}, toolerr.Internal},
+		{errors.New("connection closed"), toolerr.Unavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			if got := toolerr.As(dbusError(context.Background(), "x.service", tc.err)).Code; got != tc.code {
+				t.Fatalf("got %s, want %s", got, tc.code)
+			}
+		})
+	}
+}
+
+// tools/list shows exactly the nine tools, each with object input and
+// output schemas.
+func TestToolsList(t *testing.T) {
+	h := newHarness(t, testOptions())
+	res, err := h.client.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		for what, s := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			b, _ := json.Marshal(s)
+			var sch jsonschema.Schema
+			if err := json.Unmarshal(b, &sch); err != nil || sch.Type != "object" || len(sch.Properties) == 0 && tool.Name != NameSystemInfo {
+				t.Fatalf("%s %s schema: %s (%v)", tool.Name, what, b, err)
+			}
+		}
+		if tool.Description == "" || tool.Annotations == nil {
+			t.Fatalf("%s: no description or annotations", tool.Name)
+		}
+	}
+	want := Names()
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) || len(want) != 9 {
+		t.Fatalf("tools %v, want %v", names, want)
+	}
+}
+
+func TestArgumentsMustBeObject(t *testing.T) {
+	tl := New(testOptions())
+	defer tl.Close()
+	for _, raw := range []string{`[1,2]`, `"x"`, `{`} {
+		res, err := handlerOf(t, tl, NameFileList)(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameFileList, Arguments: json.RawMessage(raw)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantToolError(t, res, toolerr.InvalidArgument)
+	}
+}
+
+// A panicking tool answers INTERNAL instead of crashing the backend.
+func TestPanicBecomesInternal(t *testing.T) {
+	tl := New(testOptions())
+	d := define(tl, "test.panic", "panics", readOnly(), func(context.Context, SystemInfoInput) (SystemInfoResult, error) {
+		panic("boom")
+	})
+	res, err := d.handler(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "test.panic"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantToolError(t, res, toolerr.Internal)
+}
+
+func TestSchemaMessage(t *testing.T) {
+	tests := []struct{ path, want string }{
+		{"root", ""},
+		{"/properties/command", "command"},
+		{"/properties/env/additionalProperties", "env.*"},
+	}
+	for _, tc := range tests {
+		if got := fieldName(tc.path); got != tc.want {
+			t.Fatalf("fieldName(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
