@@ -19,6 +19,7 @@ const (
 	ActionCanary         = "canary"
 	ActionStress         = "stress"
 	ActionSnapshot       = "snapshot"
+	ActionSnapshotPrune  = "snapshot-prune"
 	ActionArmed          = "armed"
 	ActionCutover        = "cutover"
 	ActionVerified       = "verified"
