@@ -1,0 +1,199 @@
+package server
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// envelopeSlack covers what the JSON-RPC envelope (jsonrpc, id) and SSE
+// framing add around a result.
+const envelopeSlack = 1024
+
+// fitResult keeps the encoded tool result within budget bytes. JSON escaping
+// can multiply binary or control-byte output several times, so it measures
+// the encoded bytes, never the raw ones. It first drops the text copy of the
+// structured content, then truncates the longest strings of the structured
+// content and flags the result as truncated. It never exceeds the budget: as a
+// last resort the result becomes a short error.
+func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool) {
+	limit := int(budget) - envelopeSlack
+	if upperBound(res) <= limit || encodedLen(res) <= limit {
+		return res, false
+	}
+	out := *res
+	if out.StructuredContent != nil {
+		out.Content = []mcp.Content{&mcp.TextContent{Text: "result truncated to fit the response budget; see structuredContent"}}
+		var v any
+		b, ok := out.StructuredContent.(json.RawMessage)
+		var err error
+		if !ok {
+			b, err = json.Marshal(out.StructuredContent)
+		}
+		if err == nil && json.Unmarshal(b, &v) == nil {
+			if m, ok := v.(map[string]any); ok {
+				m["truncated"] = true
+				if _, has := m["outputLimited"]; has {
+					m["outputLimited"] = true
+				}
+			}
+			for i := 0; i < 16; i++ {
+				sb, err := json.Marshal(v)
+				if err != nil {
+					break
+				}
+				out.StructuredContent = json.RawMessage(sb)
+				// The rest of the result is a short note and flags.
+				n := len(sb) + 512
+				if n <= limit {
+					return &out, true
+				}
+				if !shrinkLongest(&v, n-limit) {
+					break
+				}
+			}
+		}
+	} else {
+		// Unstructured content: truncate text blocks.
+		var cs []mcp.Content
+		for _, c := range out.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				cs = append(cs, &mcp.TextContent{Text: truncateUTF8(t.Text, limit/8)})
+			}
+		}
+		out.Content = cs
+		if encodedLen(&out) <= limit {
+			return &out, true
+		}
+	}
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: `{"error":{"code":"OUTPUT_LIMIT","message":"result does not fit the response budget","retryable":false}}`}},
+		StructuredContent: map[string]any{"error": map[string]any{
+			"code": "OUTPUT_LIMIT", "message": "result does not fit the response budget", "retryable": false}},
+	}, true
+}
+
+// upperBound bounds the encoded size of a result from above without
+// encoding it: the usual result is far below the budget, and encoding
+// megabytes only to learn that would cost every call.
+func upperBound(res *mcp.CallToolResult) int {
+	n := 512 // field names, flags, meta
+	switch sc := res.StructuredContent.(type) {
+	case nil:
+	case json.RawMessage:
+		n += len(sc)
+	default:
+		return int(^uint(0) >> 1)
+	}
+	for _, c := range res.Content {
+		t, ok := c.(*mcp.TextContent)
+		if !ok {
+			return int(^uint(0) >> 1)
+		}
+		n += encLen(t.Text) + 64
+	}
+	return n
+}
+
+func encodedLen(res *mcp.CallToolResult) int {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return int(^uint(0) >> 1)
+	}
+	return len(b)
+}
+
+// shrinkLongest cuts the string with the longest encoding in v so that the
+// whole shrinks by at least excess bytes. It reports false when there is no
+// string left to cut.
+func shrinkLongest(v *any, excess int) bool {
+	bestLen := 0
+	var best string
+	var set func(string) // writes the chosen string back
+	consider := func(s string, w func(string)) {
+		if n := encLen(s); n > bestLen {
+			bestLen, best, set = n, s, w
+		}
+	}
+	var walk func(x any)
+	walk = func(x any) {
+		switch t := x.(type) {
+		case map[string]any:
+			for k, e := range t {
+				if s, ok := e.(string); ok {
+					consider(s, func(ns string) { t[k] = ns })
+				} else {
+					walk(e)
+				}
+			}
+		case []any:
+			for i, e := range t {
+				if s, ok := e.(string); ok {
+					consider(s, func(ns string) { t[i] = ns })
+				} else {
+					walk(e)
+				}
+			}
+		}
+	}
+	walk(*v)
+	if set == nil || bestLen <= 2 {
+		return false
+	}
+	set(prefixWithin(best, bestLen-excess-64))
+	return true
+}
+
+// runeEncLen is an upper bound of the bytes encoding/json (or the SDK's
+// encoder) writes for one rune of a string: escapes, HTML-safe escapes and
+// the replacement of invalid UTF-8 all count as six.
+func runeEncLen(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return 6
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == 0x2028 || r == 0x2029:
+		return 6
+	}
+	return size
+}
+
+// encLen bounds the encoded length of s from above, quotes included.
+func encLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		n += runeEncLen(r, size)
+		i += size
+	}
+	return n
+}
+
+// prefixWithin returns the longest prefix of s, cut on a rune boundary,
+// whose encoding takes at most max bytes.
+func prefixWithin(s string, max int) string {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		n += runeEncLen(r, size)
+		if n > max {
+			return s[:i]
+		}
+		i += size
+	}
+	return s
+}
+
+// truncateUTF8 cuts s to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

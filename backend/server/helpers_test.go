@@ -1,0 +1,230 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/config"
+)
+
+// backend is a real Server behind a real HTTP listener.
+type backend struct {
+	srv  *Server
+	http *httptest.Server
+	url  string
+}
+
+func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
+	t.Helper()
+	cfg := config.Default()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	srv, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		srv.Close()
+	})
+	return &backend{srv: srv, http: hs, url: hs.URL}
+}
+
+var rpcID atomic.Int64
+
+// callRaw posts one tools/call as a plain HTTP client would.
+func callRaw(ctx context.Context, url, tool string, args any) (int, []byte, error) {
+	body, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": rpcID.Add(1), "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args},
+	})
+	return post(ctx, url+"/mcp", body)
+}
+
+func post(ctx context.Context, url string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// toolReply is the parsed JSON-RPC answer of a tools/call.
+type toolReply struct {
+	Result *struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		Content           []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func parseReply(t testing.TB, b []byte) toolReply {
+	t.Helper()
+	// SSE framing, should the server use it.
+	if bytes.HasPrefix(b, []byte("event:")) || bytes.HasPrefix(b, []byte("data:")) {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				b = []byte(d)
+			}
+		}
+	}
+	var r toolReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("reply is not JSON-RPC: %v: %.300s", err, b)
+	}
+	return r
+}
+
+// errorCode returns the tool error code, or "" for success.
+func (r toolReply) errorCode() string {
+	if r.Result == nil || !r.Result.IsError {
+		return ""
+	}
+	var env struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(r.Result.StructuredContent, &env)
+	if env.Error.Code == "" {
+		return "UNSTRUCTURED"
+	}
+	return env.Error.Code
+}
+
+func getJSON(t testing.TB, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (b *backend) metrics(t testing.TB) admission.Snapshot {
+	t.Helper()
+	var s admission.Snapshot
+	if code := getJSON(t, b.url+"/metrics", &s); code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	return s
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// gate is a file whose existence releases the test's blocked commands.
+type gate string
+
+func newGate(t testing.TB) gate { return gate(filepath.Join(t.TempDir(), "go")) }
+
+// command blocks until the gate opens (bounded, so nothing outlives a failed test).
+func (g gate) command() string {
+	return fmt.Sprintf("for i in $(seq 600); do [ -e %s ] && exit 0; sleep 0.05; done; exit 1", g)
+}
+func (g gate) open(t testing.TB) {
+	t.Helper()
+	if err := os.WriteFile(string(g), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readPids(t testing.TB, file string, n int) []int {
+	t.Helper()
+	var pids []int
+	waitFor(t, fmt.Sprintf("%d pids in %s", n, file), func() bool {
+		b, _ := os.ReadFile(file)
+		pids = pids[:0]
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+		return len(pids) >= n
+	})
+	return pids
+}
+
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	// A zombie is dead for our purpose, it only waits for its reaper.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+func waitDead(t testing.TB, pids ...int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("pids %v to die", pids), func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// DrainTimeout is how long in-flight HTTP may drain at shutdown before the
+// connections are closed: it keeps restart and rollback bounded inside
+// TimeoutStopSec=5 even when saturated (hardening spec §2.6).
+const DrainTimeout = 2 * time.Second
+
+// Serve serves HTTP on ln until ctx ends, then shuts down within
+// DrainTimeout and kills every running command group. It tells systemd
+// READY=1 once listening and keeps its watchdog fed while /healthz answers.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		s.log.Warn("sd_notify READY failed", "err", err)
+	}
+	wdCtx, stopWD := context.WithCancel(ctx)
+	defer stopWD()
+	go s.feedWatchdog(wdCtx, "http://"+ln.Addr().String()+"/healthz")
+	s.log.Info("serving", "listen", ln.Addr().String(), "maxActive", s.cfg.Concurrency.MaxActive, "maxShell", s.cfg.Concurrency.MaxShell, "maxQueue", s.cfg.Concurrency.MaxQueue)
+
+	select {
+	case err := <-errc:
+		s.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	s.log.Info("shutting down", "drain", DrainTimeout.String())
+	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	defer cancel()
+	err := hs.Shutdown(dctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("drain timed out; closing connections")
+		err = hs.Close()
+	}
+	// Closing connections cancels their requests, which kills their
+	// commands; Close makes sure no group outlives the process either way.
+	s.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// feedWatchdog sends WATCHDOG=1 at half the interval systemd asks for, only
+// while a self-probe of /healthz answers: a busy backend is alive, a wedged
+// one is not.
+func (s *Server) feedWatchdog(ctx context.Context, url string) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval <= 0 {
+		return
+	}
+	tick := time.NewTicker(interval / 2)
+	defer tick.Stop()
+	client := &http.Client{Timeout: interval / 2}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if probe(ctx, client, url) {
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		} else {
+			s.log.Warn("healthz self-probe failed; not feeding the watchdog")
+		}
+	}
+}
+
+func probe(ctx context.Context, c *http.Client, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// ServeStdio serves the same tools over stdio until the client closes or
+// ctx ends. The process has its own controller, as the spec asks.
+func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
+	defer s.Close()
+	err := s.mcp.Run(ctx, t)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,296 @@
+// Package server serves mcp-backend's tools over MCP Streamable HTTP and
+// stdio, with one admission controller shared by every request of the
+// process, and the /healthz, /readyz and /metrics endpoints.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/backend/tools"
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+)
+
+// reqIDHeader carries, from our HTTP layer to the tool middleware, the key
+// of the HTTP request's context. The SDK does not cancel a tool handler's
+// context when a stateless HTTP client goes away, so we wire it ourselves.
+// Any value a client sends is overwritten.
+const reqIDHeader = "X-Mcp-Backend-Request"
+
+// Server is one serving process: one admission controller, one tool set.
+type Server struct {
+	cfg   config.Config
+	log   *slog.Logger
+	adm   *admission.Controller
+	tools *tools.Tools
+	mcp   *mcp.Server
+	token []byte // bearer token; nil when auth is off
+
+	requests sync.Map // reqIDHeader value -> context.Context of the HTTP request
+}
+
+// New builds a server for a validated config. It reads the bearer token
+// file when one is configured.
+func New(cfg config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg,
+		log: log,
+		adm: admission.New(admission.Limits{
+			MaxActive:       cfg.Concurrency.MaxActive,
+			ReservedControl: cfg.Concurrency.ReservedControl,
+			MaxShell:        cfg.Concurrency.MaxShell,
+			MaxQueue:        cfg.Concurrency.MaxQueue,
+			QueueWait:       cfg.Concurrency.QueueWait(),
+		}),
+	}
+	if cfg.Auth.BearerTokenFile != "" {
+		tok, err := readToken(cfg.Auth.BearerTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		s.token = tok
+	}
+	s.tools = tools.New(tools.Options{
+		OutputBytes:    cfg.Limits.OutputBytes,
+		ShellPath:      cfg.Shell.Path,
+		DefaultTimeout: time.Duration(cfg.Shell.DefaultTimeoutMs) * time.Millisecond,
+		MaxTimeout:     time.Duration(cfg.Shell.MaxTimeoutMs) * time.Millisecond,
+		Logger:         log,
+		Admission:      func() any { return s.adm.Snapshot() },
+	})
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: log})
+	s.tools.Register(s.mcp)
+	s.mcp.AddReceivingMiddleware(s.admit)
+	return s, nil
+}
+
+// Admission is the process's controller (for tests and system.info).
+func (s *Server) Admission() *admission.Controller { return s.adm }
+
+// Close kills every running command group.
+func (s *Server) Close() { s.tools.Close() }
+
+// admit is the MCP middleware every tools/call passes through, whatever the
+// transport: it classifies the tool, waits for a slot in the one shared
+// controller, runs the tool under the HTTP request's cancellation, keeps the
+// result within the response budget and logs one line.
+func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok := req.(*mcp.CallToolRequest)
+		if method != "tools/call" || !ok || call.Params == nil {
+			return next(ctx, method, req)
+		}
+		ctx, cancel := s.requestContext(ctx, call)
+		defer cancel()
+		tool := call.Params.Name
+		kind := admission.KindOf(tool)
+		start := time.Now()
+		permit, err := s.adm.Acquire(ctx, kind)
+		wait := time.Since(start)
+		if err != nil {
+			te := admissionError(err, s.adm.Limits())
+			s.logCall(tool, kind, wait, 0, string(te.Code))
+			return toolerr.Result(te), nil
+		}
+		res, err := next(ctx, method, req)
+		permit.Release()
+		dur := time.Since(start) - wait
+		if err != nil {
+			s.logCall(tool, kind, wait, dur, "jsonrpc-error")
+			return res, err
+		}
+		if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+			fitted, truncated := fitResult(r, s.cfg.Limits.ResponseBytes)
+			if truncated {
+				s.log.Warn("result truncated to the response budget", "tool", tool, "budget", s.cfg.Limits.ResponseBytes)
+			}
+			s.logCall(tool, kind, wait, dur, outcome(fitted))
+			return fitted, nil
+		}
+		s.logCall(tool, kind, wait, dur, "ok")
+		return res, nil
+	}
+}
+
+// requestContext joins the tool call's context with its HTTP request's, so
+// a client that goes away cancels a queued or running call.
+func (s *Server) requestContext(ctx context.Context, call *mcp.CallToolRequest) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if call.Extra == nil || call.Extra.Header == nil {
+		return ctx, cancel
+	}
+	v, ok := s.requests.Load(call.Extra.Header.Get(reqIDHeader))
+	if !ok {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(v.(context.Context), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func admissionError(err error, lim admission.Limits) *toolerr.Error {
+	switch {
+	case errors.Is(err, admission.ErrQueueFull):
+		return toolerr.New(toolerr.Overloaded, "backend overloaded: admission queue is full (%d queued); retry later", lim.MaxQueue)
+	case errors.Is(err, admission.ErrQueueTimeout):
+		return toolerr.New(toolerr.Overloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
+	case errors.Is(err, admission.ErrCancelled):
+		return toolerr.New(toolerr.Cancelled, "request cancelled by the client while queued")
+	}
+	return toolerr.New(toolerr.Internal, "admission: %v", err)
+}
+
+func outcome(r *mcp.CallToolResult) string {
+	if !r.IsError {
+		return "ok"
+	}
+	var env struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	b, err := json.Marshal(r.StructuredContent)
+	if err == nil && json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		return env.Error.Code
+	}
+	return "error"
+}
+
+// logCall writes one line per tool call: never arguments, contents, output
+// or environment values.
+func (s *Server) logCall(tool string, kind admission.Kind, wait, dur time.Duration, result string) {
+	s.log.Info("tool call",
+		"tool", tool, "class", kind.String(),
+		"queueWaitMs", wait.Milliseconds(), "durationMs", dur.Milliseconds(),
+		"outcome", result)
+}
+
+// Handler returns the HTTP handler: /mcp, /healthz, /readyz, /metrics.
+func (s *Server) Handler() http.Handler {
+	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+		Stateless:    true,
+		JSONResponse: true,
+		Logger:       s.log,
+		// allowedHosts decides (checkHost); the SDK's own rebinding check
+		// would refuse the tunnels' public Host names.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        s.maxBody(),
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /mcp", s.guard(s.trackRequest(streamable)))
+	mux.Handle("/mcp", s.guard(streamable)) // GET/DELETE: the SDK answers 405
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.guard(http.HandlerFunc(s.metrics)))
+	return mux
+}
+
+// trackRequest checks the body is a JSON-RPC message (a malformed one gets
+// a JSON-RPC error, not plain text) and registers the request's context
+// under a fresh id that the tool middleware finds in the forwarded headers.
+func (s *Server) trackRequest(h http.Handler) http.Handler {
+	limit := s.maxBody()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeRPCError(w, http.StatusRequestEntityTooLarge, -32600, fmt.Sprintf("request body over %d bytes", limit))
+				return
+			}
+			writeRPCError(w, http.StatusBadRequest, -32700, "reading request body: "+err.Error())
+			return
+		}
+		if code, msg := checkJSONRPC(body); code != 0 {
+			writeRPCError(w, http.StatusBadRequest, code, msg)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		s.requests.Store(id, r.Context())
+		defer s.requests.Delete(id)
+		r.Header.Set(reqIDHeader, id)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// maxBody bounds a request: a file.write of the largest output plus
+// encoding overhead fits.
+func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }
+
+// checkJSONRPC returns a JSON-RPC error code and message for a body that is
+// not a JSON-RPC message, or 0.
+func checkJSONRPC(body []byte) (int, string) {
+	if !json.Valid(body) {
+		return -32700, "parse error: the body is not valid JSON"
+	}
+	var m struct {
+		JSONRPC string `json:"jsonrpc"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.JSONRPC != "2.0" {
+		return -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
+	}
+	return 0, ""
+}
+
+func writeRPCError(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{
+		"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": code, "message": msg},
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	snap := s.adm.Snapshot()
+	body := map[string]any{"status": "ready", "active": snap.Active.Total, "queued": snap.Queued.Total, "maxQueue": snap.Limits.MaxQueue}
+	code := http.StatusOK
+	if s.adm.Full() {
+		body["status"] = "overloaded"
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	snap := s.adm.Snapshot()
+	if wantsText(r.Header.Get("Accept")) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		writePrometheus(w, snap)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

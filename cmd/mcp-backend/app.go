@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/server"
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+)
+
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2 // usage or invalid configuration
+)
+
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+type deps struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+func newApp(d *deps) *cli.App {
+	configFlag := &cli.StringFlag{Name: "config", Usage: "backend config `FILE` (JSON)", Required: true}
+	return &cli.App{
+		Name:            "mcp-backend",
+		Usage:           "hardened local MCP server with process-wide admission control",
+		Version:         buildinfo.Version,
+		Writer:          d.stdout,
+		ErrWriter:       d.stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return &exitError{exitUsage, err}
+		},
+		Commands: []*cli.Command{
+			{
+				Name:  "serve",
+				Usage: "serve MCP over HTTP with /healthz, /readyz and /metrics",
+				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}},
+				Action: func(c *cli.Context) error {
+					cfg, err := loadConfig(c.String("config"), c.String("listen"))
+					if err != nil {
+						return err
+					}
+					if !cfg.IsLoopback() && cfg.Auth.BearerTokenFile == "" {
+						return &exitError{exitUsage, fmt.Errorf("listen = %q is not loopback: set auth.bearerTokenFile or listen on 127.0.0.1", cfg.Listen)}
+					}
+					log := slog.New(slog.NewJSONHandler(d.stderr, nil)).With("version", buildinfo.Version)
+					srv, err := server.New(cfg, log)
+					if err != nil {
+						return &exitError{exitUsage, err}
+					}
+					ln, err := net.Listen("tcp", cfg.Listen)
+					if err != nil {
+						srv.Close()
+						return fmt.Errorf("listen: %w", err)
+					}
+					return srv.Serve(c.Context, ln)
+				},
+			},
+			{
+				Name:  "stdio",
+				Usage: "serve MCP over stdin/stdout (its own admission controller)",
+				Flags: []cli.Flag{configFlag},
+				Action: func(c *cli.Context) error {
+					cfg, err := loadConfig(c.String("config"), "")
+					if err != nil {
+						return err
+					}
+					log := slog.New(slog.NewJSONHandler(d.stderr, nil)).With("version", buildinfo.Version, "transport", "stdio")
+					srv, err := server.New(cfg, log)
+					if err != nil {
+						return &exitError{exitUsage, err}
+					}
+					return srv.ServeStdio(c.Context, &mcp.IOTransport{Reader: io.NopCloser(d.stdin), Writer: nopWriteCloser{d.stdout}})
+				},
+			},
+			{
+				Name:  "check-config",
+				Usage: "validate a config file: exit 0 if valid, 2 and the bad field otherwise",
+				Flags: []cli.Flag{configFlag},
+				Action: func(c *cli.Context) error {
+					if _, err := loadConfig(c.String("config"), ""); err != nil {
+						return err
+					}
+					fmt.Fprintf(d.stdout, "%s: ok\n", c.String("config"))
+					return nil
+				},
+			},
+		},
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// loadConfig reads and validates the config before any socket opens; every
+// failure is a usage error (exit 2).
+func loadConfig(path, listen string) (config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return cfg, &exitError{exitUsage, err}
+	}
+	if listen != "" {
+		cfg.Listen = listen
+		if err := cfg.Validate(); err != nil {
+			return cfg, &exitError{exitUsage, fmt.Errorf("--listen: %w", err)}
+		}
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := newApp(&deps{stdin: stdin, stdout: stdout, stderr: stderr})
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "mcp-backend: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ce cli.ExitCoder
+	if errors.As(err, &ce) {
+		return ce.ExitCode()
+	}
+	if strings.Contains(err.Error(), "Required flag") {
+		return exitUsage
+	}
+	return exitFailed
+}

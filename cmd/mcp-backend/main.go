@@ -1,0 +1,18 @@
+// Command mcp-backend is the hardened local MCP server through which many
+// ChatGPT conversations operate one host. Overload is a bounded, explicit
+// condition (an OVERLOADED tool error), never unbounded work.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
