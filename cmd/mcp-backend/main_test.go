@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+var binary string // the real mcp-backend, built once
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mcp-backend-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "mcp-backend")
+	out, err := exec.Command("go", "build", "-ldflags", "-X github.com/overdeck/mcp-backend/internal/buildinfo.Version=v0.0.0-test", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func writeConfig(t testing.TB, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckConfig(t *testing.T) {
+	tests := []struct {
+		name, body string
+		code       int
+		want       string
+	}{
+		{"empty object is valid", `{}`, 0, "ok"},
+		{"no concurrency gets defaults", `{"listen":"127.0.0.1:4000"}`, 0, "ok"},
+		{"bad maxShell named", `{"concurrency":{"maxShell":50}}`, 2, "concurrency.maxShell = 50: must be <= maxActive - reservedControl (40)"},
+		{"unknown key", `{"concurency":{}}`, 2, `unknown key "concurency"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), []string{"mcp-backend", "check-config", "--config", writeConfig(t, tc.body)}, nil, &out, &errb)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr %s", code, tc.code, errb.String())
+			}
+			if !strings.Contains(out.String()+errb.String(), tc.want) {
+				t.Fatalf("output %q lacks %q", out.String()+errb.String(), tc.want)
+			}
+		})
+	}
+	t.Run("serve refuses an invalid config before opening a socket", func(t *testing.T) {
+		port := freePort(t)
+		cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d","concurrency":{"maxQueue":-1}}`, port))
+		var errb bytes.Buffer
+		code := run(context.Background(), []string{"mcp-backend", "serve", "--config", cfg}, nil, &bytes.Buffer{}, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "concurrency.maxQueue = -1") {
+			t.Fatalf("exit %d stderr %s", code, errb.String())
+		}
+	})
+	t.Run("serve refuses non-loopback listen without a token", func(t *testing.T) {
+		cfg := writeConfig(t, `{"listen":"0.0.0.0:0"}`)
+		var errb bytes.Buffer
+		code := run(context.Background(), []string{"mcp-backend", "serve", "--config", cfg}, nil, &bytes.Buffer{}, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "bearerTokenFile") {
+			t.Fatalf("exit %d stderr %s", code, errb.String())
+		}
+	})
+	t.Run("missing --config is a usage error", func(t *testing.T) {
+		code := run(context.Background(), []string{"mcp-backend", "check-config"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+		if code != 2 {
+			t.Fatalf("exit %d", code)
+		}
+	})
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestStdioSubprocess drives the real binary over stdio with the go-sdk
+// client, including cancellation of a queued call by notifications/cancelled.
+func TestStdioSubprocess(t *testing.T) {
+	cfg := writeConfig(t, `{"concurrency":{"maxActive":4,"reservedControl":1,"maxShell":1,"maxQueue":4,"queueWaitMs":60000}}`)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: exec.Command(binary, "stdio", "--config", cfg)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(tools.Tools) != 9 {
+		t.Fatalf("tools: %v %v", err, tools)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo hi"}})
+	if err != nil || res.IsError {
+		t.Fatalf("shell.exec: %v %+v", err, res)
+	}
+	var out struct{ Stdout string }
+	b, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &out)
+	if out.Stdout != "hi\n" {
+		t.Fatalf("stdout %q", out.Stdout)
+	}
+	// Occupy the one shell slot, queue a second call, cancel it.
+	gate := filepath.Join(t.TempDir(), "go")
+	first := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{
+			"command": fmt.Sprintf("for i in $(seq 600); do [ -e %s ] && exit 0; sleep 0.05; done", gate)}})
+		first <- err
+	}()
+	metrics := func() map[string]map[string]int {
+		r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "system.info", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			Admission map[string]map[string]int `json:"admission"`
+		}
+		b, _ := json.Marshal(r.StructuredContent)
+		json.Unmarshal(b, &info)
+		return info.Admission
+	}
+	waitFor(t, "shell slot taken", func() bool { return metrics()["active"]["shell"] == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo late"}})
+		second <- err
+	}()
+	waitFor(t, "second call queued", func() bool { return metrics()["queued"]["total"] == 1 })
+	cancel()
+	<-second
+	waitFor(t, "queued call cancelled", func() bool { return metrics()["counters"]["cancelled"] == 1 })
+	if m := metrics(); m["queued"]["total"] != 0 || m["active"]["shell"] != 1 {
+		t.Fatalf("after cancel: %v", m)
+	}
+	os.WriteFile(gate, nil, 0o644)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSIGTERMWhileSaturated: the real process, saturated with commands that
+// spawn grandchildren, exits 0 within the stop budget and leaves no command
+// process behind.
+func TestSIGTERMWhileSaturated(t *testing.T) {
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d","concurrency":{"maxShell":8,"maxQueue":16}}`, port))
+	cmd := exec.Command(binary, "serve", "--config", cfg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitFor(t, "healthz", func() bool {
+		r, err := http.Get(base + "/healthz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == 200
+	})
+	var wg sync.WaitGroup
+	for i := 0; i < 30; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			pidFile := filepath.Join(dir, fmt.Sprintf("pids-%d", i))
+			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": map[string]any{
+				"name": "shell.exec", "arguments": map[string]any{"command": fmt.Sprintf("echo $$ >> %[1]s; sleep 300 & echo $! >> %[1]s; wait", pidFile)}}})
+			req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if r, err := http.DefaultClient.Do(req); err == nil {
+				r.Body.Close()
+			}
+		}(i)
+	}
+	var pids []int
+	waitFor(t, "8 commands with grandchildren running", func() bool {
+		pids = pids[:0]
+		files, _ := filepath.Glob(filepath.Join(dir, "pids-*"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			for _, s := range strings.Fields(string(b)) {
+				p, _ := strconv.Atoi(s)
+				pids = append(pids, p)
+			}
+		}
+		return len(pids) == 16
+	})
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5 s after SIGTERM (TimeoutStopSec=5)\n%s", stderr.String())
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start))
+	wg.Wait()
+	for _, p := range pids {
+		waitFor(t, fmt.Sprintf("pid %d gone", p), func() bool { return syscall.Kill(p, 0) != nil || zombie(p) })
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+}
