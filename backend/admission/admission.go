@@ -63,7 +63,7 @@ func KindOf(tool string) Kind {
 
 // Sentinel errors callers branch on to build the tool error.
 var (
-	ErrQueueFull    = errors.New("admission queue is full")     // OVERLOADED, counted rejected
+	ErrQueueFull    = errors.New("admission queue is full")      // OVERLOADED, counted rejected
 	ErrQueueTimeout = errors.New("admission queue wait expired") // OVERLOADED, counted timedOut
 	ErrCancelled    = errors.New("cancelled while queued")       // CANCELLED, counted cancelled
 )

@@ -6,15 +6,15 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,7 +41,8 @@ type Server struct {
 	mcp   *mcp.Server
 	token []byte // bearer token; nil when auth is off
 
-	requests sync.Map // reqIDHeader value -> context.Context of the HTTP request
+	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
+	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
 
 // New builds a server for a validated config. It reads the bearer token
@@ -224,9 +225,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		id := hex.EncodeToString(b[:])
+		id := strconv.FormatUint(s.nextReq.Add(1), 36)
 		s.requests.Store(id, r.Context())
 		defer s.requests.Delete(id)
 		r.Header.Set(reqIDHeader, id)

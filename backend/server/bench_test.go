@@ -1,0 +1,60 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// BenchmarkToolCallHTTP compares system.info through the real handler (one
+// shared server, admission, request tracking, budget) with the anchor: the
+// go-sdk's own stateless handler serving a no-op tool without admission.
+//
+//	go test -run '^$' -bench ToolCallHTTP -benchmem ./backend/server/
+func BenchmarkToolCallHTTP(b *testing.B) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"system.info","arguments":{}}}`)
+	b.Run("anchor-sdk-noop", func(b *testing.B) {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "anchor", Version: "1"}, nil)
+		mcp.AddTool(srv, &mcp.Tool{Name: "system.info"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, struct{}, error) {
+			return nil, struct{}{}, nil
+		})
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+		benchPost(b, h, body)
+	})
+	b.Run("mcp-backend-system.info", func(b *testing.B) {
+		bk := startBackend(b, nil)
+		benchPost(b, bk.srv.Handler(), body)
+	})
+}
+
+func benchPost(b *testing.B, h http.Handler, body []byte) {
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	client := hs.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
