@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"charm.land/lipgloss/v2"
-	"charm.land/lipgloss/v2/table"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+	"github.com/muesli/termenv"
 )
 
 // Report is the outcome of a run: what was offered, what came back, what
@@ -94,9 +95,7 @@ func newReport(cfg Config, plan Plan, f Facts, took time.Duration, checks []Chec
 		Healthz: healthReport(f.Health), FaultFacts: f.Faults,
 		Thresholds: cfg.Thresholds, Checks: checks, Pass: Passed(checks),
 	}
-	if took > 0 {
-		r.AchievedRate = round3(float64(len(f.Calls)) / took.Seconds())
-	}
+	r.AchievedRate = round3(sendRate(f.Calls))
 	for c, m := range cs.Counts {
 		r.Latency[c] = map[Outcome]Latency{}
 		for o := range m {
@@ -120,6 +119,27 @@ func newReport(cfg Config, plan Plan, f Facts, took time.Duration, checks []Chec
 	return r
 }
 
+// sendRate is the rate requests actually went out at: vegeta falls behind
+// the offered rate when the client runs out of workers or CPU.
+func sendRate(calls []CallRecord) float64 {
+	if len(calls) < 2 {
+		return 0
+	}
+	first, last := calls[0].Start, calls[0].Start
+	for _, c := range calls {
+		if c.Start.Before(first) {
+			first = c.Start
+		}
+		if c.Start.After(last) {
+			last = c.Start
+		}
+	}
+	if d := last.Sub(first); d > 0 {
+		return float64(len(calls)-1) / d.Seconds()
+	}
+	return 0
+}
+
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // WriteJSON writes the report as indented JSON.
@@ -130,16 +150,17 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // Render writes the report for people: lipgloss tables, styled when color
-// is set (and downsampled to what w can show), plain ASCII otherwise.
+// is set and w is a terminal, plain ASCII otherwise.
 func (r *Report) Render(w io.Writer, color bool) error {
-	plain := lipgloss.NewStyle()
-	bold, pass, fail, dim := plain, plain, plain, plain
-	if color {
-		bold = plain.Bold(true)
-		pass = plain.Foreground(lipgloss.Green).Bold(true)
-		fail = plain.Foreground(lipgloss.Red).Bold(true)
-		dim = plain.Faint(true)
+	re := lipgloss.NewRenderer(w)
+	if !color {
+		re.SetColorProfile(termenv.Ascii)
 	}
+	plain := re.NewStyle()
+	bold := plain.Bold(true)
+	pass := plain.Foreground(lipgloss.Color("2")).Bold(true)
+	fail := plain.Foreground(lipgloss.Color("1")).Bold(true)
+	dim := plain.Faint(true)
 	status := func(s Status) string {
 		switch s {
 		case Pass:
@@ -170,7 +191,7 @@ func (r *Report) Render(w io.Writer, color bool) error {
 	if r.Plan.StartRate != r.Plan.EndRate {
 		rate = fmt.Sprintf("%.1f/s -> %.1f/s", r.Plan.StartRate, r.Plan.EndRate)
 	}
-	fmt.Fprintf(&b, "offered %s for %s (capacity ~%.1f/s, mix shell:normal:control %d:%d:%d, shell sleep %s); achieved %.1f/s, %d requests in %.1fs\n",
+	fmt.Fprintf(&b, "offered %s for %s (capacity ~%.1f/s, mix shell:normal:control %d:%d:%d, shell sleep %s); achieved %.1f/s, %d requests, attack over in %.1fs\n",
 		rate, r.Plan.Duration, r.Plan.CapacityRate, r.Mix.Shell, r.Mix.Normal, r.Mix.Control, r.ShellSleep, r.AchievedRate, r.Requests, r.AttackSeconds)
 	L := r.Limits
 	fmt.Fprintf(&b, "limits: maxActive %d, reservedControl %d, maxNonControl %d, maxShell %d, maxQueue %d, queueWait %s\n",
@@ -226,11 +247,7 @@ func (r *Report) Render(w io.Writer, color bool) error {
 		verdict = fail.Render("FAIL")
 	}
 	fmt.Fprintln(&b, bold.Render("verdict: ")+verdict)
-	if !color {
-		_, err := io.WriteString(w, b.String())
-		return err
-	}
-	_, err := lipgloss.Fprint(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

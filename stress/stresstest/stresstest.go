@@ -81,9 +81,10 @@ func Start(t testing.TB, opts Options) *Server {
 		realShell = opts.RealShell
 	}
 	adm := &admission{lim: opts.Limits, shellCap: realShell, lie: opts.LieShell, wake: make(chan struct{})}
+	groups := &groups{m: map[int]bool{}}
 	var inflight atomic.Int64
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		return newMCPServer(r.Context(), adm, opts)
+		return newMCPServer(r.Context(), adm, groups, opts)
 	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: opts.JSONResponse})
 
 	mux := http.NewServeMux()
@@ -115,14 +116,34 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	hs.Listener = l
 	hs.Start()
-	t.Cleanup(hs.Close)
+	t.Cleanup(func() {
+		// Commands a broken fake let live would hold Close up: kill them.
+		groups.killAll()
+		hs.Close()
+	})
 	return &Server{URL: hs.URL, adm: adm, hs: hs}
 }
 
 // Metrics returns the fake's current snapshot.
 func (s *Server) Metrics() stress.Metrics { return s.adm.snapshot() }
 
-func newMCPServer(reqCtx context.Context, adm *admission, opts Options) *mcp.Server {
+// groups tracks the process groups of running commands.
+type groups struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (g *groups) add(pgid int) { g.mu.Lock(); g.m[pgid] = true; g.mu.Unlock() }
+
+func (g *groups) killAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for pgid := range g.m {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+func newMCPServer(reqCtx context.Context, adm *admission, grp *groups, opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "stresstest", Version: "0"}, nil)
 	obj := map[string]any{"type": "object"}
 	add := func(name string, fn func(ctx context.Context, args map[string]any) (any, *toolError)) {
@@ -154,9 +175,8 @@ func newMCPServer(reqCtx context.Context, adm *admission, opts Options) *mcp.Ser
 			return &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 		})
 	}
-	var shellCalls atomic.Int64
 	add("shell.exec", func(ctx context.Context, args map[string]any) (any, *toolError) {
-		if opts.LeakEvery > 0 && shellCalls.Add(1)%int64(opts.LeakEvery) == 0 {
+		if opts.LeakEvery > 0 && adm.shellCalls.Add(1)%int64(opts.LeakEvery) == 0 {
 			adm.leak()
 		}
 		cmd, _ := args["command"].(string)
@@ -164,7 +184,7 @@ func newMCPServer(reqCtx context.Context, adm *admission, opts Options) *mcp.Ser
 		if ms, ok := args["timeoutMs"].(float64); ok && ms > 0 {
 			timeout = time.Duration(ms) * time.Millisecond
 		}
-		return runShell(ctx, cmd, timeout, opts)
+		return runShell(ctx, cmd, timeout, grp, opts)
 	})
 	add("file.list", func(context.Context, map[string]any) (any, *toolError) {
 		return map[string]any{"entries": []any{map[string]any{"name": "etc", "type": "dir"}}}, nil
@@ -217,7 +237,7 @@ func (c *capped) String() string {
 	return c.buf.String()
 }
 
-func runShell(ctx context.Context, command string, timeout time.Duration, opts Options) (any, *toolError) {
+func runShell(ctx context.Context, command string, timeout time.Duration, grp *groups, opts Options) (any, *toolError) {
 	cmd := exec.Command("/bin/bash", "-c", command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = time.Second
@@ -238,6 +258,7 @@ func runShell(ctx context.Context, command string, timeout time.Duration, opts O
 	if err := cmd.Start(); err != nil {
 		return nil, &toolError{"INTERNAL", err.Error()}
 	}
+	grp.add(cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timedOut := false
@@ -275,6 +296,7 @@ type admission struct {
 	peak                               stress.Peak
 	c                                  stress.Counters
 	leaked                             int
+	shellCalls                         atomic.Int64
 }
 
 func (a *admission) canStart(class stress.Class) bool {
