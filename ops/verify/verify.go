@@ -1,0 +1,474 @@
+// Package verify holds the probes that prove a running mcp-backend (or a
+// tunnel in front of one) serves: /healthz, /readyz and real MCP tool calls
+// over plain HTTP JSON-RPC. Canary, install, cutover and the watchdog share
+// them, so "verified" means the same thing everywhere.
+package verify
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// ProtocolVersion is the MCP protocol version the probes announce.
+const ProtocolVersion = "2025-06-18"
+
+// maxBody bounds what a probe reads: responses are capped at 6 MiB by the
+// backend; a little more leaves room for framing.
+const maxBody = 8 << 20
+
+// Client runs probes. The zero value uses http.DefaultClient and no token.
+type Client struct {
+	// HTTP is the client used; nil means http.DefaultClient. Deadlines come
+	// from the context of each call.
+	HTTP *http.Client
+	// Token, when set, is sent as "Authorization: Bearer TOKEN".
+	Token string
+}
+
+// Default is the client behind the package-level functions.
+var Default = &Client{}
+
+var rpcID atomic.Int64
+
+func (c *Client) http() *http.Client {
+	if c == nil || c.HTTP == nil {
+		return http.DefaultClient
+	}
+	return c.HTTP
+}
+
+// Healthz GETs baseURL/healthz and returns the status code and body. err is
+// set only when no HTTP answer arrived.
+func Healthz(ctx context.Context, baseURL string) (int, []byte, error) {
+	return Default.Healthz(ctx, baseURL)
+}
+
+// Readyz GETs baseURL/readyz and returns the status code and body.
+func Readyz(ctx context.Context, baseURL string) (int, []byte, error) {
+	return Default.Readyz(ctx, baseURL)
+}
+
+// CallTool calls an MCP tool, see (*Client).CallTool.
+func CallTool(ctx context.Context, baseURL, tool string, args any) (json.RawMessage, string, error) {
+	return Default.CallTool(ctx, baseURL, tool, args)
+}
+
+// Healthz GETs baseURL/healthz.
+func (c *Client) Healthz(ctx context.Context, baseURL string) (int, []byte, error) {
+	return c.get(ctx, baseURL, "/healthz")
+}
+
+// Readyz GETs baseURL/readyz.
+func (c *Client) Readyz(ctx context.Context, baseURL string) (int, []byte, error) {
+	return c.get(ctx, baseURL, "/readyz")
+}
+
+func (c *Client) get(ctx context.Context, baseURL, path string) (int, []byte, error) {
+	u := strings.TrimRight(baseURL, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("get %s: %w", u, err)
+	}
+	c.authorize(req)
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("get %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return resp.StatusCode, body, fmt.Errorf("get %s: reading body: %w", u, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+func (c *Client) authorize(req *http.Request) {
+	if c != nil && c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
+
+type rpcResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  *struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		Content           []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// CallTool POSTs a JSON-RPC tools/call to baseURL/mcp and returns the tool's
+// structured result. A tool failure (isError) is not an error of the call:
+// it returns toolErrCode (e.g. "OVERLOADED") and the structured error body.
+// err reports transport, HTTP and JSON-RPC failures, and a result that
+// cannot be parsed.
+func (c *Client) CallTool(ctx context.Context, baseURL, tool string, args any) (structured json.RawMessage, toolErrCode string, err error) {
+	if args == nil {
+		args = map[string]any{}
+	}
+	id := rpcID.Add(1)
+	body, err := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": id, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args},
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("call %s: encoding arguments: %w", tool, err)
+	}
+	u := strings.TrimRight(baseURL, "/") + "/mcp"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, "", fmt.Errorf("call %s: %w", tool, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", ProtocolVersion)
+	c.authorize(req)
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("call %s: %w", tool, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, "", fmt.Errorf("call %s: reading response: %w", tool, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", fmt.Errorf("call %s: HTTP %d: %s", tool, resp.StatusCode, snippet(raw))
+	}
+	msg, err := decodeResponse(resp.Header.Get("Content-Type"), raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("call %s: %w", tool, err)
+	}
+	if msg.Error != nil {
+		return nil, "", fmt.Errorf("call %s: JSON-RPC error %d: %s", tool, msg.Error.Code, msg.Error.Message)
+	}
+	if msg.Result == nil {
+		return nil, "", fmt.Errorf("call %s: response has neither result nor error: %s", tool, snippet(raw))
+	}
+	sc := msg.Result.StructuredContent
+	if len(sc) == 0 && len(msg.Result.Content) > 0 && json.Valid([]byte(msg.Result.Content[0].Text)) {
+		// Tools mirror their structured result as JSON text; accept it
+		// where a server leaves structuredContent out.
+		sc = json.RawMessage(msg.Result.Content[0].Text)
+	}
+	if msg.Result.IsError {
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(sc, &e) != nil || e.Error.Code == "" {
+			return sc, "UNKNOWN", nil
+		}
+		return sc, e.Error.Code, nil
+	}
+	return sc, "", nil
+}
+
+// decodeResponse parses a JSON body or, for text/event-stream, the first
+// SSE event whose data is a JSON-RPC response.
+func decodeResponse(contentType string, raw []byte) (*rpcResponse, error) {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt != "text/event-stream" {
+		var m rpcResponse
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("response is not JSON (%s): %s", contentType, snippet(raw))
+		}
+		return &m, nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 64<<10), maxBody)
+	var data []string
+	flush := func() (*rpcResponse, bool) {
+		if len(data) == 0 {
+			return nil, false
+		}
+		payload := strings.Join(data, "\n")
+		data = data[:0]
+		var m rpcResponse
+		if json.Unmarshal([]byte(payload), &m) != nil || (m.Result == nil && m.Error == nil) {
+			return nil, false // a notification or a non-JSON event
+		}
+		return &m, true
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if m, ok := flush(); ok {
+				return m, nil
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "data:"); ok {
+			data = append(data, strings.TrimPrefix(v, " "))
+		}
+	}
+	if m, ok := flush(); ok {
+		return m, nil
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading event stream: %w", err)
+	}
+	return nil, fmt.Errorf("event stream holds no JSON-RPC response: %s", snippet(raw))
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// Check is one named probe of a report.
+type Check struct {
+	Name       string        `json:"name"`
+	OK         bool          `json:"ok"`
+	Err        string        `json:"error,omitempty"`
+	Duration   time.Duration `json:"-"`
+	DurationMs float64       `json:"durationMs"`
+}
+
+// Report is the outcome of a series of checks against one target.
+type Report struct {
+	Target string  `json:"target"`
+	Checks []Check `json:"checks"`
+	// Version and Build are what system.info reported, when it answered.
+	Version string `json:"version,omitempty"`
+	Build   string `json:"build,omitempty"`
+}
+
+// OK is true when there is at least one check and all passed.
+func (r *Report) OK() bool {
+	if len(r.Checks) == 0 {
+		return false
+	}
+	for _, c := range r.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Failed returns the failed checks.
+func (r *Report) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Err is nil when OK, else an error naming the target and each failed check.
+func (r *Report) Err() error {
+	if r.OK() {
+		return nil
+	}
+	if len(r.Checks) == 0 {
+		return fmt.Errorf("verify %s: no checks ran", r.Target)
+	}
+	var parts []string
+	for _, c := range r.Failed() {
+		parts = append(parts, c.Name+": "+c.Err)
+	}
+	return fmt.Errorf("verify %s: %s", r.Target, strings.Join(parts, "; "))
+}
+
+// Check returns the check called name, or nil.
+func (r *Report) Check(name string) *Check {
+	for i := range r.Checks {
+		if r.Checks[i].Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
+// CheckTimeout bounds each check of Backend and Tunnel when ctx has a later
+// deadline (or none).
+var CheckTimeout = 10 * time.Second
+
+func (r *Report) run(ctx context.Context, name string, f func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	d := time.Since(start)
+	c := Check{Name: name, OK: err == nil, Duration: d, DurationMs: float64(d.Microseconds()) / 1000}
+	if err != nil {
+		c.Err = err.Error()
+	}
+	r.Checks = append(r.Checks, c)
+}
+
+// Expect is what Backend requires of system.info; empty fields are not
+// checked.
+type Expect struct {
+	Version string
+	Digest  string // "sha256:<hex>"
+}
+
+// Check names used in reports.
+const (
+	CheckHealthz    = "healthz"
+	CheckReadyz     = "readyz"
+	CheckSystemInfo = "system.info"
+	CheckShellExec  = "shell.exec"
+	CheckFileList   = "file.list"
+)
+
+// Backend verifies a backend at baseURL: /healthz 200, /readyz 200,
+// system.info (with the expected version and build when given), a shell.exec
+// echo whose stdout comes back, and file.list of "/". Every check runs, so
+// the report names everything that is wrong.
+func Backend(ctx context.Context, baseURL string, want Expect) *Report {
+	return Default.Backend(ctx, baseURL, want)
+}
+
+// Tunnel verifies a tunnel URL end to end: /readyz 200 and a shell.exec
+// echo through it.
+func Tunnel(ctx context.Context, tunnelURL string) *Report {
+	return Default.Tunnel(ctx, tunnelURL)
+}
+
+// Backend is the package-level Backend with this client.
+func (c *Client) Backend(ctx context.Context, baseURL string, want Expect) *Report {
+	r := &Report{Target: baseURL}
+	r.run(ctx, CheckHealthz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/healthz") })
+	r.run(ctx, CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/readyz") })
+	r.run(ctx, CheckSystemInfo, func(ctx context.Context) error {
+		v, b, err := c.SystemInfo(ctx, baseURL)
+		r.Version, r.Build = v, b
+		if err != nil {
+			return err
+		}
+		if want.Version != "" && v != want.Version {
+			return fmt.Errorf("backend.version is %q, want %q", v, want.Version)
+		}
+		if want.Digest != "" && b != want.Digest {
+			return fmt.Errorf("backend.build is %q, want %q", b, want.Digest)
+		}
+		return nil
+	})
+	r.run(ctx, CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, baseURL) })
+	r.run(ctx, CheckFileList, func(ctx context.Context) error {
+		sc, code, err := c.CallTool(ctx, baseURL, "file.list", map[string]any{"path": "/", "limit": 10})
+		if err != nil {
+			return err
+		}
+		if code != "" {
+			return fmt.Errorf("file.list failed with %s: %s", code, snippet(sc))
+		}
+		var res struct {
+			Path    *string           `json:"path"`
+			Entries []json.RawMessage `json:"entries"`
+		}
+		if err := json.Unmarshal(sc, &res); err != nil || res.Path == nil {
+			return fmt.Errorf("file.list result has no path: %s", snippet(sc))
+		}
+		if len(res.Entries) == 0 {
+			return errors.New(`file.list of "/" returned no entries`)
+		}
+		return nil
+	})
+	return r
+}
+
+// Tunnel is the package-level Tunnel with this client.
+func (c *Client) Tunnel(ctx context.Context, tunnelURL string) *Report {
+	r := &Report{Target: tunnelURL}
+	r.run(ctx, CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, tunnelURL, "/readyz") })
+	r.run(ctx, CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, tunnelURL) })
+	return r
+}
+
+func (c *Client) expect200(ctx context.Context, baseURL, path string) error {
+	code, body, err := c.get(ctx, baseURL, path)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d, want 200: %s", path, code, snippet(body))
+	}
+	return nil
+}
+
+// SystemInfo calls system.info and returns backend.version and backend.build.
+func (c *Client) SystemInfo(ctx context.Context, baseURL string) (version, build string, err error) {
+	sc, code, err := c.CallTool(ctx, baseURL, "system.info", nil)
+	if err != nil {
+		return "", "", err
+	}
+	if code != "" {
+		return "", "", fmt.Errorf("system.info failed with %s: %s", code, snippet(sc))
+	}
+	var res struct {
+		Backend *struct {
+			Version string `json:"version"`
+			Build   string `json:"build"`
+		} `json:"backend"`
+	}
+	if err := json.Unmarshal(sc, &res); err != nil || res.Backend == nil {
+		return "", "", fmt.Errorf("system.info result has no backend object: %s", snippet(sc))
+	}
+	return res.Backend.Version, res.Backend.Build, nil
+}
+
+// ShellEcho runs an echo of a fresh token through shell.exec and requires
+// exit code 0 and the token on stdout.
+func (c *Client) ShellEcho(ctx context.Context, baseURL string) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := "mcpctl-verify-" + hex.EncodeToString(b[:])
+	sc, code, err := c.CallTool(ctx, baseURL, "shell.exec", map[string]any{"command": "echo " + token, "timeoutMs": 5000})
+	if err != nil {
+		return err
+	}
+	if code != "" {
+		return fmt.Errorf("shell.exec failed with %s: %s", code, snippet(sc))
+	}
+	var res struct {
+		ExitCode *int   `json:"exitCode"`
+		Stdout   string `json:"stdout"`
+	}
+	if err := json.Unmarshal(sc, &res); err != nil {
+		return fmt.Errorf("shell.exec result is not an object: %s", snippet(sc))
+	}
+	if res.ExitCode == nil || *res.ExitCode != 0 {
+		return fmt.Errorf("shell.exec of echo: exit code %v, want 0", fmtExit(res.ExitCode))
+	}
+	if strings.TrimSpace(res.Stdout) != token {
+		return fmt.Errorf("shell.exec of echo: stdout %q, want %q", snippet([]byte(res.Stdout)), token)
+	}
+	return nil
+}
+
+func fmtExit(p *int) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}
