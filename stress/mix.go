@@ -158,9 +158,11 @@ func ArgsFor(tool string, shellSleep time.Duration) map[string]any {
 			"timeoutMs": (shellSleep + 30*time.Second).Milliseconds(),
 		}
 	case "file.list":
-		return map[string]any{"path": "/"}
+		return map[string]any{"path": "/", "limit": 100}
 	case "file.read":
 		return map[string]any{"path": "/etc/os-release"}
+	case "process.list":
+		return map[string]any{"limit": 50}
 	}
 	return map[string]any{}
 }

@@ -166,7 +166,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	after, settled := settle(ctx, target, cfg.SettleTimeout)
 	var faults *FaultFacts
+	var faultsFrom time.Time
 	if cfg.Faults && ctx.Err() == nil {
+		faultsFrom = time.Now()
 		ff := runFaults(ctx, faultEnv{
 			target: target, base: cfg.Target, limits: limits,
 			responseBytes: cfg.Thresholds.ResponseBytes, log: log,
@@ -183,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	facts := Facts{
 		Limits: limits, Before: before, After: after, Settled: settled,
 		Calls: calls, Series: smp.metrics, Health: smp.health, Production: smp.production, Unit: smp.unit,
-		Faults: faults,
+		Faults: faults, FaultsFrom: faultsFrom,
 	}
 	checks := Assess(facts, cfg.Thresholds)
 	return newReport(cfg, plan, facts, attackTook, checks), nil

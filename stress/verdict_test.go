@@ -132,6 +132,22 @@ func TestAssess(t *testing.T) {
 				f.Unit.Samples[i].MemoryBytes = 200 << 20
 			}
 		}, []string{"unit.memory"}},
+		{"memory raised by the faults is not growth", func(f *Facts) {
+			f.FaultsFrom = time.Unix(2000, 0)
+			for i := range f.Unit.Samples {
+				f.Unit.Samples[i].At = time.Unix(int64(1000+200*i), 0)
+			}
+			for i := 6; i < 9; i++ {
+				f.Unit.Samples[i].MemoryBytes = 400 << 20
+			}
+		}, nil},
+		{"memory raised by the faults above MemoryHigh", func(f *Facts) {
+			f.FaultsFrom = time.Unix(2000, 0)
+			for i := range f.Unit.Samples {
+				f.Unit.Samples[i].At = time.Unix(int64(1000+200*i), 0)
+			}
+			f.Unit.Samples[8].MemoryBytes = 2 << 30
+		}, []string{"unit.memory"}},
 		{"memory above MemoryHigh", func(f *Facts) {
 			for i := range f.Unit.Samples {
 				f.Unit.Samples[i].MemoryBytes = 2 << 30
