@@ -1,0 +1,85 @@
+package candidate
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildBackend builds the real mcp-backend stamped with version.
+func buildBackend(t testing.TB, version string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "mcp-backend")
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/overdeck/mcp-backend/internal/buildinfo.Version="+version, "-o", out, "../../cmd/mcp-backend")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	real := buildBackend(t, "v7.0.1")
+	good := writeFile(t, dir, "good.json", `{"listen":"127.0.0.1:3211"}`, 0o644)
+	bad := writeFile(t, dir, "bad.json", `{"concurrency":{"maxActive":0}}`, 0o644)
+	tests := []struct {
+		name   string
+		path   string
+		config string
+		check  string // failing check, "" for success
+		errHas string
+	}{
+		{"real build", real, good, "", ""},
+		{"real build without config", real, "", "", ""},
+		{"missing", filepath.Join(dir, "nope"), "", "file", "does not exist"},
+		{"directory", dir, "", "file", "not a regular file"},
+		{"not executable", writeFile(t, dir, "plain", "#!/bin/sh\n", 0o644), "", "executable", "not executable"},
+		{"version fails", writeFile(t, dir, "vfail", "#!/bin/sh\necho broken >&2\nexit 3\n", 0o755), "", "--version", "broken"},
+		{"version wrong program", writeFile(t, dir, "other", "#!/bin/sh\necho something 1.0\n", 0o755), "", "--version", "want \"mcp-backend VERSION\""},
+		{"version hangs", writeFile(t, dir, "hang", "#!/bin/sh\nexec sleep 30\n", 0o755), "", "--version", "no answer within"},
+		{"config refused by real build", real, bad, "check-config", "maxActive"},
+		{"check-config fails", writeFile(t, dir, "ccfail", "#!/bin/sh\n[ \"$1\" = --version ] && { echo mcp-backend v1; exit 0; }\necho 'listen: bad' >&2\nexit 2\n", 0o755), good, "check-config", "exit status 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Check(context.Background(), tc.path, Options{Config: tc.config, Timeout: 2 * time.Second})
+			if tc.check == "" {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				if res.Version != "v7.0.1" || !strings.HasPrefix(res.Digest, "sha256:") || len(res.Digest) != 71 {
+					t.Fatalf("result %+v: want version v7.0.1 and a sha256 digest", res)
+				}
+				if res.ConfigChecked != tc.config {
+					t.Errorf("ConfigChecked = %q, want %q", res.ConfigChecked, tc.config)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if ce.Check != tc.check {
+				t.Errorf("failed check %q, want %q (%v)", ce.Check, tc.check, err)
+			}
+			if !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("error %q should name the path and contain %q", err, tc.errHas)
+			}
+		})
+	}
+}
