@@ -1,0 +1,442 @@
+// Package systemd is a thin client of systemd's manager over D-Bus: reload,
+// start/stop/restart with the job's result awaited, enabling unit files, unit
+// properties in a plain struct, and transient timer+service pairs (the armed
+// automatic rollback). Callers declare the small interfaces they need.
+package systemd
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+)
+
+// DefaultJobTimeout bounds the wait for a job when the context has no
+// deadline: a unit's own timeouts end every job well before it.
+const DefaultJobTimeout = 2 * time.Minute
+
+// Options configure Connect.
+type Options struct {
+	// Address is a D-Bus address such as "unix:path=/run/dbus/system_bus_socket".
+	// Empty means the system bus (DBUS_SYSTEM_BUS_ADDRESS or its default).
+	Address string
+	// Logger receives debug logs of jobs; nil discards them.
+	Logger *slog.Logger
+	// JobTimeout bounds waiting for a job when the context has no deadline;
+	// DefaultJobTimeout when zero.
+	JobTimeout time.Duration
+}
+
+// Client talks to one systemd manager. It is safe for concurrent use.
+type Client struct {
+	conn       *sddbus.Conn
+	log        *slog.Logger
+	jobTimeout time.Duration
+}
+
+// Connect opens two connections (calls and signals) to the bus at
+// opts.Address, authenticating with EXTERNAL as the current uid.
+func Connect(ctx context.Context, opts Options) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to systemd: %w", err)
+	}
+	addr := opts.Address
+	if addr == "" {
+		addr = os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
+	}
+	if addr == "" {
+		addr = "unix:path=/run/dbus/system_bus_socket"
+	}
+	// No dbus.WithContext: it would close the connection when ctx ends, and
+	// the connection outlives this call.
+	dial := func() (*godbus.Conn, error) {
+		c, err := godbus.Dial(addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if err := c.Hello(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	conn, err := sddbus.NewConnection(dial)
+	if err != nil {
+		return nil, fmt.Errorf("connect to systemd at %s: %w", addr, err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	jt := opts.JobTimeout
+	if jt <= 0 {
+		jt = DefaultJobTimeout
+	}
+	return &Client{conn: conn, log: log, jobTimeout: jt}, nil
+}
+
+// Close closes the connections.
+func (c *Client) Close() { c.conn.Close() }
+
+// SystemState is the manager's SystemState: "running", "degraded",
+// "starting", ...
+func (c *Client) SystemState(ctx context.Context) (string, error) {
+	p, err := c.conn.SystemStateContext(ctx)
+	if err != nil {
+		return "", fmt.Errorf("system state: %w", err)
+	}
+	s, ok := p.Value.Value().(string)
+	if !ok {
+		return "", fmt.Errorf("system state: unexpected value %v", p.Value)
+	}
+	return s, nil
+}
+
+// DaemonReload makes systemd re-read unit files.
+func (c *Client) DaemonReload(ctx context.Context) error {
+	if err := c.conn.ReloadContext(ctx); err != nil {
+		return fmt.Errorf("daemon-reload: %w", err)
+	}
+	return nil
+}
+
+// JobError is a job that ended with a result other than "done".
+type JobError struct {
+	Op, Unit, Result string
+	// State describes the unit after the failure, before its failed state
+	// was reset ("failed/failed result=exit-code status=1").
+	State string
+}
+
+func (e *JobError) Error() string {
+	s := fmt.Sprintf("%s %s: job %s", e.Op, e.Unit, e.Result)
+	if e.State != "" {
+		s += " (" + e.State + ")"
+	}
+	return s
+}
+
+type jobFunc func(ctx context.Context, name, mode string, ch chan<- string) (int, error)
+
+// Start starts unit and waits until its job is done (for Type=notify: until
+// READY=1).
+func (c *Client) Start(ctx context.Context, unit string) error {
+	return c.job(ctx, "start", unit, c.conn.StartUnitContext)
+}
+
+// Stop stops unit and waits for the job.
+func (c *Client) Stop(ctx context.Context, unit string) error {
+	return c.job(ctx, "stop", unit, c.conn.StopUnitContext)
+}
+
+// Restart restarts unit (starting it when stopped) and waits for the job.
+func (c *Client) Restart(ctx context.Context, unit string) error {
+	return c.job(ctx, "restart", unit, c.conn.RestartUnitContext)
+}
+
+// TryRestart restarts unit only if it is running, and waits for the job.
+func (c *Client) TryRestart(ctx context.Context, unit string) error {
+	return c.job(ctx, "try-restart", unit, c.conn.TryRestartUnitContext)
+}
+
+// job queues a job in "replace" mode and waits for its result. Only "done"
+// is success; on any other result the unit's failed state is reset so a
+// later start (a rollback) is not refused by the start limit.
+func (c *Client) job(ctx context.Context, op, unit string, f jobFunc) error {
+	// Buffered: the dispatcher sends while holding the job table's lock, and
+	// nobody may be listening any more once we gave up waiting.
+	ch := make(chan string, 1)
+	if _, err := f(ctx, unit, "replace", ch); err != nil {
+		// No job was queued, so nothing will ever arrive on ch.
+		return fmt.Errorf("%s %s: %w", op, unit, err)
+	}
+	wait := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, c.jobTimeout)
+		defer cancel()
+	}
+	select {
+	case res := <-ch:
+		c.log.Debug("systemd job finished", "op", op, "unit", unit, "result", res)
+		if res == "done" {
+			return nil
+		}
+		return c.failed(op, unit, res)
+	case <-wait.Done():
+		return fmt.Errorf("%s %s: waiting for the job: %w", op, unit, wait.Err())
+	}
+}
+
+func (c *Client) failed(op, unit, result string) error {
+	// The caller's context may be what ended; the cleanup still has to run.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	je := &JobError{Op: op, Unit: unit, Result: result}
+	if st, err := c.Unit(ctx, unit); err == nil {
+		je.State = fmt.Sprintf("%s/%s result=%s status=%d", st.ActiveState, st.SubState, st.Result, st.ExecMainStatus)
+	}
+	if err := c.conn.ResetFailedUnitContext(ctx, unit); err != nil {
+		c.log.Debug("reset-failed after a failed job", "unit", unit, "err", err)
+	}
+	return je
+}
+
+// ResetFailed clears unit's failed state and start-limit counter.
+func (c *Client) ResetFailed(ctx context.Context, unit string) error {
+	if err := c.conn.ResetFailedUnitContext(ctx, unit); err != nil {
+		return fmt.Errorf("reset-failed %s: %w", unit, err)
+	}
+	return nil
+}
+
+// Enable enables unit files (by name, in the unit search path) persistently,
+// like systemctl enable: the symlinks of their [Install] sections.
+func (c *Client) Enable(ctx context.Context, units ...string) error {
+	if len(units) == 0 {
+		return nil
+	}
+	if _, _, err := c.conn.EnableUnitFilesContext(ctx, units, false, true); err != nil {
+		return fmt.Errorf("enable %s: %w", strings.Join(units, " "), err)
+	}
+	return nil
+}
+
+// Disable removes the enablement symlinks of unit files.
+func (c *Client) Disable(ctx context.Context, units ...string) error {
+	if len(units) == 0 {
+		return nil
+	}
+	if _, err := c.conn.DisableUnitFilesContext(ctx, units, false); err != nil {
+		return fmt.Errorf("disable %s: %w", strings.Join(units, " "), err)
+	}
+	return nil
+}
+
+// UnitState is a unit's state and the properties the deploy checks. Service
+// fields are zero for other unit types.
+type UnitState struct {
+	Name         string
+	LoadState    string // loaded, not-found, masked, error ...
+	ActiveState  string // active, inactive, failed, activating ...
+	SubState     string // running, dead, exited, waiting ...
+	FragmentPath string
+	// InvocationID changes whenever the unit is started again (hex).
+	InvocationID         string
+	ActiveEnterTimestamp time.Time // zero when never active
+	UnitFileState        string    // enabled, disabled, static, "" ...
+
+	// Service properties.
+	Type           string
+	Result         string
+	MainPID        uint32
+	NRestarts      uint32
+	ExecMainStatus int32
+	MemoryHigh     uint64 // bytes; max uint64 is infinity
+	MemoryMax      uint64
+	TasksMax       uint64
+	CPUWeight      uint64
+	LimitNOFILE    uint64
+	TimeoutStop    time.Duration
+	Watchdog       time.Duration
+}
+
+// Unit reads unit's properties. A unit systemd does not know has LoadState
+// "not-found"; that is not an error.
+func (c *Client) Unit(ctx context.Context, unit string) (*UnitState, error) {
+	props, err := c.conn.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return nil, fmt.Errorf("properties of %s: %w", unit, err)
+	}
+	st := &UnitState{Name: unit}
+	st.LoadState = str(props["LoadState"])
+	st.ActiveState = str(props["ActiveState"])
+	st.SubState = str(props["SubState"])
+	st.FragmentPath = str(props["FragmentPath"])
+	st.UnitFileState = str(props["UnitFileState"])
+	if b, ok := props["InvocationID"].([]byte); ok {
+		st.InvocationID = hex.EncodeToString(b)
+	}
+	if us := u64(props["ActiveEnterTimestamp"]); us > 0 {
+		st.ActiveEnterTimestamp = time.UnixMicro(int64(us))
+	}
+	if !strings.HasSuffix(unit, ".service") || st.LoadState != "loaded" {
+		return st, nil
+	}
+	sp, err := c.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	if err != nil {
+		return nil, fmt.Errorf("service properties of %s: %w", unit, err)
+	}
+	st.Type = str(sp["Type"])
+	st.Result = str(sp["Result"])
+	st.MainPID = u32(sp["MainPID"])
+	st.NRestarts = u32(sp["NRestarts"])
+	if v, ok := sp["ExecMainStatus"].(int32); ok {
+		st.ExecMainStatus = v
+	}
+	st.MemoryHigh = u64(sp["MemoryHigh"])
+	st.MemoryMax = u64(sp["MemoryMax"])
+	st.TasksMax = u64(sp["TasksMax"])
+	st.CPUWeight = u64(sp["CPUWeight"])
+	st.LimitNOFILE = u64(sp["LimitNOFILE"])
+	st.TimeoutStop = time.Duration(u64(sp["TimeoutStopUSec"])) * time.Microsecond
+	st.Watchdog = time.Duration(u64(sp["WatchdogUSec"])) * time.Microsecond
+	return st, nil
+}
+
+func str(v any) string     { s, _ := v.(string); return s }
+func u64(v any) uint64     { n, _ := v.(uint64); return n }
+func u32(v any) uint32     { n, _ := v.(uint32); return n }
+func isGone(s string) bool { return s == "not-found" || s == "" }
+
+// Transient describes a transient timer + service pair: the timer fires once
+// After its start and runs Argv as a oneshot service.
+type Transient struct {
+	Timer       string // e.g. "mcpctl-rollback.timer"
+	Service     string // e.g. "mcpctl-rollback.service"
+	Description string
+	Argv        []string
+	After       time.Duration
+}
+
+// ArmTransient creates and starts the timer with its service as an auxiliary
+// unit (StartTransientUnitAux). Transient units vanish at reboot; callers that
+// must survive one keep their own marker.
+func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
+	switch {
+	case !strings.HasSuffix(t.Timer, ".timer"):
+		return fmt.Errorf("arm transient: timer %q: must end in .timer", t.Timer)
+	case !strings.HasSuffix(t.Service, ".service"):
+		return fmt.Errorf("arm transient: service %q: must end in .service", t.Service)
+	case len(t.Argv) == 0 || !strings.HasPrefix(t.Argv[0], "/"):
+		return fmt.Errorf("arm transient: argv %q: must start with an absolute path", t.Argv)
+	case t.After < time.Second:
+		return fmt.Errorf("arm transient: after %s: must be at least 1s", t.After)
+	}
+	desc := t.Description
+	if desc == "" {
+		desc = strings.Join(t.Argv, " ")
+	}
+	timer := []sddbus.Property{
+		sddbus.PropDescription(desc + " (timer)"),
+		{Name: "TimersMonotonic", Value: godbus.MakeVariant([]struct {
+			Base string
+			USec uint64
+		}{{"OnActiveSec", uint64(t.After / time.Microsecond)}})},
+		{Name: "AccuracyUSec", Value: godbus.MakeVariant(uint64(time.Second / time.Microsecond))},
+		{Name: "RemainAfterElapse", Value: godbus.MakeVariant(false)},
+		{Name: "Unit", Value: godbus.MakeVariant(t.Service)},
+	}
+	svc := []sddbus.Property{
+		sddbus.PropDescription(desc),
+		sddbus.PropType("oneshot"),
+		sddbus.PropExecStart(t.Argv, true),
+	}
+	aux := []sddbus.PropertyCollection{{Name: t.Service, Properties: svc}}
+	ch := make(chan string, 1)
+	if _, err := c.conn.StartTransientUnitAux(ctx, t.Timer, "fail", timer, aux, ch); err != nil {
+		return fmt.Errorf("arm %s: %w", t.Timer, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, c.jobTimeout)
+	defer cancel()
+	select {
+	case res := <-ch:
+		if res != "done" {
+			return &JobError{Op: "arm", Unit: t.Timer, Result: res}
+		}
+	case <-wait.Done():
+		return fmt.Errorf("arm %s: waiting for the job: %w", t.Timer, wait.Err())
+	}
+	c.log.Debug("transient timer armed", "timer", t.Timer, "service", t.Service, "after", t.After)
+	return nil
+}
+
+// ErrAlreadyFired means a transient timer's service is already running, so
+// disarming it would kill the very work it was armed for.
+var ErrAlreadyFired = errors.New("the timer already fired and its service is running")
+
+// DisarmTransient stops the timer, then its service unless that already
+// runs (ErrAlreadyFired), and waits until systemd has unloaded both.
+func (c *Client) DisarmTransient(ctx context.Context, timer, service string) error {
+	if err := c.stopIfLoaded(ctx, timer); err != nil {
+		return fmt.Errorf("disarm: %w", err)
+	}
+	st, err := c.Unit(ctx, service)
+	if err != nil {
+		return fmt.Errorf("disarm: %w", err)
+	}
+	if st.ActiveState == "active" || st.ActiveState == "activating" || st.ActiveState == "reloading" {
+		return fmt.Errorf("disarm %s: %w", timer, ErrAlreadyFired)
+	}
+	if err := c.stopIfLoaded(ctx, service); err != nil {
+		return fmt.Errorf("disarm: %w", err)
+	}
+	for _, u := range []string{timer, service} {
+		// A failed transient unit stays loaded until its failure is reset.
+		if st, err := c.Unit(ctx, u); err == nil && st.ActiveState == "failed" {
+			_ = c.conn.ResetFailedUnitContext(ctx, u)
+		}
+	}
+	return c.WaitGone(ctx, timer, service)
+}
+
+func (c *Client) stopIfLoaded(ctx context.Context, unit string) error {
+	st, err := c.Unit(ctx, unit)
+	if err != nil {
+		return err
+	}
+	if isGone(st.LoadState) || st.ActiveState == "inactive" {
+		return nil
+	}
+	return c.Stop(ctx, unit)
+}
+
+// Gone reports whether none of units is known to systemd any more (no unit
+// listed, or LoadState not-found).
+func (c *Client) Gone(ctx context.Context, units ...string) (bool, error) {
+	sts, err := c.conn.ListUnitsByNamesContext(ctx, units)
+	if err != nil {
+		return false, fmt.Errorf("list %s: %w", strings.Join(units, " "), err)
+	}
+	for _, s := range sts {
+		if !isGone(s.LoadState) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// WaitGone waits until Gone(units) holds: systemd unloads stopped transient
+// units on its next garbage collection, not within the stop job.
+func (c *Client) WaitGone(ctx context.Context, units ...string) error {
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		gone, err := c.Gone(wait, units...)
+		if err == nil && gone {
+			return nil
+		}
+		select {
+		case <-wait.Done():
+			if err == nil {
+				err = errors.New("still loaded")
+			}
+			return fmt.Errorf("wait for %s to be gone: %w (%w)", strings.Join(units, " "), err, wait.Err())
+		case <-tick.C:
+		}
+	}
+}
