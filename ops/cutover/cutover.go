@@ -1,0 +1,297 @@
+package cutover
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/ops/release"
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// Options are the flags of mcpctl cutover.
+type Options struct {
+	Build            string
+	Version          string // "" means the candidate's own --version
+	Deadline         time.Duration
+	ArmRollback      bool
+	SkipCanaryReason string
+}
+
+// Report says what a cutover did.
+type Report struct {
+	FromVersion string          `json:"fromVersion"`
+	ToVersion   string          `json:"toVersion"`
+	Digest      string          `json:"digest,omitempty"`
+	SnapshotID  string          `json:"snapshotId,omitempty"`
+	Warnings    []string        `json:"warnings,omitempty"`
+	Refusals    []string        `json:"refusals,omitempty"`
+	Failures    []string        `json:"failures,omitempty"`
+	RolledBack  bool            `json:"rolledBack"`
+	Rollback    *RollbackReport `json:"rollback,omitempty"`
+	Duration    time.Duration   `json:"duration"`
+	Timings     []Timing        `json:"timings"`
+}
+
+// Cutover runs mcpctl cutover (issue 6 steps 1-5). The returned error is an
+// *Error carrying the exit code.
+func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
+	start := env.now()
+	rep := &Report{}
+	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
+	log := env.log()
+	cfg := env.Config
+	dir := cfg.StateDir
+	if !opts.ArmRollback {
+		return rep, fail(CodeUsage, "%s", PlanPreflight(Facts{}).Usage)
+	}
+	if opts.Deadline <= 0 {
+		opts.Deadline = cfg.Rollback.Deadline.D()
+	}
+	if opts.Deadline < 10*time.Second {
+		return rep, fail(CodeUsage, "--deadline %s: must be at least 10s (verification needs the time)", opts.Deadline)
+	}
+
+	// 1. Preflight, before anything changes.
+	t0 := env.now()
+	unlock, err := state.Lock(dir, "cutover --build "+opts.Build)
+	if err != nil {
+		return rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
+	}
+	defer unlock()
+	store := &release.Store{Root: cfg.Install.Root}
+	f := Facts{ArmRollback: true, SkipCanaryReason: opts.SkipCanaryReason}
+	f.CandidateVersion, f.Digest, f.CandidateErr = checkCandidate(ctx, opts.Build, opts.Version, cfg.Backend.Config)
+	if f.CandidateErr == nil {
+		f.CanaryOK, f.StressOK, err = state.PassingFor(dir, f.Digest)
+		if err != nil {
+			f.CandidateErr = fmt.Errorf("read verdicts: %w", err)
+		}
+	}
+	f.CurrentVersion, err = store.Current()
+	if err != nil {
+		f.CandidateErr = errors.Join(f.CandidateErr, fmt.Errorf("current release: %w", err))
+	}
+	if st, err := env.Systemd.Unit(ctx, cfg.Backend.Unit); err != nil {
+		f.BackendActive = "unknown: " + err.Error()
+	} else {
+		f.BackendActive = st.ActiveState
+		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID))
+	}
+	f.HealthzErr = env.Prober.Healthz(ctx, env.backendURL())
+	f.ReadyzErr = env.Prober.Readyz(ctx, env.backendURL())
+	f.Tunnels = env.tunnelFacts(ctx, false)
+	if f.Pending, err = state.ReadPending(dir); err != nil {
+		f.Pending = &state.Pending{SnapshotID: "unreadable: " + err.Error()}
+	}
+	rep.FromVersion, rep.ToVersion, rep.Digest = f.CurrentVersion, f.CandidateVersion, f.Digest
+	pre := PlanPreflight(f)
+	rep.Warnings, rep.Refusals = pre.Warnings, pre.Refusals
+	step("preflight", t0)
+	if !pre.OK() {
+		log.Warn("cutover refused", "refusals", pre.Refusals)
+		_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, Outcome: state.OutcomeRefused, Reason: strings.Join(pre.Refusals, "; ")})
+		return rep, fail(CodeFailed, "cutover refused, nothing changed:\n  - %s", strings.Join(pre.Refusals, "\n  - "))
+	}
+	for _, w := range pre.Warnings {
+		log.Warn("cutover", "warning", w)
+	}
+
+	// 2. Snapshot, marker, armed rollback.
+	t0 = env.now()
+	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: dir, InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
+		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Reason: "cutover to " + f.CandidateVersion})
+	if err != nil {
+		return rep, fail(CodeFailed, "snapshot, nothing changed: %w", err)
+	}
+	rep.SnapshotID = m.ID
+	_ = state.Audit(dir, state.Event{Action: state.ActionSnapshot, FromVersion: f.CurrentVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK, Reason: "before cutover to " + f.CandidateVersion})
+	nonce, err := state.NewNonce()
+	if err != nil {
+		return rep, fail(CodeFailed, "nonce: %w", err)
+	}
+	now := env.now()
+	pending := &state.Pending{SnapshotID: m.ID, Nonce: nonce, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion,
+		ArmedAt: now, Deadline: now.Add(opts.Deadline), TimerUnit: RollbackTimer, ServiceUnit: RollbackService}
+	if err := state.WritePending(dir, pending); err != nil {
+		return rep, fail(CodeFailed, "write pending marker, nothing changed: %w", err)
+	}
+	// A leftover from an earlier run would make arming fail.
+	if err := disarm(ctx, env); err != nil {
+		_ = state.ClearPendingIf(dir, nonce)
+		return rep, fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
+	}
+	if err := env.Systemd.ArmTransient(ctx, systemd.Transient{Timer: RollbackTimer, Service: RollbackService,
+		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
+		Argv:        env.rollbackArgv(m.ID, nonce), After: opts.Deadline}); err != nil {
+		_ = state.ClearPendingIf(dir, nonce)
+		return rep, fail(CodeFailed, "arm the rollback timer, nothing changed: %w", err)
+	}
+	log.Info("rollback armed", "snapshot", m.ID, "deadline", opts.Deadline, "timer", RollbackTimer)
+	_ = state.Audit(dir, state.Event{Action: state.ActionArmed, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
+		Details: map[string]string{"deadline": pending.Deadline.UTC().Format(time.RFC3339)}})
+	step("snapshot+arm", t0)
+
+	rollbackNow := func(why []string) (*Report, error) {
+		rep.Failures = why
+		log.Error("cutover failed verification, rolling back", "failures", why)
+		_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeFailed, Reason: strings.Join(why, "; ")})
+		t0 := env.now()
+		rb, err := restore(context.WithoutCancel(ctx), env, RollbackPlan{Act: true, SnapshotID: m.ID, Nonce: nonce, Reason: "cutover failed verification"}, false)
+		step("rollback", t0)
+		rep.Rollback, rep.Duration = rb, env.now().Sub(start)
+		if err != nil {
+			return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("cutover failed (%s) and the rollback failed: %w", strings.Join(why, "; "), err)}
+		}
+		rep.RolledBack = true
+		return rep, fail(CodeRolledBack, "cutover to %s failed verification and was rolled back to %s:\n  - %s", f.CandidateVersion, f.CurrentVersion, strings.Join(why, "\n  - "))
+	}
+
+	// 3. Install, swap, reload, restart only the backend. Every step is
+	// bounded well inside the deadline so this run, not the timer, decides.
+	t0 = env.now()
+	budget := opts.Deadline / 3
+	if _, _, err := store.Install(f.CandidateVersion, opts.Build); err != nil {
+		return rollbackNow([]string{"install release: " + err.Error()})
+	}
+	if err := store.SetCurrent(f.CandidateVersion); err != nil {
+		return rollbackNow([]string{"swap current: " + err.Error()})
+	}
+	if err := writeUnitIfChanged(env); err != nil {
+		return rollbackNow([]string{"unit: " + err.Error()})
+	}
+	if err := env.Systemd.DaemonReload(ctx); err != nil {
+		return rollbackNow([]string{"daemon-reload: " + err.Error()})
+	}
+	rctx, cancel := context.WithTimeout(ctx, budget)
+	err = env.Systemd.Restart(rctx, cfg.Backend.Unit)
+	cancel()
+	step("install+restart", t0)
+	if err != nil {
+		return rollbackNow([]string{fmt.Sprintf("restart %s: %v", cfg.Backend.Unit, err)})
+	}
+	log.Info("backend restarted", "version", f.CandidateVersion)
+
+	// 4. Verify, retrying briefly: the backend may need a moment.
+	t0 = env.now()
+	want := Expect{Version: f.CandidateVersion, Digest: f.Digest}
+	var why []string
+	vctx, cancel := context.WithTimeout(ctx, budget)
+	for {
+		why = Judge(want, f.Tunnels, observe(vctx, env))
+		if len(why) == 0 || vctx.Err() != nil {
+			break
+		}
+		select {
+		case <-vctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	cancel()
+	step("verify", t0)
+	if len(why) > 0 {
+		return rollbackNow(why)
+	}
+	log.Info("cutover verified", "version", f.CandidateVersion)
+	_ = state.Audit(dir, state.Event{Action: state.ActionVerified, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
+
+	// 5. Disarm and confirm.
+	t0 = env.now()
+	if err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); err != nil {
+		return rep, fail(CodeFailed, "verified %s, but the rollback timer could not be disarmed (%w): it will roll back at the deadline unless `mcpctl rollback disarm` succeeds", f.CandidateVersion, err)
+	}
+	if gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService); err != nil || !gone {
+		return rep, fail(CodeFailed, "verified %s, but the rollback timer is still loaded (err %v): run `mcpctl rollback status` and `mcpctl rollback disarm`", f.CandidateVersion, err)
+	}
+	if err := state.ClearPendingIf(dir, nonce); err != nil {
+		return rep, fail(CodeFailed, "verified and disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
+	}
+	step("disarm", t0)
+	rep.Duration = env.now().Sub(start)
+	log.Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
+	_ = state.Audit(dir, state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
+	_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
+		Details: map[string]string{"duration": rep.Duration.String()}})
+	return rep, nil
+}
+
+// observe probes production after the restart.
+func observe(ctx context.Context, env *Env) Observed {
+	var o Observed
+	url := env.backendURL()
+	o.Version, o.Digest, o.InfoErr = env.Prober.Info(ctx, url)
+	o.HealthzErr = env.Prober.Healthz(ctx, url)
+	o.ReadyzErr = env.Prober.Readyz(ctx, url)
+	o.ShellErr = env.Prober.Shell(ctx, url)
+	o.Tunnels = env.tunnelFacts(ctx, true)
+	return o
+}
+
+// checkCandidate runs the canary's checks on a build: it runs, reports its
+// version, and accepts the production config. Minimal stand-in for the
+// shared candidate checks.
+func checkCandidate(ctx context.Context, build, version, backendConfig string) (string, string, error) {
+	if !filepath.IsAbs(build) {
+		return "", "", fmt.Errorf("--build %q: must be an absolute path", build)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, build, "--version").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("--build %s --version: %w", build, err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) < 2 || fields[0] != "mcp-backend" {
+		return "", "", fmt.Errorf("--build %s --version said %q, want \"mcp-backend VERSION\"", build, strings.TrimSpace(string(out)))
+	}
+	if version == "" {
+		version = fields[1]
+	}
+	if err := release.ValidateVersion(version); err != nil {
+		return "", "", fmt.Errorf("--version: %w", err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, build, "check-config", "--config", backendConfig)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return version, "", fmt.Errorf("check-config --config %s: %w: %s", backendConfig, err, strings.TrimSpace(stderr.String()))
+	}
+	digest, err := buildinfo.FileDigest(build)
+	return version, digest, err
+}
+
+// writeUnitIfChanged renders the backend unit and writes it when it differs.
+// Without tunnel commands in the config the units cannot be rendered; the
+// installed unit is then kept as it is.
+func writeUnitIfChanged(env *Env) error {
+	cfg := env.Config
+	if cfg.ValidateTunnels() != nil {
+		return nil
+	}
+	us, err := units.Render(units.Params{Config: cfg, MCPCtl: env.MCPCtl, MCPCtlConfig: env.MCPCtlConfig})
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	for _, u := range us {
+		if u.Name != cfg.Backend.Unit {
+			continue
+		}
+		path := filepath.Join(cfg.UnitDir, u.Name)
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, u.Content) {
+			return nil
+		}
+		return atomicfs.WriteFile(path, u.Content, 0o644)
+	}
+	return nil
+}

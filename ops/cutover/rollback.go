@@ -1,0 +1,246 @@
+package cutover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+)
+
+// Exit codes of DESIGN.md §4 that results carry.
+const (
+	CodeOK             = 0
+	CodeFailed         = 1
+	CodeUsage          = 2
+	CodeRolledBack     = 3
+	CodeRollbackFailed = 4
+)
+
+// Error is a failure with the exit code it maps to.
+type Error struct {
+	Code int
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func fail(code int, format string, a ...any) error {
+	return &Error{Code: code, Err: fmt.Errorf(format, a...)}
+}
+
+// RollbackOptions are the flags of mcpctl rollback.
+type RollbackOptions struct {
+	SnapshotID string
+	Nonce      string
+	IfPending  bool
+	// LockWait is how long to wait for the lock (the timer may fire while a
+	// cutover still runs; that cutover finishes or rolls back itself first).
+	LockWait time.Duration
+}
+
+// RollbackReport says what a rollback did.
+type RollbackReport struct {
+	Noop       bool              `json:"noop"`
+	Reason     string            `json:"reason"`
+	SnapshotID string            `json:"snapshotId,omitempty"`
+	Version    string            `json:"version,omitempty"`
+	Changes    []snapshot.Change `json:"changes,omitempty"`
+	Restarted  bool              `json:"restarted"`
+	Duration   time.Duration     `json:"duration"`
+	Timings    []Timing          `json:"timings,omitempty"`
+}
+
+// Rollback runs mcpctl rollback: takes the lock, plans, restores.
+func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
+	dir := env.Config.StateDir
+	release, err := lockWait(ctx, dir, "rollback", opts.LockWait)
+	if err != nil {
+		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("rollback: %w", err)}
+	}
+	defer release()
+	pending, err := state.ReadPending(dir)
+	if err != nil {
+		return nil, fail(CodeRollbackFailed, "rollback: read pending marker: %w", err)
+	}
+	facts := RollbackFacts{SnapshotID: opts.SnapshotID, Nonce: opts.Nonce, IfPending: opts.IfPending, Pending: pending}
+	if opts.SnapshotID == "" && pending == nil {
+		if list, err := snapshot.List(dir); err == nil && len(list) > 0 {
+			facts.Newest = list[0].ID
+		}
+	}
+	plan := PlanRollback(facts)
+	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
+	if !plan.Act {
+		_ = state.Audit(dir, state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
+		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
+	}
+	return restore(ctx, env, plan, opts.IfPending)
+}
+
+// restore applies a rollback plan; the caller holds the lock.
+func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*RollbackReport, error) {
+	start := env.now()
+	dir := env.Config.StateDir
+	log := env.log().With("snapshot", plan.SnapshotID)
+	rep := &RollbackReport{SnapshotID: plan.SnapshotID, Reason: plan.Reason}
+	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
+	failed := func(err error) (*RollbackReport, error) {
+		log.Error("rollback failed", "err", err)
+		_ = state.Audit(dir, state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
+		return rep, &Error{Code: CodeRollbackFailed, Err: err}
+	}
+
+	t0 := env.now()
+	m, err := snapshot.Load(dir, plan.SnapshotID)
+	if err == nil {
+		err = snapshot.Verify(m)
+	}
+	if err != nil {
+		if errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, snapshot.ErrNotFound) {
+			return failed(fmt.Errorf("snapshot %s refused, nothing was touched: %w; restore by hand from another snapshot (`mcpctl snapshot list`, then `mcpctl rollback --snapshot ID`)", plan.SnapshotID, err))
+		}
+		return failed(fmt.Errorf("load snapshot %s: %w", plan.SnapshotID, err))
+	}
+	rep.Version = m.Version
+	res, err := snapshot.Restore(m)
+	if err != nil {
+		return failed(fmt.Errorf("restore snapshot %s: %w; run `mcpctl rollback --snapshot %s` again to complete it", plan.SnapshotID, err, plan.SnapshotID))
+	}
+	rep.Changes = res.Changes
+	step("restore", t0)
+
+	unit := env.Config.Backend.Unit
+	st, err := env.Systemd.Unit(ctx, unit)
+	if err != nil {
+		return failed(fmt.Errorf("read %s: %w", unit, err))
+	}
+	healthy := st.ActiveState == "active" && env.Prober.Healthz(ctx, env.backendURL()) == nil
+	ver, _, infoErr := env.Prober.Info(ctx, env.backendURL())
+	switch {
+	case res.Changed() == 0 && healthy && infoErr == nil && ver == m.Version:
+		rep.Noop = true
+		rep.Reason = fmt.Sprintf("snapshot %s (%s) is already in place and running: no-op", plan.SnapshotID, m.Version)
+	case boot && st.ActiveState != "active":
+		// The boot-time unit runs ordered before the backend: starting it
+		// from here would wait on ourselves. Reload so the restored unit is
+		// what systemd starts next.
+		t0 = env.now()
+		if err := env.Systemd.DaemonReload(ctx); err != nil {
+			return failed(fmt.Errorf("daemon-reload: %w", err))
+		}
+		_ = env.Systemd.ResetFailed(ctx, unit)
+		step("daemon-reload", t0)
+	default:
+		t0 = env.now()
+		if err := env.Systemd.DaemonReload(ctx); err != nil {
+			return failed(fmt.Errorf("daemon-reload: %w", err))
+		}
+		if err := env.Systemd.ResetFailed(ctx, unit); err != nil {
+			log.Warn("reset-failed", "unit", unit, "err", err)
+		}
+		if err := env.Systemd.Restart(ctx, unit); err != nil {
+			return failed(fmt.Errorf("restart %s with %s: %w", unit, m.Version, err))
+		}
+		rep.Restarted = true
+		step("restart", t0)
+		t0 = env.now()
+		if err := waitHealthy(ctx, env, m.Version, 15*time.Second); err != nil {
+			return failed(fmt.Errorf("restored %s but the backend is not healthy: %w", m.Version, err))
+		}
+		step("verify", t0)
+	}
+
+	if err := disarm(ctx, env); err != nil && !errors.Is(err, systemd.ErrAlreadyFired) {
+		log.Warn("disarm after rollback", "err", err)
+	}
+	if plan.Nonce != "" {
+		if err := state.ClearPendingIf(dir, plan.Nonce); err != nil {
+			log.Warn("clear pending marker", "err", err)
+		}
+	}
+	rep.Duration = env.now().Sub(start)
+	outcome := state.OutcomeOK
+	if rep.Noop {
+		outcome = state.OutcomeNoop
+	}
+	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
+	_ = state.Audit(dir, state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
+		Details: map[string]string{"duration": rep.Duration.String()}})
+	return rep, nil
+}
+
+// disarm stops the armed rollback timer, if any, and confirms it is gone.
+func disarm(ctx context.Context, env *Env) error {
+	gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService)
+	if err != nil || gone {
+		return err
+	}
+	return env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService)
+}
+
+// Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
+func Disarm(ctx context.Context, env *Env) error {
+	release, err := state.Lock(env.Config.StateDir, "rollback disarm")
+	if err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	defer release()
+	if err := disarm(ctx, env); err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	if err := state.ClearPending(env.Config.StateDir); err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	_ = state.Audit(env.Config.StateDir, state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
+	return nil
+}
+
+// waitHealthy polls until the backend answers /healthz and /readyz and
+// reports version (when set), or timeout passes.
+func waitHealthy(ctx context.Context, env *Env, version string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := env.backendURL()
+	for {
+		err := env.Prober.Healthz(ctx, url)
+		if err == nil {
+			err = env.Prober.Readyz(ctx, url)
+		}
+		if err == nil && version != "" {
+			var got string
+			if got, _, err = env.Prober.Info(ctx, url); err == nil && got != version {
+				err = fmt.Errorf("backend reports version %q, want %q", got, version)
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// lockWait takes the mcpctl lock, retrying up to wait while another command
+// holds it.
+func lockWait(ctx context.Context, dir, owner string, wait time.Duration) (func() error, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		release, err := state.Lock(dir, owner)
+		if err == nil || !errors.Is(err, state.ErrLocked) || time.Now().After(deadline) {
+			return release, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
