@@ -8,5 +8,9 @@ const defaultConfigPath = "/etc/mcpctl/mcpctl.json"
 func commands(d *deps) []*cli.Command {
 	return []*cli.Command{
 		unitCommand(d),
+		stressCommand(d),
+		cutoverCommand(d),
+		rollbackCommand(d),
+		verifyCommand(d),
 	}
 }

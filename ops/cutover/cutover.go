@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -238,37 +237,20 @@ func observe(ctx context.Context, env *Env) Observed {
 	return o
 }
 
-// checkCandidate runs the canary's checks on a build: it runs, reports its
-// version, and accepts the production config. Minimal stand-in for the
-// shared candidate checks.
+// checkCandidate runs the canary's checks on a build (ops/candidate) and
+// settles its version: --version when given, else what the build reports.
 func checkCandidate(ctx context.Context, build, version, backendConfig string) (string, string, error) {
-	if !filepath.IsAbs(build) {
-		return "", "", fmt.Errorf("--build %q: must be an absolute path", build)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, build, "--version").Output()
+	res, err := candidate.Check(ctx, build, candidate.Options{Config: backendConfig})
 	if err != nil {
-		return "", "", fmt.Errorf("--build %s --version: %w", build, err)
-	}
-	fields := strings.Fields(string(out))
-	if len(fields) < 2 || fields[0] != "mcp-backend" {
-		return "", "", fmt.Errorf("--build %s --version said %q, want \"mcp-backend VERSION\"", build, strings.TrimSpace(string(out)))
+		return version, "", err
 	}
 	if version == "" {
-		version = fields[1]
+		version = res.Version
 	}
 	if err := release.ValidateVersion(version); err != nil {
-		return "", "", fmt.Errorf("--version: %w", err)
+		return "", "", fmt.Errorf("--version %q: %w", version, err)
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, build, "check-config", "--config", backendConfig)
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return version, "", fmt.Errorf("check-config --config %s: %w: %s", backendConfig, err, strings.TrimSpace(stderr.String()))
-	}
-	digest, err := buildinfo.FileDigest(build)
-	return version, digest, err
+	return version, res.Digest, nil
 }
 
 // writeUnitIfChanged renders the backend unit and writes it when it differs.
@@ -294,4 +276,26 @@ func writeUnitIfChanged(env *Env) error {
 		return atomicfs.WriteFile(path, u.Content, 0o644)
 	}
 	return nil
+}
+
+// Check verifies production as it runs now (mcpctl verify): the backend's
+// health, readiness, system.info and shell.exec, and/or each tunnel's unit,
+// /readyz and shell.exec through it. It returns every failure.
+func Check(ctx context.Context, env *Env, backend, tunnels bool) []string {
+	var o Observed
+	var before []TunnelFact
+	want := Expect{}
+	if backend {
+		url := env.backendURL()
+		o.Version, o.Digest, o.InfoErr = env.Prober.Info(ctx, url)
+		want.Version = o.Version
+		o.HealthzErr = env.Prober.Healthz(ctx, url)
+		o.ReadyzErr = env.Prober.Readyz(ctx, url)
+		o.ShellErr = env.Prober.Shell(ctx, url)
+	}
+	if tunnels {
+		o.Tunnels = env.tunnelFacts(ctx, true)
+		before = o.Tunnels
+	}
+	return Judge(want, before, o)
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+)
+
+func cutoverCommand(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:      "cutover",
+		Usage:     "replace production with a candidate build under an armed automatic rollback",
+		UsageText: "mcpctl cutover --build PATH --arm-rollback [--version V] [--deadline D] [--skip-canary-check REASON]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary `PATH`", Required: true},
+			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts (required)"},
+			&cli.StringFlag{Name: "version", Usage: "release `V` (default: what the build's --version says)"},
+			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
+			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.IsSet("skip-canary-check") && strings.TrimSpace(c.String("skip-canary-check")) == "" {
+				return usageError("--skip-canary-check: give the reason, e.g. --skip-canary-check \"hotfix for incident 42\"")
+			}
+			if !c.Bool("arm-rollback") {
+				return usageError("cutover requires --arm-rollback: the spec requires the rollback to be armed before production restarts, so a bad deploy undoes itself even if this session dies")
+			}
+			build, err := filepath.Abs(c.String("build"))
+			if err != nil {
+				return usageError("--build %q: %v", c.String("build"), err)
+			}
+			env, closeEnv, err := cutoverEnv(c, d)
+			if err != nil {
+				return err
+			}
+			defer closeEnv()
+			rep, err := cutover.Cutover(c.Context, env, cutover.Options{
+				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
+				ArmRollback: true, SkipCanaryReason: c.String("skip-canary-check"),
+			})
+			printReport(c, d, rep, func(w io.Writer) { humanCutover(w, rep, err) })
+			return codeOf(err)
+		},
+	}
+}
+
+// cutoverEnv loads mcpctl.json and connects to systemd for the deploy
+// commands.
+func cutoverEnv(c *cli.Context, d *deps) (*cutover.Env, func(), error) {
+	cfg, cfgPath, err := loadCtlConfig(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("locate mcpctl: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	sd, err := systemd.Connect(ctx, systemd.Options{Logger: log})
+	if err != nil {
+		return nil, nil, withCode(exitFailed, fmt.Errorf("connect to systemd: %w", err))
+	}
+	return &cutover.Env{Config: cfg, Systemd: sd, Prober: &cutover.Prober{}, Logger: log, MCPCtl: self, MCPCtlConfig: cfgPath}, sd.Close, nil
+}
+
+// loadCtlConfig loads the config named by --config; the path is returned
+// absolute when the operator named one, "" for the default.
+func loadCtlConfig(c *cli.Context) (*ctlconfig.Config, string, error) {
+	path := c.String("config")
+	explicit := c.IsSet("config") && path != ""
+	if path == "" {
+		path = ctlconfig.DefaultPath
+	}
+	cfg, err := ctlconfig.Load(path, explicit)
+	if err != nil {
+		return nil, "", usageError("config: %v", err)
+	}
+	if !explicit {
+		return cfg, "", nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, "", usageError("--config %q: %v", path, err)
+	}
+	return cfg, abs, nil
+}
+
+// codeOf maps a cutover error to an exit code.
+func codeOf(err error) error {
+	var ce *cutover.Error
+	if errors.As(err, &ce) {
+		return withCode(ce.Code, err)
+	}
+	return err
+}
+
+// printReport writes v as JSON with --json, else the human form.
+func printReport(c *cli.Context, d *deps, v any, human func(io.Writer)) {
+	if c.Bool("json") {
+		enc := json.NewEncoder(d.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+		return
+	}
+	human(d.stdout)
+}
+
+func humanCutover(w io.Writer, r *cutover.Report, err error) {
+	if r == nil {
+		return
+	}
+	for _, s := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", s)
+	}
+	switch {
+	case err == nil:
+		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s, rollback disarmed)\n", r.FromVersion, r.ToVersion, r.Duration.Round(time.Millisecond), r.SnapshotID)
+	case r.RolledBack:
+		fmt.Fprintf(w, "cutover %s -> %s FAILED verification; rolled back to %s in %s\n", r.FromVersion, r.ToVersion, r.FromVersion, r.Rollback.Duration.Round(time.Millisecond))
+	default:
+		return
+	}
+	for _, t := range r.Timings {
+		fmt.Fprintf(w, "  %-16s %s\n", t.Step, t.Duration.Round(time.Millisecond))
+	}
+}

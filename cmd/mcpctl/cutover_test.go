@@ -1,0 +1,35 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Refusals that must happen before any config, lock or systemd is touched.
+func TestCutoverRollbackUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, exitUsage, "--arm-rollback"},
+		{"cutover without --build", []string{"cutover", "--arm-rollback"}, exitUsage, "build"},
+		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, exitUsage, "reason"},
+		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, exitUsage, "--snapshot"},
+		{"rollback with a stray argument", []string{"rollback", "now"}, exitUsage, "status or disarm"},
+		{"verify what", []string{"verify", "everything"}, exitUsage, "backend, tunnels or all"},
+		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, exitUsage, "config"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit = %d, want %d; stderr %s", code, tc.code, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Fatalf("stderr %q lacks %q", stderr, tc.want)
+			}
+		})
+	}
+}
