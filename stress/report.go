@@ -49,6 +49,8 @@ type Report struct {
 	Thresholds Thresholds `json:"thresholds"`
 	Checks     []Check    `json:"checks"`
 	Pass       bool       `json:"pass"`
+	// Build is filled in by the caller that records the verdict.
+	Build *Build `json:"build,omitempty"`
 }
 
 // MetricsReport is the target's own view.
@@ -247,6 +249,14 @@ func (r *Report) Render(w io.Writer, color bool) error {
 		verdict = fail.Render("FAIL")
 	}
 	fmt.Fprintln(&b, bold.Render("verdict: ")+verdict)
+	if bd := r.Build; bd != nil {
+		switch {
+		case bd.Recorded:
+			fmt.Fprintf(&b, "recorded for %s (version %s)\n", bd.Digest, bd.Version)
+		case bd.Note != "":
+			fmt.Fprintln(&b, "not recorded: "+bd.Note)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

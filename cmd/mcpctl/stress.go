@@ -1,0 +1,395 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+	"github.com/tsenart/vegeta/v12/lib/plot"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/stress"
+)
+
+func stressCommand(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:  "stress",
+		Usage: "overload the canary with vegeta; assert bounded concurrency and clean OVERLOADED",
+		Description: "Offers MCP tools/call traffic (shell.exec, file and control tools) above the target's capacity,\n" +
+			"samples /metrics, /healthz, the unit and production's /healthz, measures shell concurrency from the\n" +
+			"commands' own clocks, and checks every bound. Exit 1 when any check fails. The verdict is recorded\n" +
+			"in stateDir for the digest of the build the unit runs.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "target", Usage: "backend base `URL` (default: http://<canary.listen>)"},
+			&cli.StringFlag{Name: "production", Usage: "production base `URL` whose /healthz is sampled; empty disables (default: http://<backend.listen>)"},
+			&cli.StringFlag{Name: "profile", Value: string(stress.Overload), Usage: "`overload`, spike or soak"},
+			&cli.DurationFlag{Name: "duration", Usage: "attack duration (default: 20s overload, 30s spike, 10m soak)"},
+			&cli.Float64Flag{Name: "rate", Usage: "offered requests/s (peak for spike); 0 derives it from the target's limits"},
+			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
+			&cli.BoolFlag{Name: "faults", Usage: "also inject faults: disconnects, grandchildren, floods, oversized bodies, slow clients"},
+			&cli.BoolFlag{Name: "json", Usage: "machine-readable report on stdout"},
+			&cli.StringFlag{Name: "plot", Usage: "write vegeta's HTML latency plot to `FILE`"},
+			&cli.StringFlag{Name: "results", Usage: "write vegeta-encoded results to `FILE` (for `vegeta report`)"},
+			&cli.StringFlag{Name: "mix", Value: "5:3:2", Usage: "weights `SHELL:NORMAL:CONTROL` of the offered tool classes"},
+			&cli.DurationFlag{Name: "shell-sleep", Value: 500 * time.Millisecond, Usage: "how long each offered shell.exec sleeps"},
+			&cli.DurationFlag{Name: "control-p99", Value: time.Second, Usage: "bound on the p99 latency of control calls"},
+			&cli.Int64Flag{Name: "response-bytes", Value: 6 << 20, Usage: "the target's limits.responseBytes (floods must stay within)"},
+			&cli.Float64Flag{Name: "memory-growth", Value: 0.5, Usage: "allowed growth of the unit's memory, last third over first third (0.5 = 50%)"},
+		},
+		Action: func(c *cli.Context) error { return runStressCommand(c, d) },
+	}
+}
+
+// stressUnitSampler connects a unit sampler; tests replace it.
+var stressUnitSampler = systemdStressSampler
+
+// stressUnits is what the stress needs from ops/systemd.
+type stressUnits interface {
+	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+}
+
+var _ stressUnits = (*systemd.Client)(nil)
+
+// stressUnit samples a unit over D-Bus; the memory is the main process's
+// RSS (the backend itself, not its short-lived commands).
+type stressUnit struct {
+	units stressUnits
+	name  string
+}
+
+var _ stress.UnitSampler = (*stressUnit)(nil)
+
+func (u *stressUnit) Sample(ctx context.Context) (stress.UnitSample, error) {
+	st, err := u.units.Unit(ctx, u.name)
+	if err != nil {
+		return stress.UnitSample{}, err
+	}
+	if st.LoadState != "loaded" {
+		return stress.UnitSample{}, fmt.Errorf("unit %s: LoadState %q (want loaded)", u.name, st.LoadState)
+	}
+	s := stress.UnitSample{At: time.Now(), MainPID: st.MainPID, InvocationID: st.InvocationID, NRestarts: st.NRestarts}
+	if st.MainPID != 0 {
+		if p, err := (&stress.ProcSampler{PID: int(st.MainPID)}).Sample(ctx); err == nil {
+			s.MemoryBytes = p.MemoryBytes
+		}
+	}
+	return s, nil
+}
+
+// systemdStressSampler connects to the system bus and returns a sampler of
+// unit, the unit's MemoryHigh (0 when infinite) and a close func.
+func systemdStressSampler(ctx context.Context, unit string) (stress.UnitSampler, uint64, func(), error) {
+	cl, err := systemd.Connect(ctx, systemd.Options{})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	st, err := cl.Unit(ctx, unit)
+	if err != nil {
+		cl.Close()
+		return nil, 0, nil, err
+	}
+	high := st.MemoryHigh
+	if high == ^uint64(0) {
+		high = 0
+	}
+	return &stressUnit{units: cl, name: unit}, high, cl.Close, nil
+}
+
+func runStressCommand(c *cli.Context, d *deps) error {
+	if c.NArg() > 0 {
+		return usageError("stress: unexpected argument %q", c.Args().First())
+	}
+	cfg, err := ctlconfig.Load(c.String("config"), c.IsSet("config"))
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	target := c.String("target")
+	if !c.IsSet("target") {
+		target = "http://" + cfg.Canary.Listen
+	}
+	if err := stress.CheckLoopback(target); err != nil {
+		return usageError("--target: %v", err)
+	}
+	if stressSameHostPort(target, cfg.Backend.Listen) {
+		return usageError("--target %s is production (backend.listen %s): stress the canary, never production", target, cfg.Backend.Listen)
+	}
+	production := "http://" + cfg.Backend.Listen
+	if c.IsSet("production") {
+		production = c.String("production")
+	}
+	if production != "" {
+		if err := stress.CheckLoopback(production); err != nil {
+			return usageError("--production: %v", err)
+		}
+	}
+	unit := c.String("unit")
+	if !c.IsSet("unit") && !c.IsSet("target") {
+		unit = cfg.Canary.Unit
+	}
+	profile := stress.Profile(c.String("profile"))
+	if !stressProfileOK(profile) {
+		return usageError("--profile %q: must be overload, spike or soak", profile)
+	}
+	mix, err := stressParseMix(c.String("mix"))
+	if err != nil {
+		return usageError("--mix: %v", err)
+	}
+	if c.Duration("shell-sleep") <= 0 || c.Duration("control-p99") <= 0 || c.Int64("response-bytes") <= 0 || c.Float64("memory-growth") < 0 {
+		return usageError("--shell-sleep, --control-p99 and --response-bytes must be positive, --memory-growth not negative")
+	}
+	if r := c.Float64("rate"); r < 0 || r > stress.MaxRate {
+		return usageError("--rate %g: must be 0 (derive) up to %g", r, stress.MaxRate)
+	}
+	if c.Duration("duration") < 0 {
+		return usageError("--duration %s: must not be negative", c.Duration("duration"))
+	}
+	ctx := c.Context
+
+	th := stress.DefaultThresholds()
+	th.ControlP99 = c.Duration("control-p99")
+	th.ResponseBytes = c.Int64("response-bytes")
+	th.MemoryGrowth = c.Float64("memory-growth")
+
+	var sampler stress.UnitSampler
+	if unit != "" {
+		s, high, closeFn, err := stressUnitSampler(ctx, unit)
+		if err != nil {
+			return withCode(exitFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
+		}
+		defer closeFn()
+		sampler, th.MemoryHigh = s, high
+	}
+	// Production that is already down cannot be hurt by the stress: say so
+	// instead of failing on it.
+	var notes []string
+	if production != "" {
+		if code, err := stress.NewClient(production, 2*time.Second).Health(ctx); err != nil || code != 200 {
+			notes = append(notes, fmt.Sprintf("production %s not healthy before the stress (%v, HTTP %d): not sampled", production, err, code))
+			production = ""
+		}
+	}
+
+	run := stress.Config{
+		Target: target, Production: production, Profile: profile,
+		Duration: c.Duration("duration"), Rate: c.Float64("rate"), Mix: mix, ShellSleep: c.Duration("shell-sleep"),
+		Faults: c.Bool("faults"), Unit: sampler, UnitName: unit, Thresholds: th, Logger: d.logger,
+	}
+	var sinks []func(*vegeta.Result) error
+	var closers []func() error
+	defer func() {
+		for _, f := range closers {
+			_ = f()
+		}
+	}()
+	if path := c.String("results"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return withCode(exitUsage, fmt.Errorf("--results: %w", err))
+		}
+		closers = append(closers, f.Close)
+		enc := vegeta.NewEncoder(f)
+		sinks = append(sinks, enc.Encode)
+	}
+	var pl *plot.Plot
+	if c.String("plot") != "" {
+		pl = plot.New(plot.Title("mcpctl stress "+target+" ("+string(profile)+")"), plot.Label(stressOutcomeLabel))
+		sinks = append(sinks, pl.Add)
+	}
+	if len(sinks) > 0 {
+		run.OnResult = func(r *vegeta.Result) error {
+			for _, s := range sinks {
+				if err := s(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+
+	rep, err := stress.Run(ctx, run)
+	if err != nil {
+		return withCode(exitFailed, fmt.Errorf("stress: %w", err))
+	}
+	if pl != nil {
+		pl.Close()
+		if err := stressWritePlot(c.String("plot"), pl); err != nil {
+			return withCode(exitFailed, err)
+		}
+	}
+	for _, n := range notes {
+		rep.Checks = append(rep.Checks, stress.Check{Name: "note", Status: stress.Skip, Detail: n})
+	}
+	recErr := recordStressVerdict(ctx, cfg.StateDir, rep)
+
+	if stressFlag(c, "json") {
+		if err := rep.WriteJSON(d.stdout); err != nil {
+			return withCode(exitFailed, err)
+		}
+	} else if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
+		return withCode(exitFailed, err)
+	}
+	if recErr != nil {
+		return withCode(exitFailed, fmt.Errorf("record the stress verdict: %w", recErr))
+	}
+	if !rep.Pass {
+		var failed []string
+		for _, ch := range rep.Checks {
+			if ch.Status == stress.Fail {
+				failed = append(failed, ch.Name)
+			}
+		}
+		return withCode(exitFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
+	}
+	return nil
+}
+
+// recordStressVerdict records the verdict for the digest of the executable
+// the unit runs. Without a unit there is no build to name: nothing is
+// recorded, and the report says so.
+func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Report) error {
+	b := &stress.Build{}
+	rep.Build = b
+	if rep.UnitSamples == nil || rep.UnitSamples.First.MainPID == 0 {
+		b.Note = "no unit sampled, so no build digest to record the verdict for"
+		return nil
+	}
+	digest, err := stress.ExeDigest(rep.UnitSamples.Last.MainPID)
+	if err != nil {
+		b.Note = err.Error()
+		return err
+	}
+	b.Digest = digest
+	if v, err := stress.ServerVersion(ctx, rep.Target); err == nil {
+		b.Version = v
+	}
+	summary := fmt.Sprintf("%s %s at %.0f/s offered, %d requests: ", rep.Profile, rep.Plan.Duration, rep.OfferedRate, rep.Requests)
+	var failed []string
+	for _, ch := range rep.Checks {
+		if ch.Status == stress.Fail {
+			failed = append(failed, ch.Name)
+		}
+	}
+	if len(failed) == 0 {
+		summary += "all checks passed"
+	} else {
+		summary += "FAIL " + strings.Join(failed, ", ")
+	}
+	if rep.Faults {
+		summary += " (with faults)"
+	}
+	if err := state.RecordVerdict(stateDir, state.Verdict{
+		Kind: state.KindStress, Digest: digest, Version: b.Version, Pass: rep.Pass, Summary: summary,
+	}); err != nil {
+		b.Note = err.Error()
+		return err
+	}
+	b.Recorded = true
+	return nil
+}
+
+func stressWritePlot(path string, pl *plot.Plot) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if _, err := pl.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return f.Close()
+}
+
+// stressOutcomeLabel labels plot points by the classified outcome the stress
+// wrote into Error ("overloaded: ...") or vegeta's own error.
+func stressOutcomeLabel(r *vegeta.Result) string {
+	if r.Error == "" {
+		return "ok"
+	}
+	if o, _, ok := strings.Cut(r.Error, ":"); ok {
+		for _, known := range stress.Outcomes {
+			if o == string(known) {
+				return o
+			}
+		}
+	}
+	if r.Code == 0 {
+		return string(stress.OutcomeTransport)
+	}
+	return string(stress.OutcomeHTTPError)
+}
+
+func stressProfileOK(p stress.Profile) bool {
+	for _, q := range stress.Profiles {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+func stressParseMix(s string) (stress.Mix, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return stress.Mix{}, fmt.Errorf("%q: want SHELL:NORMAL:CONTROL weights, e.g. 5:3:2", s)
+	}
+	var w [3]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return stress.Mix{}, fmt.Errorf("%q: weight %q is not a whole number", s, p)
+		}
+		w[i] = n
+	}
+	m := stress.Mix{Shell: w[0], Normal: w[1], Control: w[2]}
+	return m, m.Validate()
+}
+
+// stressSameHostPort says whether base (a URL) points at listen (host:port).
+func stressSameHostPort(base, listen string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h1, p1, err1 := net.SplitHostPort(u.Host)
+	h2, p2, err2 := net.SplitHostPort(listen)
+	if err1 != nil || err2 != nil || p1 != p2 {
+		return false
+	}
+	norm := func(h string) string {
+		if h == "localhost" {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return norm(h1) == norm(h2)
+}
+
+// stressFlag is true when the flag is set on the command or globally.
+func stressFlag(c *cli.Context, name string) bool {
+	for _, x := range c.Lineage() {
+		if x.Bool(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// stressColor: colour only for a terminal, and never with --no-color/NO_COLOR.
+func stressColor(c *cli.Context, w io.Writer) bool {
+	if stressFlag(c, "no-color") {
+		return false
+	}
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
