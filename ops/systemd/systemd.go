@@ -302,10 +302,12 @@ func u32(v any) uint32     { n, _ := v.(uint32); return n }
 func isGone(s string) bool { return s == "not-found" || s == "" }
 
 // Transient describes a transient timer + service pair: the timer fires once
-// After its start and runs Argv as a oneshot service.
+// After its start and runs Argv as a oneshot service. The two must share
+// their name (systemd does not let a transient timer name another unit), so
+// Service may be left empty.
 type Transient struct {
 	Timer       string // e.g. "mcpctl-rollback.timer"
-	Service     string // e.g. "mcpctl-rollback.service"
+	Service     string // "mcpctl-rollback.service" for the timer above
 	Description string
 	Argv        []string
 	After       time.Duration
@@ -315,11 +317,15 @@ type Transient struct {
 // unit (StartTransientUnitAux). Transient units vanish at reboot; callers that
 // must survive one keep their own marker.
 func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
+	service := strings.TrimSuffix(t.Timer, ".timer") + ".service"
+	if t.Service == "" {
+		t.Service = service
+	}
 	switch {
-	case !strings.HasSuffix(t.Timer, ".timer"):
+	case !strings.HasSuffix(t.Timer, ".timer") || t.Timer == ".timer":
 		return fmt.Errorf("arm transient: timer %q: must end in .timer", t.Timer)
-	case !strings.HasSuffix(t.Service, ".service"):
-		return fmt.Errorf("arm transient: service %q: must end in .service", t.Service)
+	case t.Service != service:
+		return fmt.Errorf("arm transient: service %q: must be %q, the timer's own name", t.Service, service)
 	case len(t.Argv) == 0 || !strings.HasPrefix(t.Argv[0], "/"):
 		return fmt.Errorf("arm transient: argv %q: must start with an absolute path", t.Argv)
 	case t.After < time.Second:
@@ -337,7 +343,6 @@ func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
 		}{{"OnActiveSec", uint64(t.After / time.Microsecond)}})},
 		{Name: "AccuracyUSec", Value: godbus.MakeVariant(uint64(time.Second / time.Microsecond))},
 		{Name: "RemainAfterElapse", Value: godbus.MakeVariant(false)},
-		{Name: "Unit", Value: godbus.MakeVariant(t.Service)},
 	}
 	svc := []sddbus.Property{
 		sddbus.PropDescription(desc),
