@@ -3,16 +3,15 @@ package stress
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
 )
 
 // Build identifies what was stressed, for the verdict record.
@@ -30,16 +29,8 @@ func ExeDigest(pid uint32) (string, error) {
 	if pid == 0 {
 		return "", fmt.Errorf("exe digest: pid 0: the unit has no main process")
 	}
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/exe")
-	if err != nil {
-		return "", fmt.Errorf("exe digest: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("exe digest of pid %d: %w", pid, err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	// The same digest ops/candidate takes of a build file.
+	return buildinfo.FileDigest("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/exe")
 }
 
 // ServerVersion asks the target for its serverInfo with an initialize

@@ -16,7 +16,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/stress"
@@ -110,9 +109,9 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if c.NArg() > 0 {
 		return usageError("stress: unexpected argument %q", c.Args().First())
 	}
-	cfg, err := ctlconfig.Load(c.String("config"), c.IsSet("config"))
+	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
-		return withCode(exitUsage, err)
+		return err
 	}
 	target := c.String("target")
 	if !c.IsSet("target") {
