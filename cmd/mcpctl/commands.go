@@ -12,5 +12,7 @@ func commands(d *deps) []*cli.Command {
 		cutoverCommand(d),
 		rollbackCommand(d),
 		verifyCommand(d),
+		installCommand(d),
+		canaryCommand(d),
 	}
 }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/deploy"
+)
+
+func canaryCommand(d *deps) *cli.Command {
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+	return &cli.Command{
+		Name:  "canary",
+		Usage: "run a candidate build beside production on the canary port",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "start",
+				Usage: "check, install as a release and start the candidate as the canary; prove production untouched",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)"},
+					&cli.StringFlag{Name: "version", Usage: "release version (default: what --build --version prints)"},
+					jsonFlag,
+				},
+				Action: func(c *cli.Context) error {
+					if c.String("build") == "" {
+						return usageError("canary start: --build PATH is required")
+					}
+					env, done, err := deployEnv(c, d)
+					if err != nil {
+						return err
+					}
+					defer done()
+					build, _ := filepath.Abs(c.String("build"))
+					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
+					deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanCanary(w, st, rep, err) })
+					if err != nil {
+						return withCode(exitFailed, fmt.Errorf("canary start: %w", err))
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "status",
+				Usage: "show the canary unit, its release and its health",
+				Flags: []cli.Flag{jsonFlag},
+				Action: func(c *cli.Context) error {
+					env, done, err := deployEnv(c, d)
+					if err != nil {
+						return err
+					}
+					defer done()
+					st, err := deploy.Status(c.Context, env)
+					if err != nil {
+						return withCode(exitFailed, fmt.Errorf("canary status: %w", err))
+					}
+					deployPrint(c, d, st, func(w io.Writer, s deployStyles) { humanCanaryStatus(w, s, st) })
+					return nil
+				},
+			},
+			{
+				Name:  "stop",
+				Usage: "stop the canary and remove its release unless it is current",
+				Flags: []cli.Flag{jsonFlag},
+				Action: func(c *cli.Context) error {
+					env, done, err := deployEnv(c, d)
+					if err != nil {
+						return err
+					}
+					defer done()
+					rep, err := deploy.Stop(c.Context, env)
+					deployPrint(c, d, rep, func(w io.Writer, s deployStyles) {
+						fmt.Fprintf(w, "%s %s %s\n", s.title.Render("canary stop"), rep.Unit, s.verdict(err == nil))
+						if rep.Version != "" {
+							if rep.ReleaseRemoved {
+								fmt.Fprintf(w, "  release %s removed\n", rep.Version)
+							} else {
+								fmt.Fprintf(w, "  release %s kept: %s\n", rep.Version, rep.KeptReason)
+							}
+						}
+					})
+					if err != nil {
+						return withCode(exitFailed, fmt.Errorf("canary stop: %w", err))
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func humanCanary(w io.Writer, st deployStyles, r *deploy.CanaryReport, err error) {
+	fmt.Fprintf(w, "%s %s %s %s\n", st.title.Render("canary"), r.Version, st.dim.Render(r.URL), st.verdict(err == nil && r.Pass))
+	for _, reason := range r.Plan.Refusals {
+		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("refused:"), reason)
+	}
+	if r.Digest != "" {
+		fmt.Fprintf(w, "  build %s\n", st.dim.Render(r.Digest))
+	}
+	humanSteps(w, st, r.Steps)
+	humanChecks(w, st, "canary", r.Canary)
+	p := r.Production
+	if p.Before.MainPID != 0 {
+		fmt.Fprintf(w, "  %s %s %s\n", st.title.Render("production"), p.Unit, st.verdict(len(p.Problems()) == 0))
+		fmt.Fprintf(w, "    MainPID      %d -> %d\n", p.Before.MainPID, p.After.MainPID)
+		fmt.Fprintf(w, "    InvocationID %s -> %s\n", p.Before.InvocationID, p.After.InvocationID)
+		fmt.Fprintf(w, "    /healthz     %d samples, %d failures\n", p.HealthzSamples, p.HealthzFailures)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "  %s %v\n", st.bad.Render("error:"), err)
+	}
+}
+
+func humanCanaryStatus(w io.Writer, s deployStyles, st *deploy.CanaryStatus) {
+	fmt.Fprintf(w, "%s %s %s/%s\n", s.title.Render("canary"), st.Unit, st.ActiveState, st.SubState)
+	if st.Record != nil {
+		fmt.Fprintf(w, "  release %s %s started %s verdict %s\n", st.Record.Version, s.dim.Render(st.Record.Digest), st.Record.Started.Format("2006-01-02 15:04:05"), s.verdict(st.Record.Pass))
+	}
+	if st.MainPID != 0 {
+		fmt.Fprintf(w, "  MainPID %d, restarts %d, since %s\n", st.MainPID, st.NRestarts, st.Since.Format("2006-01-02 15:04:05"))
+		fmt.Fprintf(w, "  %s /healthz %d, /readyz %d, serving %s\n", s.dim.Render(st.URL), st.Healthz, st.Readyz, st.Version)
+	}
+	if st.Err != "" {
+		fmt.Fprintf(w, "  %s %s\n", s.bad.Render("error:"), st.Err)
+	}
+}

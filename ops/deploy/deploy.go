@@ -1,0 +1,197 @@
+// Package deploy holds the first install of production and the blue/green
+// canary: each decision is a pure plan from observed facts, and a small
+// executor applies it through the systemd client, the release store and the
+// verify probes.
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/ops/release"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// Systemd is the part of the systemd client install and canary use.
+type Systemd interface {
+	DaemonReload(ctx context.Context) error
+	Enable(ctx context.Context, units ...string) error
+	Start(ctx context.Context, unit string) error
+	Stop(ctx context.Context, unit string) error
+	ResetFailed(ctx context.Context, unit string) error
+	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+}
+
+var _ Systemd = (*systemd.Client)(nil)
+
+// Env is what install and canary act on.
+type Env struct {
+	Config  *ctlconfig.Config
+	Systemd Systemd
+	// Verify runs the probes; verify.Default when nil.
+	Verify *verify.Client
+	Logger *slog.Logger
+	// MCPCtl is the mcpctl binary the rendered units run (units.DefaultMCPCtl
+	// when empty) and MCPCtlConfig the --config they pass ("" for none).
+	MCPCtl       string
+	MCPCtlConfig string
+	// ReadyTimeout bounds the wait for /healthz and /readyz after a start;
+	// 30 s when zero (the units' TimeoutStartSec).
+	ReadyTimeout time.Duration
+}
+
+func (e *Env) log() *slog.Logger {
+	if e.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.Logger
+}
+
+func (e *Env) verifier() *verify.Client {
+	if e.Verify == nil {
+		return verify.Default
+	}
+	return e.Verify
+}
+
+func (e *Env) readyTimeout() time.Duration {
+	if e.ReadyTimeout <= 0 {
+		return 30 * time.Second
+	}
+	return e.ReadyTimeout
+}
+
+func (e *Env) store() *release.Store { return &release.Store{Root: e.Config.Install.Root} }
+
+func (e *Env) render(canaryBinary string) ([]units.Unit, error) {
+	us, err := units.Render(units.Params{Config: e.Config, MCPCtl: e.MCPCtl, MCPCtlConfig: e.MCPCtlConfig, CanaryBinary: canaryBinary})
+	if err != nil {
+		return nil, fmt.Errorf("render units: %w", err)
+	}
+	return us, nil
+}
+
+// URL is the http base URL of a listen address.
+func URL(listen string) string { return "http://" + listen }
+
+// WriteUnits writes each unit into dir atomically, skipping files whose
+// content is already the same, and returns the names it wrote. The caller
+// reloads systemd when the list is not empty.
+func WriteUnits(dir string, us []units.Unit) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("unit dir %s: %w", dir, err)
+	}
+	var written []string
+	for _, u := range us {
+		p := filepath.Join(dir, u.Name)
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, u.Content) {
+			continue
+		}
+		if err := atomicfs.WriteFile(p, u.Content, 0o644); err != nil {
+			return written, fmt.Errorf("write unit %s: %w", p, err)
+		}
+		written = append(written, u.Name)
+	}
+	return written, nil
+}
+
+// DefaultBackendConfig is the backend config install writes where none
+// exists: every default, listening where mcpctl.json says.
+func DefaultBackendConfig(listen string) []byte {
+	b, _ := json.MarshalIndent(map[string]any{"listen": listen}, "", "  ")
+	return append(b, '\n')
+}
+
+// WithListen returns the JSON object config with "listen" replaced, keeping
+// every other key as it is (a newer candidate may know keys this mcpctl does
+// not).
+func WithListen(config []byte, listen string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(config, &m); err != nil {
+		return nil, fmt.Errorf("backend config is not a JSON object: %w", err)
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	l, _ := json.Marshal(listen)
+	m["listen"] = l
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// PortFree reports whether listen can be bound now (nobody else holds it).
+func PortFree(listen string) bool {
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// waitReady polls /healthz and then /readyz until both answer 200.
+func (e *Env) waitReady(ctx context.Context, baseURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, e.readyTimeout())
+	defer cancel()
+	v := e.verifier()
+	var last string
+	for {
+		hc, _, herr := v.Healthz(ctx, baseURL)
+		if herr == nil && hc == 200 {
+			rc, body, rerr := v.Readyz(ctx, baseURL)
+			if rerr == nil && rc == 200 {
+				return nil
+			}
+			last = fmt.Sprintf("/readyz: %d %s %v", rc, bytes.TrimSpace(body), rerr)
+		} else {
+			last = fmt.Sprintf("/healthz: %d %v", hc, herr)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready within %s (last: %s)", baseURL, e.readyTimeout(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// loaded reports whether systemd knows the unit with a unit file or a
+// running process.
+func loaded(u *systemd.UnitState) bool {
+	return u != nil && u.LoadState != "" && u.LoadState != "not-found"
+}
+
+// active reports a unit that runs or is starting or stopping.
+func active(u *systemd.UnitState) bool {
+	if u == nil {
+		return false
+	}
+	switch u.ActiveState {
+	case "active", "activating", "reloading", "deactivating":
+		return true
+	}
+	return false
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+var errRefused = errors.New("refused")
