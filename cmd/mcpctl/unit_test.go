@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// unitTestConfig writes an mcpctl.json with tunnels that can be rendered and
+// returns its path; mutate edits the JSON object first.
+func unitTestConfig(t testing.TB, dir string, mutate func(map[string]any)) string {
+	t.Helper()
+	cfg := map[string]any{
+		"unitDir": filepath.Join(dir, "units"),
+		"install": map[string]any{"root": filepath.Join(dir, "opt")},
+		"tunnels": []any{
+			map[string]any{"name": "Overdeck", "unit": "mcp-tunnel-overdeck.service", "url": "http://127.0.0.1:18441", "exec": "/usr/bin/socat TCP-LISTEN:18441,fork TCP:127.0.0.1:3210"},
+			map[string]any{"name": "overdeck-vm", "unit": "mcp-tunnel-overdeck-vm.service", "url": "http://127.0.0.1:18442", "exec": "/usr/bin/socat TCP-LISTEN:18442,fork TCP:127.0.0.1:3210"},
+		},
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "mcpctl.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUnitRender(t *testing.T) {
+	dir := t.TempDir()
+	conf := unitTestConfig(t, dir, nil)
+	code, out, errs := runCLI(t, "--config", conf, "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl", "--canary-version", "v7")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"# unit mcp-backend.service\n", "# unit mcp-backend-canary.service\n", "# unit mcp-tunnel-overdeck-vm.service\n",
+		"# unit mcp-watchdog.timer\n", "# unit mcpctl-pending-rollback.service\n",
+		"TasksMax=512\n", "LimitNOFILE=65536\n", "MemoryHigh=6G\n", "MemoryMax=9G\n", "CPUWeight=80\n", "TimeoutStopSec=5\n",
+		"ExecStart=" + filepath.Join(dir, "opt", "releases", "v7", "mcp-backend") + " serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211\n",
+		"ExecStart=/usr/local/bin/mcpctl --config " + conf + " rollback --if-pending\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render output lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "units")); !os.IsNotExist(err) {
+		t.Fatalf("render touched unitDir: %v", err)
+	}
+
+	t.Run("json", func(t *testing.T) {
+		code, out, errs := runCLI(t, "--config", conf, "--json", "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		var list []renderedUnit
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if len(list) != 6 || list[0].Name != "mcp-backend.service" || !list[0].Enable || !strings.Contains(list[0].Content, "Type=notify") {
+			t.Fatalf("json units: %+v", list)
+		}
+	})
+
+	t.Run("out", func(t *testing.T) {
+		outDir := filepath.Join(dir, "rendered")
+		code, _, errs := runCLI(t, "--config", conf, "unit", "render", "--out", outDir, "--mcpctl", "/usr/local/bin/mcpctl")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		cfg, err := ctlconfig.Load(conf, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := units.Render(units.Params{Config: cfg, MCPCtl: "/usr/local/bin/mcpctl", MCPCtlConfig: conf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, _ := os.ReadDir(outDir)
+		if len(entries) != len(want) {
+			t.Fatalf("%d files in --out, want %d", len(entries), len(want))
+		}
+		for _, u := range want {
+			got, err := os.ReadFile(filepath.Join(outDir, u.Name))
+			if err != nil || string(got) != string(u.Content) {
+				t.Errorf("%s: %v, content differs from units.Render", u.Name, err)
+			}
+		}
+	})
+}
+
+func TestUnitBadConfigExit2(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(map[string]any)
+		want   string
+	}{
+		{"cpuWeight", func(m map[string]any) { m["guardrails"] = map[string]any{"cpuWeight": 0} }, "guardrails.cpuWeight = 0: must be 1..10000"},
+		{"memoryMax", func(m map[string]any) { m["guardrails"] = map[string]any{"memoryMax": "9GiB"} }, `guardrails.memoryMax = "9GiB": not a size`},
+		{"memoryHigh above max", func(m map[string]any) { m["guardrails"] = map[string]any{"memoryHigh": "12G"} }, `guardrails.memoryHigh = "12G": must not be above`},
+		{"tunnel without url", func(m map[string]any) { m["tunnels"].([]any)[1].(map[string]any)["url"] = "" }, `tunnels[1].url = ""`},
+		{"tunnel without name", func(m map[string]any) { m["tunnels"].([]any)[0].(map[string]any)["name"] = "" }, `tunnels[0].name = ""`},
+		{"duplicate units", func(m map[string]any) {
+			m["tunnels"].([]any)[1].(map[string]any)["unit"] = "mcp-tunnel-overdeck.service"
+		}, `duplicate unit name`},
+		{"unknown key", func(m map[string]any) { m["guardrail"] = map[string]any{} }, `unknown field "guardrail"`},
+		{"deadline", func(m map[string]any) { m["rollback"] = map[string]any{"deadline": "soon"} }, `rollback.deadline = "soon"`},
+	}
+	for _, tc := range tests {
+		for _, cmd := range [][]string{{"unit", "render", "--out", "OUT"}, {"unit", "install"}} {
+			t.Run(tc.name+" "+cmd[1], func(t *testing.T) {
+				dir := t.TempDir()
+				conf := unitTestConfig(t, dir, tc.mutate)
+				args := []string{"--config", conf}
+				for _, a := range cmd {
+					args = append(args, strings.ReplaceAll(a, "OUT", filepath.Join(dir, "out")))
+				}
+				code, out, errs := runCLI(t, args...)
+				if code != exitUsage {
+					t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errs)
+				}
+				if !strings.Contains(errs, tc.want) {
+					t.Fatalf("stderr %q lacks %q", errs, tc.want)
+				}
+				if out != "" {
+					t.Errorf("stdout not empty: %q", out)
+				}
+				for _, d := range []string{"out", "units"} {
+					if _, err := os.Stat(filepath.Join(dir, d)); !os.IsNotExist(err) {
+						t.Errorf("%s written despite the bad config (%v)", d, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestUnitMissingExplicitConfig(t *testing.T) {
+	code, _, errs := runCLI(t, "--config", filepath.Join(t.TempDir(), "nope.json"), "unit", "render")
+	if code != exitUsage || !strings.Contains(errs, "nope.json") {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+}
+
+func TestLineDiff(t *testing.T) {
+	a := "a\nb\nc\nd\ne\nf\ng\nh\n"
+	b := "a\nb\nC\nd\ne\nf\ng\nh\ni\n"
+	got := lineDiff("old", "new", a, b)
+	want := "--- old\n+++ new\n@@ -1,5 +1,5 @@\n a\n b\n-c\n+C\n d\n e\n@@ -7,2 +7,3 @@\n g\n h\n+i\n"
+	if got != want {
+		t.Fatalf("diff:\n%s\nwant:\n%s", got, want)
+	}
+	created := lineDiff("old", "new", "", "x\ny\n")
+	if created != "--- old\n+++ new\n@@ -0,0 +1,2 @@\n+x\n+y\n" {
+		t.Fatalf("diff of a new file:\n%s", created)
+	}
+}
+
+// TestUnitInstallInRealSystemd runs mcpctl unit install inside a real
+// systemd, as an operator would: units written, reloaded, enabled; a second
+// run changes nothing; a changed guardrail is diffed and reaches systemd.
+func TestUnitInstallInRealSystemd(t *testing.T) {
+	work := t.TempDir()
+	mcpctl := filepath.Join(work, "bin", "mcpctl")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "v-unit-test"), mcpctl)
+	conf := unitTestConfig(t, work, func(m map[string]any) { delete(m, "unitDir") })
+	m := nspawntest.Boot(t, nspawntest.Options{Binds: []string{work}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	install := func() unitInstallReport {
+		t.Helper()
+		out, err := m.Exec(ctx, mcpctl, "--config", conf, "--json", "unit", "install")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep unitInstallReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return rep
+	}
+
+	rep := install()
+	if len(rep.Changed) != 6 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
+		t.Fatalf("first install: %+v", rep)
+	}
+	wantEnabled := []string{"mcp-backend.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
+	if strings.Join(rep.Enabled, " ") != strings.Join(wantEnabled, " ") {
+		t.Fatalf("enabled %v, want %v", rep.Enabled, wantEnabled)
+	}
+	for _, u := range wantEnabled {
+		st, err := m.Client.Unit(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LoadState != "loaded" || st.UnitFileState != "enabled" {
+			t.Errorf("%s: %s/%s, want loaded/enabled", u, st.LoadState, st.UnitFileState)
+		}
+	}
+	if st, err := m.Client.Unit(ctx, "mcp-watchdog.service"); err != nil || st.LoadState != "loaded" || st.UnitFileState != "static" {
+		t.Errorf("watchdog service: %+v %v", st, err)
+	}
+	// mcpctl in the units is this mcpctl, with the operator's config.
+	b, err := os.ReadFile(filepath.Join(m.UnitsDir, "mcpctl-pending-rollback.service"))
+	if err != nil || !strings.Contains(string(b), "ExecStart="+mcpctl+" --config "+conf+" rollback --if-pending\n") {
+		t.Fatalf("pending-rollback unit: %v\n%s", err, b)
+	}
+
+	rep = install()
+	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 6 {
+		t.Fatalf("second install changed something: %+v", rep)
+	}
+
+	unitTestConfig(t, work, func(m map[string]any) {
+		delete(m, "unitDir")
+		m["guardrails"] = map[string]any{"tasksMax": 256}
+	})
+	out, err := m.Exec(ctx, mcpctl, "--config", conf, "--no-color", "unit", "install")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"updated mcp-backend.service\n", "-TasksMax=512\n", "+TasksMax=256\n", "1 unit(s) written"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("install output lacks %q:\n%s", want, out)
+		}
+	}
+	st, err := m.Client.Unit(ctx, "mcp-backend.service")
+	if err != nil || st.TasksMax != 256 {
+		t.Fatalf("TasksMax after install = %d (%v), want 256: not reloaded?", st.TasksMax, err)
+	}
+}
