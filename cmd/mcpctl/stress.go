@@ -36,6 +36,7 @@ func stressCommand(d *deps) *cli.Command {
 			&cli.DurationFlag{Name: "duration", Usage: "attack duration (default: 20s overload, 30s spike, 10m soak)"},
 			&cli.Float64Flag{Name: "rate", Usage: "offered requests/s (peak for spike); 0 derives it from the target's limits"},
 			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
+			&cli.IntFlag{Name: "pid", Usage: "sample this process instead of a unit (a backend run outside systemd)"},
 			&cli.BoolFlag{Name: "faults", Usage: "also inject faults: disconnects, grandchildren, floods, oversized bodies, slow clients"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable report on stdout"},
 			&cli.StringFlag{Name: "plot", Usage: "write vegeta's HTML latency plot to `FILE`"},
@@ -161,7 +162,16 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	th.MemoryGrowth = c.Float64("memory-growth")
 
 	var sampler stress.UnitSampler
-	if unit != "" {
+	if pid := c.Int("pid"); pid != 0 {
+		if c.IsSet("unit") && unit != "" {
+			return usageError("--pid and --unit exclude each other")
+		}
+		if pid < 0 {
+			return usageError("--pid %d: must be a process id", pid)
+		}
+		unit = "pid " + strconv.Itoa(pid)
+		sampler = &stress.ProcSampler{PID: pid}
+	} else if unit != "" {
 		s, high, closeFn, err := stressUnitSampler(ctx, unit)
 		if err != nil {
 			return withCode(exitFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))

@@ -44,6 +44,7 @@ func TestStressCommandUsage(t *testing.T) {
 		{"bad mix", []string{"--target", "http://127.0.0.1:1", "--mix", "1:2"}, "--mix"},
 		{"rate too high", []string{"--target", "http://127.0.0.1:1", "--rate", "1e6"}, "--rate"},
 		{"argument", []string{"--target", "http://127.0.0.1:1", "extra"}, "unexpected argument"},
+		{"pid and unit", []string{"--target", "http://127.0.0.1:1", "--pid", "1", "--unit", "x.service"}, "exclude"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,7 +154,10 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	dec := vegeta.NewDecoder(f)
+	dec := vegeta.DecoderFor(f) // what `vegeta report` uses
+	if dec == nil {
+		t.Fatal("--results is in no format vegeta recognises")
+	}
 	n := 0
 	for {
 		var r vegeta.Result
