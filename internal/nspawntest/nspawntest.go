@@ -66,26 +66,36 @@ type Machine struct {
 	leader  int
 }
 
-// Skip reasons are checked once: they do not change within a process.
+// requireEnv skips (or, under CI=true, fails) when this machine cannot run
+// a container.
 func requireEnv(t testing.TB) {
 	t.Helper()
-	var reason string
-	switch {
-	case os.Geteuid() != 0:
-		reason = "needs root to run systemd-nspawn"
-	default:
-		for _, tool := range []string{"systemd-nspawn", "nsenter", "timeout"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				reason = tool + " not installed (Debian: apt-get install systemd-container util-linux coreutils)"
-				break
-			}
+	if reason := unavailable(os.Geteuid(), exec.LookPath); reason != "" {
+		SkipOrFail(t, "%s", reason)
+	}
+}
+
+// unavailable says why a container cannot run here, or "".
+func unavailable(euid int, lookPath func(string) (string, error)) string {
+	if euid != 0 {
+		return "needs root to run systemd-nspawn"
+	}
+	for _, tool := range []string{"systemd-nspawn", "nsenter", "timeout"} {
+		if _, err := lookPath(tool); err != nil {
+			return tool + " not installed (Debian: apt-get install systemd-container util-linux coreutils)"
 		}
 	}
-	if reason == "" {
-		return
-	}
+	return ""
+}
+
+// SkipOrFail skips a real-systemd test that cannot run on this machine, with
+// the reason; under CI=true it fails instead, so CI never passes by skipping.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	reason := fmt.Sprintf(format, args...)
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("real-systemd test cannot run: %s (CI=true: failing instead of skipping)", reason)
+		return
 	}
 	t.Skipf("real-systemd test skipped: %s", reason)
 }

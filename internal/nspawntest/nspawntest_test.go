@@ -2,6 +2,7 @@ package nspawntest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,5 +107,58 @@ func TestBuildBinaryCaches(t *testing.T) {
 	out, err := exec.Command(c).Output()
 	if err != nil || strings.TrimSpace(string(out)) != "v0.0.2" {
 		t.Fatalf("%s printed %q, %v; want v0.0.2", c, out, err)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	found := func(string) (string, error) { return "/usr/bin/x", nil }
+	missing := func(name string) func(string) (string, error) {
+		return func(tool string) (string, error) {
+			if tool == name {
+				return "", exec.ErrNotFound
+			}
+			return "/usr/bin/" + tool, nil
+		}
+	}
+	tests := []struct {
+		name string
+		euid int
+		look func(string) (string, error)
+		want string
+	}{
+		{"root with tools", 0, found, ""},
+		{"not root", 1000, found, "needs root"},
+		{"no nspawn", 0, missing("systemd-nspawn"), "systemd-nspawn not installed"},
+		{"no nsenter", 0, missing("nsenter"), "nsenter not installed"},
+	}
+	for _, tc := range tests {
+		got := unavailable(tc.euid, tc.look)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// recordTB records how SkipOrFail ended a test without ending this one.
+type recordTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (r *recordTB) Helper()                           {}
+func (r *recordTB) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
+func (r *recordTB) Skipf(format string, args ...any)  { r.skip = fmt.Sprintf(format, args...) }
+
+func TestSkipOrFailUnderCI(t *testing.T) {
+	for _, ci := range []string{"true", ""} {
+		t.Setenv("CI", ci)
+		r := &recordTB{TB: t}
+		SkipOrFail(r, "no %s", "nspawn")
+		switch {
+		case ci == "true" && (r.fatal == "" || r.skip != "" || !strings.Contains(r.fatal, "no nspawn")):
+			t.Errorf("CI=true: fatal %q skip %q, want a failure naming the reason", r.fatal, r.skip)
+		case ci == "" && (r.skip == "" || r.fatal != "" || !strings.Contains(r.skip, "no nspawn")):
+			t.Errorf("CI unset: fatal %q skip %q, want a skip naming the reason", r.fatal, r.skip)
+		}
 	}
 }

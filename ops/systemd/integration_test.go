@@ -100,7 +100,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	defer cancel()
 	sd := m.Client
 	if _, err := m.Exec(ctx, "test", "-x", "/usr/bin/socat"); err != nil {
-		t.Skipf("socat is needed for the tunnel units: %v", err)
+		nspawntest.SkipOrFail(t, "socat is needed for the tunnel units (Debian: apt-get install socat): %v", err)
 	}
 	for _, u := range rendered {
 		writeFile(t, filepath.Join(m.UnitsDir, u.Name), string(u.Content), 0o644)
