@@ -184,14 +184,14 @@ func (m *Machine) Exec(ctx context.Context, argv ...string) (string, error) {
 // Reboot stops the container and boots it again with the same machine-id,
 // units dir and binds, as a host reboot would (the transient units and
 // everything in its tmpfs are gone, the bound directories stay). Client is
-// replaced by a new connection.
-func (m *Machine) Reboot() {
-	m.t.Helper()
+// replaced by a new connection. t is the calling (sub)test.
+func (m *Machine) Reboot(t testing.TB) {
+	t.Helper()
 	if err := m.stop(); err != nil {
-		m.t.Fatalf("nspawntest: reboot %s: stop: %v", m.Name, err)
+		t.Fatalf("nspawntest: reboot %s: stop: %v", m.Name, err)
 	}
 	if err := m.start(); err != nil {
-		m.t.Fatalf("nspawntest: reboot %s: boot: %v", m.Name, err)
+		t.Fatalf("nspawntest: reboot %s: boot: %v", m.Name, err)
 	}
 }
 

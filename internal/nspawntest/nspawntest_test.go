@@ -64,7 +64,7 @@ func TestBootTwoAtOnceAndReboot(t *testing.T) {
 				}
 				firstLeader := m.Leader()
 
-				m.Reboot()
+				m.Reboot(t)
 				if m.Leader() == firstLeader || m.Leader() == 0 {
 					t.Fatalf("leader after reboot = %d, before %d", m.Leader(), firstLeader)
 				}

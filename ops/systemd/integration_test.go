@@ -416,7 +416,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err := sd.ArmTransient(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
-		m.Reboot()
+		m.Reboot(t)
 		sd = m.Client
 		if gone, err := sd.Gone(ctx, tr.Timer, tr.Service); err != nil || !gone {
 			t.Fatalf("Gone after reboot = %v, %v", gone, err)
