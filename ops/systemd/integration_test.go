@@ -347,9 +347,10 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("disarmed service ran: %v", err)
 		}
-		// Disarming what is not armed is a no-op, not an error.
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); err != nil {
-			t.Fatalf("second disarm: %v", err)
+		// What is not armed cannot be disarmed: a caller must not mistake
+		// a fired timer for a disarmed one.
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+			t.Fatalf("second disarm: %v, want ErrAlreadyFired", err)
 		}
 	})
 
@@ -375,6 +376,9 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		// RemainAfterElapse=false: once done, both unload by themselves.
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
 			t.Fatal(err)
+		}
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+			t.Fatalf("disarm after firing: %v, want ErrAlreadyFired", err)
 		}
 	})
 

@@ -368,31 +368,36 @@ func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
 	return nil
 }
 
-// ErrAlreadyFired means a transient timer's service is already running, so
-// disarming it would kill the very work it was armed for.
-var ErrAlreadyFired = errors.New("the timer already fired and its service is running")
+// ErrAlreadyFired means a transient timer was no longer waiting when it was
+// to be disarmed: it elapsed and its service runs or ran (a timer that was
+// never armed looks the same once systemd has unloaded a fired one). A caller
+// that only wants it gone checks Gone first.
+var ErrAlreadyFired = errors.New("the timer is not armed any more: it already fired (or was never armed)")
 
-// DisarmTransient stops the timer, then its service unless that already
-// runs (ErrAlreadyFired), and waits until systemd has unloaded both.
+// DisarmTransient stops a waiting timer, then its service, and waits until
+// systemd has unloaded both. It never stops a service that already started:
+// if the timer fired, it returns ErrAlreadyFired and leaves the work running.
 func (c *Client) DisarmTransient(ctx context.Context, timer, service string) error {
-	if err := c.stopIfLoaded(ctx, timer); err != nil {
-		return fmt.Errorf("disarm: %w", err)
-	}
-	st, err := c.Unit(ctx, service)
+	st, err := c.Unit(ctx, timer)
 	if err != nil {
 		return fmt.Errorf("disarm: %w", err)
 	}
-	if st.ActiveState == "active" || st.ActiveState == "activating" || st.ActiveState == "reloading" {
-		return fmt.Errorf("disarm %s: %w", timer, ErrAlreadyFired)
+	if isGone(st.LoadState) || st.ActiveState != "active" {
+		return fmt.Errorf("disarm %s (%s/%s): %w", timer, st.LoadState, st.ActiveState, ErrAlreadyFired)
+	}
+	if err := c.Stop(ctx, timer); err != nil {
+		return fmt.Errorf("disarm: %w", err)
+	}
+	// The timer may have fired between the check and the stop.
+	svc, err := c.Unit(ctx, service)
+	if err != nil {
+		return fmt.Errorf("disarm: %w", err)
+	}
+	if svc.ActiveState != "inactive" || svc.InvocationID != "" {
+		return fmt.Errorf("disarm %s: service %s is %s: %w", timer, service, svc.ActiveState, ErrAlreadyFired)
 	}
 	if err := c.stopIfLoaded(ctx, service); err != nil {
 		return fmt.Errorf("disarm: %w", err)
-	}
-	for _, u := range []string{timer, service} {
-		// A failed transient unit stays loaded until its failure is reset.
-		if st, err := c.Unit(ctx, u); err == nil && st.ActiveState == "failed" {
-			_ = c.conn.ResetFailedUnitContext(ctx, u)
-		}
 	}
 	return c.WaitGone(ctx, timer, service)
 }
