@@ -12,6 +12,7 @@ func commands(d *deps) []*cli.Command {
 		cutoverCommand(d),
 		rollbackCommand(d),
 		verifyCommand(d),
+		watchdogCommand(d),
 		installCommand(d),
 		canaryCommand(d),
 	}

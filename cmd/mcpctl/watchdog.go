@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/watchdog"
+)
+
+func watchdogCommand(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:  "watchdog",
+		Usage: "one round of tunnel probes; restart a tunnel after consecutive failures (run by mcp-watchdog.timer)",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "threshold", Value: watchdog.DefaultThreshold, Usage: "consecutive failures `N` before a tunnel restart"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Int("threshold") < 1 {
+				return usageError("--threshold %d: must be at least 1", c.Int("threshold"))
+			}
+			cfg, _, err := loadCtlConfig(c)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			sd, err := systemd.Connect(c.Context, systemd.Options{Logger: log})
+			if err != nil {
+				return fmt.Errorf("connect to systemd: %w", err)
+			}
+			defer sd.Close()
+			p := &cutover.Prober{}
+			rep, err := watchdog.Run(c.Context, cfg, sd, p.Healthz, log, c.Int("threshold"))
+			printReport(c, d, rep, func(w io.Writer) {
+				if rep.Skipped != "" {
+					fmt.Fprintf(w, "watchdog skipped: %s\n", rep.Skipped)
+					return
+				}
+				var parts []string
+				for name, s := range rep.Tunnels {
+					parts = append(parts, name+"="+s)
+				}
+				fmt.Fprintf(w, "backend ok=%v; tunnels: %s; restarted: %v\n", rep.BackendOK, strings.Join(parts, ", "), rep.Restarted)
+			})
+			return err
+		},
+	}
+}
