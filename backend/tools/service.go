@@ -215,9 +215,10 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 		return res, toolerr.New(toolerr.Timeout, "%s %s: systemd job timed out%s", in.Action, in.Unit, state)
 	case "canceled":
 		return res, toolerr.New(toolerr.Cancelled, "%s %s: systemd job was canceled%s", in.Action, in.Unit, state)
-	case "skipped":
-		return res, toolerr.New(toolerr.InvalidArgument, "%s %s: job skipped, not applicable to the unit's current state%s", in.Action, in.Unit, state)
-	default: // failed, dependency
+	case "skipped", "invalid", "unsupported":
+		// e.g. reload of an inactive unit ends as "invalid".
+		return res, toolerr.New(toolerr.InvalidArgument, "%s %s: job result %q: not applicable to the unit's current state%s", in.Action, in.Unit, result, state)
+	default: // failed, dependency, and results newer systemd versions add
 		return res, toolerr.New(toolerr.Unavailable, "%s %s: systemd job result %q%s", in.Action, in.Unit, result, state)
 	}
 	if stErr != nil {
@@ -252,6 +253,7 @@ func dbusError(ctx context.Context, unit string, err error) error {
 		return toolerr.New(toolerr.PermissionDenied, "systemd refused the call for %s: %s", unit, msg)
 	case "org.freedesktop.systemd1.UnitMasked", "org.freedesktop.systemd1.JobTypeNotApplicable",
 		"org.freedesktop.systemd1.OnlyByDependency", "org.freedesktop.systemd1.TransactionIsDestructive",
+		"org.freedesktop.systemd1.UnitInactive", "org.freedesktop.systemd1.UnitGenerated",
 		"org.freedesktop.systemd1.TransactionJobsConflicting", "org.freedesktop.DBus.Error.InvalidArgs":
 		return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": %s: %s (%s)", unit, msg, de.Name)
 	case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NoReply",

@@ -1,0 +1,109 @@
+package tools
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/internal/nspawntest"
+)
+
+// busAt connects service.* to the bus at addr, as the default connector
+// does for the system bus.
+func busAt(addr string) func(ctx context.Context) (*sddbus.Conn, error) {
+	return func(ctx context.Context) (*sddbus.Conn, error) {
+		return sddbus.NewConnection(func() (*godbus.Conn, error) {
+			c, err := godbus.Dial(addr, godbus.WithContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			if err := c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+				c.Close()
+				return nil, err
+			}
+			if err := c.Hello(); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		})
+	}
+}
+
+// TestServiceToolsRealSystemd drives service.status and service.control
+// against a real systemd in a disposable container.
+func TestServiceToolsRealSystemd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a container")
+	}
+	m := nspawntest.Boot(t, nspawntest.Options{})
+	units := map[string]string{
+		"tools-test.service": "[Unit]\nDescription=tools test service\n[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/true\n",
+		"tools-fail.service": "[Service]\nType=oneshot\nExecStart=/bin/false\n",
+	}
+	for name, body := range units {
+		if err := os.WriteFile(filepath.Join(m.UnitsDir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := m.Client.DaemonReload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	opts.SystemdBus = busAt(m.BusAddress)
+	h := newHarness(t, opts)
+	const unit = "tools-test.service"
+
+	st := ok[ServiceStatus](t, h, NameServiceStatus, map[string]any{"unit": unit})
+	if st.LoadState != "loaded" || st.ActiveState != "inactive" || st.MainPID != 0 || st.Since != nil || st.Description != "tools test service" {
+		t.Fatalf("before start: %+v", st)
+	}
+
+	steps := []struct {
+		action     string
+		wantActive string
+		wantPID    bool
+	}{
+		{actionStart, "active", true},
+		{actionReload, "active", true},
+		{actionRestart, "active", true},
+		{actionStop, "inactive", false},
+	}
+	lastPID := 0
+	for _, s := range steps {
+		r := ok[ServiceControlResult](t, h, NameServiceControl, map[string]any{"unit": unit, "action": s.action})
+		if r.JobResult != "done" || r.Status.ActiveState != s.wantActive || (r.Status.MainPID > 0) != s.wantPID {
+			t.Fatalf("%s: %+v", s.action, r)
+		}
+		if s.action == actionRestart && r.Status.MainPID == lastPID {
+			t.Fatalf("restart kept main pid %d", lastPID)
+		}
+		if s.wantPID {
+			if r.Status.Since == nil {
+				t.Fatalf("%s: no since", s.action)
+			}
+			if _, err := time.Parse(time.RFC3339, *r.Status.Since); err != nil {
+				t.Fatalf("since %q: %v", *r.Status.Since, err)
+			}
+		}
+		lastPID = r.Status.MainPID
+	}
+
+	e := fails(t, h, NameServiceControl, map[string]any{"unit": "tools-fail.service", "action": actionStart}, toolerr.Unavailable)
+	if !strings.Contains(e.Message, "failed") {
+		t.Fatalf("failed job: %q", e.Message)
+	}
+	fails(t, h, NameServiceStatus, map[string]any{"unit": "no-such-unit.service"}, toolerr.NotFound)
+	fails(t, h, NameServiceControl, map[string]any{"unit": "no-such-unit.service", "action": actionStart}, toolerr.NotFound)
+	// Reloading an inactive unit: systemd ends the job as "invalid".
+	fails(t, h, NameServiceControl, map[string]any{"unit": unit, "action": actionReload}, toolerr.InvalidArgument)
+}
