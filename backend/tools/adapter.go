@@ -76,7 +76,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		}
 		v, err := fn(ctx, arg)
 		if err != nil {
-			return toolerr.Result(classify(ctx, err)), nil
+			return toolerr.Result(classify(err)), nil
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -184,15 +184,15 @@ func fieldName(path string) string {
 }
 
 // classify maps a tool function's error to a toolerr.Error: structured errors
-// pass through, cancellation by the caller becomes CANCELLED, a deadline
-// TIMEOUT, anything else INTERNAL.
-func classify(ctx context.Context, err error) *toolerr.Error {
+// pass through, cancellation of the call's context becomes CANCELLED, a
+// deadline TIMEOUT, anything else INTERNAL.
+func classify(err error) *toolerr.Error {
 	var te *toolerr.Error
 	if errors.As(err, &te) {
 		return te
 	}
 	switch {
-	case errors.Is(err, context.Canceled) || (ctx.Err() != nil && errors.Is(err, ctx.Err())):
+	case errors.Is(err, context.Canceled):
 		return toolerr.New(toolerr.Cancelled, "cancelled by the client: %v", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return toolerr.New(toolerr.Timeout, "%v", err)

@@ -6,14 +6,11 @@ import (
 	"errors"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
-	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 )
@@ -143,73 +140,5 @@ func TestDBusErrorCodes(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tc.code)
 			}
 		})
-	}
-}
-
-// tools/list shows exactly the nine tools, each with object input and
-// output schemas.
-func TestToolsList(t *testing.T) {
-	h := newHarness(t, testOptions())
-	res, err := h.client.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tool := range res.Tools {
-		names = append(names, tool.Name)
-		for what, s := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
-			b, _ := json.Marshal(s)
-			var sch jsonschema.Schema
-			if err := json.Unmarshal(b, &sch); err != nil || sch.Type != "object" || len(sch.Properties) == 0 && tool.Name != NameSystemInfo {
-				t.Fatalf("%s %s schema: %s (%v)", tool.Name, what, b, err)
-			}
-		}
-		if tool.Description == "" || tool.Annotations == nil {
-			t.Fatalf("%s: no description or annotations", tool.Name)
-		}
-	}
-	want := Names()
-	slices.Sort(names)
-	slices.Sort(want)
-	if !slices.Equal(names, want) || len(want) != 9 {
-		t.Fatalf("tools %v, want %v", names, want)
-	}
-}
-
-func TestArgumentsMustBeObject(t *testing.T) {
-	tl := New(testOptions())
-	defer tl.Close()
-	for _, raw := range []string{`[1,2]`, `"x"`, `{`} {
-		res, err := handlerOf(t, tl, NameFileList)(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameFileList, Arguments: json.RawMessage(raw)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantToolError(t, res, toolerr.InvalidArgument)
-	}
-}
-
-// A panicking tool answers INTERNAL instead of crashing the backend.
-func TestPanicBecomesInternal(t *testing.T) {
-	tl := New(testOptions())
-	d := define(tl, "test.panic", "panics", readOnly(), func(context.Context, SystemInfoInput) (SystemInfoResult, error) {
-		panic("boom")
-	})
-	res, err := d.handler(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "test.panic"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantToolError(t, res, toolerr.Internal)
-}
-
-func TestSchemaMessage(t *testing.T) {
-	tests := []struct{ path, want string }{
-		{"root", ""},
-		{"/properties/command", "command"},
-		{"/properties/env/additionalProperties", "env.*"},
-	}
-	for _, tc := range tests {
-		if got := fieldName(tc.path); got != tc.want {
-			t.Fatalf("fieldName(%q) = %q, want %q", tc.path, got, tc.want)
-		}
 	}
 }
