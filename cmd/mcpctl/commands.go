@@ -15,5 +15,6 @@ func commands(d *deps) []*cli.Command {
 		watchdogCommand(d),
 		installCommand(d),
 		canaryCommand(d),
+		snapshotCommand(d),
 	}
 }

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+	"github.com/muesli/termenv"
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+)
+
+func snapshotCommand(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:  "snapshot",
+		Usage: "create, list, show and prune rollback snapshots",
+		Description: "A snapshot holds what a rollback restores: the current release's files and the\n" +
+			"current link, the backend config, the backend unit and its drop-ins, with the\n" +
+			"sha256 of every file. Snapshots live in <stateDir>/snapshots/<id>/.",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "create",
+				Usage: "snapshot the current desired state",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "reason", Value: "manual", Usage: "why the snapshot was taken (kept in the manifest and the audit record)"},
+					snapJSONFlag,
+				},
+				Action: func(c *cli.Context) error { return snapshotCreate(c, d) },
+			},
+			{
+				Name:   "list",
+				Usage:  "list snapshots, newest first",
+				Flags:  []cli.Flag{snapJSONFlag},
+				Action: func(c *cli.Context) error { return snapshotList(c, d) },
+			},
+			{
+				Name:      "show",
+				Usage:     "show a snapshot's manifest and verify every file's sha256",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{snapJSONFlag},
+				Action:    func(c *cli.Context) error { return snapshotShow(c, d) },
+			},
+			{
+				Name:  "prune",
+				Usage: "keep the newest N snapshots (install.keepReleases); never the one a pending cutover needs",
+				Flags: []cli.Flag{
+					&cli.IntFlag{Name: "keep", Usage: "how many to keep (default: install.keepReleases)"},
+					snapJSONFlag,
+				},
+				Action: func(c *cli.Context) error { return snapshotPrune(c, d) },
+			},
+		},
+	}
+}
+
+// snapJSONFlag lets scripts put --json after the subcommand as well as
+// before it (the global flag).
+var snapJSONFlag = &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+
+func snapshotCreate(c *cli.Context, d *deps) error {
+	if c.Args().Len() > 0 {
+		return usageError("snapshot create: unexpected argument %q", c.Args().First())
+	}
+	cfg, _, err := loadCtlConfig(c)
+	if err != nil {
+		return err
+	}
+	unlock, err := snapLock(cfg, "snapshot create")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	reason := c.String("reason")
+	m, err := snapshot.Create(c.Context, snapshotSpec(cfg, reason))
+	if err != nil {
+		return err
+	}
+	snapAudit(d, cfg, state.Event{Action: state.ActionSnapshot, SnapshotID: m.ID, FromVersion: m.Version,
+		Outcome: state.OutcomeOK, Reason: reason})
+	v := newSnapView(c, d)
+	if v.json {
+		return v.writeJSON(m)
+	}
+	fmt.Fprintf(v.w, "%s snapshot %s of %s (%d files)\n", v.ok("created"), v.bold(m.ID), snapVersion(m.Version), len(m.Files))
+	return nil
+}
+
+// snapshotSpec is what a snapshot of production covers, from the config.
+func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
+	return snapshot.Spec{
+		StateDir:      cfg.StateDir,
+		InstallRoot:   cfg.Install.Root,
+		BackendConfig: cfg.Backend.Config,
+		UnitDir:       cfg.UnitDir,
+		Unit:          cfg.Backend.Unit,
+		Reason:        reason,
+	}
+}
+
+// snapLock takes the mcpctl lock; contention is a failed operation (exit 1)
+// that names who holds it.
+func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
+	unlock, err := state.Lock(cfg.StateDir, owner)
+	if err != nil {
+		return nil, withCode(exitFailed, err)
+	}
+	return unlock, nil
+}
+
+// audit records a decision; failing to record does not undo what was done,
+// so it is logged rather than returned.
+func snapAudit(d *deps, cfg *ctlconfig.Config, e state.Event) {
+	if err := state.Audit(cfg.StateDir, e); err != nil {
+		d.logger.Warn("audit record not written", "action", e.Action, "err", err)
+	}
+}
+
+type snapListEntry struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+	Reason  string    `json:"reason"`
+	Version string    `json:"version"`
+	Digest  string    `json:"digest,omitempty"`
+	Files   int       `json:"files"`
+	Bytes   int64     `json:"bytes"`
+	Pending bool      `json:"pending"` // a pending cutover rolls back to it
+	Error   string    `json:"error,omitempty"`
+}
+
+func snapshotList(c *cli.Context, d *deps) error {
+	if c.Args().Len() > 0 {
+		return usageError("snapshot list: unexpected argument %q", c.Args().First())
+	}
+	cfg, _, err := loadCtlConfig(c)
+	if err != nil {
+		return err
+	}
+	list, err := snapshot.List(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	pendingID, perr := pendingSnapshot(cfg)
+	entries := make([]snapListEntry, 0, len(list))
+	for _, s := range list {
+		e := snapListEntry{ID: s.ID, Created: s.Time(), Pending: s.ID == pendingID}
+		if s.Err != nil {
+			e.Error = s.Err.Error()
+		}
+		if m := s.Manifest; m != nil {
+			e.Reason, e.Version, e.Digest, e.Files = m.Reason, m.Version, m.Digest, len(m.Files)
+			for _, f := range m.Files {
+				e.Bytes += f.Size
+			}
+		}
+		entries = append(entries, e)
+	}
+	v := newSnapView(c, d)
+	if v.json {
+		return v.writeJSON(entries)
+	}
+	if perr != nil {
+		fmt.Fprintf(v.w, "%s %v\n", v.bad("warning:"), perr)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(v.w, "no snapshots in %s\n", cfg.StateDir)
+		return nil
+	}
+	headers := []string{"ID", "CREATED", "VERSION", "REASON", "FILES", "SIZE"}
+	rows := make([][]string, 0, len(entries))
+	notes := false
+	for _, e := range entries {
+		row := []string{e.ID, e.Created.Local().Format("2006-01-02 15:04:05"), snapVersion(e.Version),
+			e.Reason, strconv.Itoa(e.Files), snapBytes(e.Bytes), ""}
+		switch {
+		case e.Error != "":
+			row[6], notes = v.bad("BROKEN: "+e.Error), true
+		case e.Pending:
+			row[6], notes = v.warn("pending cutover"), true
+		}
+		rows = append(rows, row)
+	}
+	if notes {
+		headers = append(headers, "NOTE")
+	} else {
+		for i := range rows {
+			rows[i] = rows[i][:6]
+		}
+	}
+	fmt.Fprintln(v.w, v.table(headers, rows))
+	return nil
+}
+
+// pendingSnapshot is the id a pending cutover needs, "" when none is pending.
+func pendingSnapshot(cfg *ctlconfig.Config) (string, error) {
+	p, err := state.ReadPending(cfg.StateDir)
+	if err != nil {
+		return "", fmt.Errorf("pending-cutover marker unreadable: %w", err)
+	}
+	if p == nil {
+		return "", nil
+	}
+	return p.SnapshotID, nil
+}
+
+type snapShowResult struct {
+	*snapshot.Manifest
+	Verified    bool   `json:"verified"`
+	VerifyError string `json:"verifyError,omitempty"`
+}
+
+func snapshotShow(c *cli.Context, d *deps) error {
+	if c.Args().Len() != 1 {
+		return usageError("snapshot show: want exactly one snapshot ID (see mcpctl snapshot list)")
+	}
+	id := c.Args().First()
+	if err := snapshot.ValidateID(id); err != nil {
+		return withCode(exitUsage, err)
+	}
+	cfg, _, err := loadCtlConfig(c)
+	if err != nil {
+		return err
+	}
+	m, err := snapshot.Load(cfg.StateDir, id)
+	if err != nil {
+		return err
+	}
+	verr := snapshot.Verify(m)
+	res := snapShowResult{Manifest: m, Verified: verr == nil}
+	if verr != nil {
+		res.VerifyError = verr.Error()
+	}
+	v := newSnapView(c, d)
+	if v.json {
+		if err := v.writeJSON(res); err != nil {
+			return err
+		}
+		return verr
+	}
+	kv := func(k, val string) { fmt.Fprintf(v.w, "%s %s\n", v.bold(fmt.Sprintf("%-10s", k)), val) }
+	kv("id", m.ID)
+	kv("created", m.Created.Local().Format(time.RFC3339))
+	kv("reason", m.Reason)
+	kv("version", snapVersion(m.Version))
+	if m.Digest != "" {
+		kv("digest", m.Digest)
+	}
+	if m.Current.Exists {
+		kv("current", m.Current.Path+" -> "+m.Current.Target)
+	} else {
+		kv("current", m.Current.Path+" (absent: a restore removes it)")
+	}
+	if verr == nil {
+		kv("integrity", v.ok("ok")+" (every sha256 matches)")
+	} else {
+		kv("integrity", v.bad("CORRUPT"))
+	}
+	rows := make([][]string, 0, len(m.Files))
+	for _, f := range m.Files {
+		if !f.Exists {
+			rows = append(rows, []string{f.Role, f.Path, "", "", v.warn("absent: a restore removes it")})
+			continue
+		}
+		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), f.SHA256[:16]})
+	}
+	fmt.Fprintln(v.w, v.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
+	for _, s := range m.Sets {
+		fmt.Fprintf(v.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
+	}
+	return verr
+}
+
+type snapPruneResult struct {
+	Keep      int      `json:"keep"`
+	Removed   []string `json:"removed"`
+	Protected []string `json:"protected"`
+}
+
+func snapshotPrune(c *cli.Context, d *deps) error {
+	if c.Args().Len() > 0 {
+		return usageError("snapshot prune: unexpected argument %q", c.Args().First())
+	}
+	cfg, _, err := loadCtlConfig(c)
+	if err != nil {
+		return err
+	}
+	keep := cfg.Install.KeepReleases
+	if c.IsSet("keep") {
+		keep = c.Int("keep")
+		if keep < 0 {
+			return usageError("snapshot prune: --keep %d: must be >= 0", keep)
+		}
+	}
+	unlock, err := snapLock(cfg, "snapshot prune")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Read under the lock, so no cutover arms between reading and pruning.
+	pendingID, err := pendingSnapshot(cfg)
+	if err != nil {
+		return fmt.Errorf("snapshot prune: refusing, since the snapshot a rollback may need is unknown: %w", err)
+	}
+	res := snapPruneResult{Keep: keep, Removed: []string{}, Protected: []string{}}
+	if pendingID != "" {
+		res.Protected = append(res.Protected, pendingID)
+	}
+	removed, err := snapshot.Prune(cfg.StateDir, keep, res.Protected...)
+	res.Removed = append(res.Removed, removed...)
+	if len(removed) > 0 {
+		snapAudit(d, cfg, state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK,
+			Details: map[string]string{"removed": strings.Join(removed, ",")}})
+	}
+	if err != nil {
+		return err
+	}
+	v := newSnapView(c, d)
+	if v.json {
+		return v.writeJSON(res)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(v.w, "nothing to prune (keeping the newest %d)\n", keep)
+	}
+	for _, id := range removed {
+		fmt.Fprintf(v.w, "%s %s\n", v.ok("removed"), id)
+	}
+	for _, id := range res.Protected {
+		fmt.Fprintf(v.w, "%s %s (a pending cutover needs it)\n", v.warn("kept"), id)
+	}
+	return nil
+}
+
+// snapView renders for people (lipgloss, plain when stdout is not a
+// terminal or colour is off) or as JSON for scripts.
+type snapView struct {
+	w    io.Writer
+	json bool
+	r    *lipgloss.Renderer
+}
+
+func newSnapView(c *cli.Context, d *deps) *snapView {
+	v := &snapView{w: d.stdout, r: lipgloss.NewRenderer(d.stdout)}
+	for _, x := range c.Lineage() {
+		// Each context resolves its own flag first: the subcommand's --json,
+		// then the global one.
+		if x.Bool("json") {
+			v.json = true
+		}
+		if x.Bool("no-color") {
+			v.r.SetColorProfile(termenv.Ascii)
+		}
+	}
+	if d.getenv("NO_COLOR") != "" {
+		v.r.SetColorProfile(termenv.Ascii)
+	}
+	return v
+}
+
+func (v *snapView) plain() bool { return v.r.ColorProfile() == termenv.Ascii }
+
+func (v *snapView) writeJSON(x any) error {
+	enc := json.NewEncoder(v.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(x)
+}
+
+func (v *snapView) style(color string) lipgloss.Style {
+	return v.r.NewStyle().Foreground(lipgloss.Color(color)).Bold(true)
+}
+
+func (v *snapView) ok(s string) string   { return v.style("2").Render(s) }
+func (v *snapView) warn(s string) string { return v.style("3").Render(s) }
+func (v *snapView) bad(s string) string  { return v.style("1").Render(s) }
+func (v *snapView) bold(s string) string { return v.r.NewStyle().Bold(true).Render(s) }
+
+func (v *snapView) table(headers []string, rows [][]string) string {
+	t := table.New().Headers(headers...).Rows(rows...)
+	if v.plain() {
+		// Columns separated by spaces: easy to read and to grep.
+		out := t.Border(lipgloss.HiddenBorder()).BorderTop(false).BorderBottom(false).
+			BorderLeft(false).BorderRight(false).BorderHeader(false).
+			StyleFunc(func(_, _ int) lipgloss.Style { return v.r.NewStyle().PaddingRight(1) }).String()
+		lines := strings.Split(out, "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+		return strings.Join(lines, "\n")
+	}
+	header := v.r.NewStyle().Bold(true).Padding(0, 1)
+	cell := v.r.NewStyle().Padding(0, 1)
+	return t.Border(lipgloss.RoundedBorder()).BorderStyle(v.r.NewStyle().Foreground(lipgloss.Color("8"))).
+		StyleFunc(func(row, _ int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return header
+			}
+			return cell
+		}).String()
+}
+
+func snapVersion(v string) string {
+	if v == "" {
+		return "(none installed)"
+	}
+	return v
+}
+
+func snapBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

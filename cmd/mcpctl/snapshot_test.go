@@ -1,0 +1,235 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/ops/release"
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+)
+
+// snapEnv is a host in a temp dir with production on v1 and an mcpctl.json
+// pointing at it.
+type snapEnv struct {
+	cfgPath, stateDir, configFile string
+	store                         *release.Store
+}
+
+func newSnapEnv(t testing.TB) *snapEnv {
+	t.Helper()
+	root := t.TempDir()
+	e := &snapEnv{
+		cfgPath:    filepath.Join(root, "mcpctl.json"),
+		stateDir:   filepath.Join(root, "state"),
+		configFile: filepath.Join(root, "etc/config.json"),
+		store:      &release.Store{Root: filepath.Join(root, "opt")},
+	}
+	unitDir := filepath.Join(root, "units")
+	cfg := map[string]any{
+		"backend":  map[string]any{"config": e.configFile},
+		"canary":   map[string]any{"config": filepath.Join(root, "etc/canary.json")},
+		"install":  map[string]any{"root": e.store.Root, "keepReleases": 2},
+		"unitDir":  unitDir,
+		"stateDir": e.stateDir,
+	}
+	b, _ := json.Marshal(cfg)
+	snapWrite(t, e.cfgPath, string(b), 0o644)
+	snapWrite(t, e.configFile, "{}\n", 0o640)
+	snapWrite(t, filepath.Join(unitDir, "mcp-backend.service"), "[Service]\n", 0o644)
+	snapWrite(t, filepath.Join(unitDir, "mcp-backend.service.d/10-limits.conf"), "[Service]\nTasksMax=512\n", 0o644)
+	build := filepath.Join(root, "build")
+	snapWrite(t, build, "#!/bin/sh\n", 0o755)
+	if _, _, err := e.store.Install("v1", build); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SetCurrent("v1"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func snapWrite(t testing.TB, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *snapEnv) run(t testing.TB, args ...string) (int, string, string) {
+	t.Helper()
+	return runCLI(t, append([]string{"--config", e.cfgPath}, args...)...)
+}
+
+// create makes a snapshot through the CLI and returns its id.
+func (e *snapEnv) create(t testing.TB, reason string) string {
+	t.Helper()
+	code, out, errOut := e.run(t, "--json", "snapshot", "create", "--reason", reason)
+	if code != exitOK {
+		t.Fatalf("snapshot create: exit %d: %s", code, errOut)
+	}
+	var m snapshot.Manifest
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("create --json output %q: %v", out, err)
+	}
+	return m.ID
+}
+
+func TestSnapshotCreateListShow(t *testing.T) {
+	e := newSnapEnv(t)
+	id := e.create(t, "before cutover")
+
+	// The audit record names the snapshot.
+	events, err := state.Tail(e.stateDir, 5)
+	if err != nil || len(events) != 1 || events[0].Action != state.ActionSnapshot || events[0].SnapshotID != id {
+		t.Fatalf("audit = %+v, %v", events, err)
+	}
+
+	code, out, _ := e.run(t, "snapshot", "list", "--json")
+	if code != exitOK {
+		t.Fatalf("list exit %d", code)
+	}
+	var list []snapListEntry
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != id || list[0].Version != "v1" || list[0].Files != 5 || list[0].Reason != "before cutover" {
+		t.Fatalf("list = %+v", list)
+	}
+
+	code, out, _ = e.run(t, "snapshot", "list")
+	if code != exitOK || !strings.Contains(out, id) || !strings.Contains(out, "before cutover") || strings.Contains(out, "\x1b[") {
+		t.Fatalf("human list (exit %d) should be plain text naming the snapshot:\n%s", code, out)
+	}
+
+	code, out, _ = e.run(t, "snapshot", "show", id)
+	if code != exitOK {
+		t.Fatalf("show exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"integrity", "ok", e.configFile, "10-limits.conf", "0640", "releases/v1"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("show lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSnapshotShowCorrupt(t *testing.T) {
+	e := newSnapEnv(t)
+	id := e.create(t, "x")
+	m, err := snapshot.Load(e.stateDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := filepath.Join(m.Dir, m.Files[0].Stored)
+	b, _ := os.ReadFile(stored)
+	b[0] ^= 0xff
+	if err := os.WriteFile(stored, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := e.run(t, "--json", "snapshot", "show", id)
+	if code != exitFailed {
+		t.Fatalf("show of a corrupt snapshot: exit %d, want %d", code, exitFailed)
+	}
+	var res struct {
+		ID          string `json:"id"`
+		Verified    bool   `json:"verified"`
+		VerifyError string `json:"verifyError"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("show --json %q: %v", out, err)
+	}
+	if res.ID != id || res.Verified || !strings.Contains(res.VerifyError, "corrupt") || !strings.Contains(errOut, "corrupt") {
+		t.Fatalf("show = %+v, stderr %q", res, errOut)
+	}
+}
+
+func TestSnapshotUsageAndFailures(t *testing.T) {
+	e := newSnapEnv(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{"show without id", []string{"snapshot", "show"}, exitUsage, "ID"},
+		{"show with a path for an id", []string{"snapshot", "show", "../../etc"}, exitUsage, "snapshot id"},
+		{"show unknown", []string{"snapshot", "show", "20261202T141500Z-abcdef"}, exitFailed, "not found"},
+		{"negative keep", []string{"snapshot", "prune", "--keep", "-1"}, exitUsage, "--keep"},
+		{"stray argument", []string{"snapshot", "list", "extra"}, exitUsage, "extra"},
+		{"missing explicit config", []string{"--config", filepath.Join(t.TempDir(), "nope.json"), "snapshot", "list"}, exitUsage, "nope.json"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := e.run(t, tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d (want %d), stderr %q (want %q)", code, tc.code, errOut, tc.want)
+			}
+		})
+	}
+}
+
+func TestSnapshotCreateRefusedWhileLocked(t *testing.T) {
+	e := newSnapEnv(t)
+	unlock, err := state.Lock(e.stateDir, "cutover --build x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := e.run(t, "snapshot", "create")
+	unlock()
+	if code != exitFailed || !strings.Contains(errOut, "cutover --build x") {
+		t.Fatalf("create under a held lock: exit %d, stderr %q", code, errOut)
+	}
+	if list, _ := snapshot.List(e.stateDir); len(list) != 0 {
+		t.Fatalf("a snapshot was created while locked: %+v", list)
+	}
+}
+
+func TestSnapshotPruneProtectsPending(t *testing.T) {
+	e := newSnapEnv(t)
+	var ids []string
+	for range 4 {
+		ids = append(ids, e.create(t, "n"))
+	}
+	// Snapshot ids are unique but order within a second is by creation
+	// time in the manifest; read the order back rather than assume it.
+	list, err := snapshot.List(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := list[len(list)-1].ID
+	nonce, _ := state.NewNonce()
+	if err := state.WritePending(e.stateDir, &state.Pending{SnapshotID: oldest, Nonce: nonce, Deadline: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := e.run(t, "--json", "snapshot", "prune") // keepReleases = 2
+	if code != exitOK {
+		t.Fatalf("prune exit %d: %s", code, errOut)
+	}
+	var res snapPruneResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Keep != 2 || len(res.Removed) != 1 || res.Removed[0] != list[2].ID || len(res.Protected) != 1 || res.Protected[0] != oldest {
+		t.Fatalf("prune = %+v; list was %v", res, ids)
+	}
+	if _, err := snapshot.Load(e.stateDir, oldest); err != nil {
+		t.Fatalf("the pending cutover's snapshot was pruned: %v", err)
+	}
+
+	// An unreadable marker: prune refuses rather than guess.
+	snapWrite(t, filepath.Join(e.stateDir, state.PendingFile), "{", 0o644)
+	code, _, errOut = e.run(t, "snapshot", "prune", "--keep", "0")
+	if code != exitFailed || !strings.Contains(errOut, "refusing") {
+		t.Fatalf("prune with a corrupt marker: exit %d, stderr %q", code, errOut)
+	}
+	if left, _ := snapshot.List(e.stateDir); len(left) != 3 {
+		t.Fatalf("%d snapshots left, want 3", len(left))
+	}
+}
