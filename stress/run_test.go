@@ -104,7 +104,8 @@ func TestRunAgainstFakes(t *testing.T) {
 		},
 		{
 			name: "slow control calls",
-			opts: stresstest.Options{ControlDelay: 150 * time.Millisecond},
+			opts: stresstest.Options{ControlDelay: 150 * time.Millisecond,
+				Limits: stress.Limits{MaxActive: 24, ReservedControl: 8, MaxNonControl: 16, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
 			p99:  100 * time.Millisecond,
 			fail: []string{"control.p99"},
 			pass: []string{"control.success", "shell.bound.measured"},
@@ -246,7 +247,7 @@ func TestRunFaultsAgainstFakes(t *testing.T) {
 		},
 		{
 			name: "disconnects do not reach the tools",
-			opts: stresstest.Options{IgnoreDisconnect: true, Limits: stress.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 2, MaxQueue: 8, QueueWaitMs: 2000}},
+			opts: stresstest.Options{IgnoreDisconnect: true, Limits: stress.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 2, MaxQueue: 8, QueueWaitMs: 1000}},
 			fail: []string{"fault.disconnect.queued", "fault.disconnect.running"},
 		},
 	}

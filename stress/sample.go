@@ -17,7 +17,10 @@ type UnitSample struct {
 	MainPID      uint32    `json:"mainPID"`
 	InvocationID string    `json:"invocationID"`
 	NRestarts    uint32    `json:"nRestarts"`
-	MemoryBytes  uint64    `json:"memoryBytes"` // 0 when unknown
+	MemoryBytes  uint64    `json:"memoryBytes"` // the main process's RSS; 0 when unknown
+	// CgroupBytes is the unit's whole cgroup (commands and page cache
+	// included), what MemoryHigh limits; 0 when unknown.
+	CgroupBytes uint64 `json:"cgroupBytes,omitempty"`
 }
 
 // UnitSampler observes the unit that runs the target. The command wires it

@@ -148,6 +148,7 @@ func TestAssess(t *testing.T) {
 			}
 			f.Unit.Samples[8].MemoryBytes = 2 << 30
 		}, []string{"unit.memory"}},
+		{"cgroup above MemoryHigh", func(f *Facts) { f.Unit.Samples[4].CgroupBytes = 1 << 30 }, []string{"unit.memory"}},
 		{"memory above MemoryHigh", func(f *Facts) {
 			for i := range f.Unit.Samples {
 				f.Unit.Samples[i].MemoryBytes = 2 << 30

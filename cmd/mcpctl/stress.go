@@ -83,8 +83,41 @@ func (u *stressUnit) Sample(ctx context.Context) (stress.UnitSample, error) {
 		if p, err := (&stress.ProcSampler{PID: int(st.MainPID)}).Sample(ctx); err == nil {
 			s.MemoryBytes = p.MemoryBytes
 		}
+		s.CgroupBytes = stressCgroupMemory(st.MainPID)
 	}
 	return s, nil
+}
+
+// stressCgroupMemory reads the memory of pid's cgroup (v2 memory.current,
+// or v1 memory.usage_in_bytes); 0 when neither is readable.
+func stressCgroupMemory(pid uint32) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/cgroup")
+	if err != nil {
+		return 0
+	}
+	var files []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "":
+			files = append(files, "/sys/fs/cgroup"+f[2]+"/memory.current", "/sys/fs/cgroup/unified"+f[2]+"/memory.current")
+		case f[1] == "memory":
+			files = append(files, "/sys/fs/cgroup/memory"+f[2]+"/memory.usage_in_bytes")
+		}
+	}
+	for _, path := range files {
+		v, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 10, 64); err == nil {
+			return n
+		}
+	}
+	return 0
 }
 
 // systemdStressSampler connects to the system bus and returns a sampler of

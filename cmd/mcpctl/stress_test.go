@@ -174,3 +174,15 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 		t.Fatalf("--plot did not write an HTML plot: %v", err)
 	}
 }
+
+func TestStressCgroupMemory(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		t.Skip("no cgroup filesystem here")
+	}
+	if n := stressCgroupMemory(uint32(os.Getpid())); n == 0 {
+		t.Fatal("no memory read for this process's cgroup")
+	}
+	if n := stressCgroupMemory(0); n != 0 {
+		t.Fatalf("pid 0: %d, want 0", n)
+	}
+}
