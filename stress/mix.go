@@ -160,7 +160,8 @@ func ArgsFor(tool string, shellSleep time.Duration) map[string]any {
 	case "file.list":
 		return map[string]any{"path": "/", "limit": 100}
 	case "file.read":
-		return map[string]any{"path": "/etc/os-release"}
+		// /bin/sh is on every host and in minimal containers alike.
+		return map[string]any{"path": "/bin/sh", "length": 256}
 	case "process.list":
 		return map[string]any{"limit": 50}
 	}

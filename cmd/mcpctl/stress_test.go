@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -185,4 +190,144 @@ func TestStressCgroupMemory(t *testing.T) {
 	if n := stressCgroupMemory(0); n != 0 {
 		t.Fatalf("pid 0: %d, want 0", n)
 	}
+}
+
+// TestStressInRealSystemd runs `mcpctl stress` inside a real systemd (as an
+// operator would, through nsenter) against a canary unit, with production
+// running beside it: every default comes from mcpctl.json, the unit is
+// sampled over D-Bus, the verdict is recorded for the running build's
+// digest; and a canary restarted mid-attack fails unit.stable.
+func TestStressInRealSystemd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a container")
+	}
+	work := t.TempDir()
+	backend := filepath.Join(work, "bin", "mcp-backend")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v-stress-1"), backend)
+	mcpctl := filepath.Join(work, "bin", "mcpctl")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "stress-it"), mcpctl)
+	canaryAddr, prodAddr := stressFreeAddr(t), stressFreeAddr(t)
+	etc := filepath.Join(work, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	small := `"concurrency":{"maxActive":12,"reservedControl":2,"maxShell":4,"maxQueue":8,"queueWaitMs":2000}`
+	files := map[string]string{
+		filepath.Join(etc, "canary.json"): fmt.Sprintf(`{"listen":%q,%s}`, canaryAddr, small),
+		filepath.Join(etc, "config.json"): fmt.Sprintf(`{"listen":%q}`, prodAddr),
+		filepath.Join(etc, "mcpctl.json"): fmt.Sprintf(`{"backend":{"unit":"mcp-backend.service","listen":%q,"config":%q},
+			"canary":{"unit":"mcp-backend-canary.service","listen":%q,"config":%q},"stateDir":%q}`,
+			prodAddr, filepath.Join(etc, "config.json"), canaryAddr, filepath.Join(etc, "canary.json"), filepath.Join(work, "state")),
+	}
+	for p, s := range files {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := nspawntest.Boot(t, nspawntest.Options{Binds: []string{work}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for unit, cfg := range map[string]string{"mcp-backend.service": "config.json", "mcp-backend-canary.service": "canary.json"} {
+		u := fmt.Sprintf("[Service]\nType=notify\nExecStart=%s serve --config %s\nRestart=on-failure\n", backend, filepath.Join(etc, cfg))
+		if err := os.WriteFile(filepath.Join(m.UnitsDir, unit), []byte(u), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Client.DaemonReload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"mcp-backend.service", "mcp-backend-canary.service"} {
+		if err := m.Client.Start(ctx, u); err != nil {
+			t.Fatalf("start %s: %v", u, err)
+		}
+	}
+	prodBefore, err := m.Client.Unit(ctx, "mcp-backend.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stressRun := func(t *testing.T, extra ...string) (stress.Report, error) {
+		t.Helper()
+		args := append([]string{mcpctl, "--config", filepath.Join(etc, "mcpctl.json"), "--json", "stress",
+			"--duration", "2s", "--rate", "80", "--shell-sleep", "300ms"}, extra...)
+		out, err := m.Exec(ctx, args...)
+		var rep stress.Report
+		if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+			t.Fatalf("mcpctl stress printed no JSON report (%v): %v\n%s", err, jerr, out)
+		}
+		return rep, err
+	}
+
+	t.Run("canary passes with faults, production untouched", func(t *testing.T) {
+		rep, err := stressRun(t, "--faults")
+		if err != nil || !rep.Pass {
+			var b strings.Builder
+			_ = rep.Render(&b, false)
+			t.Fatalf("stress failed: %v\n%s\nexamples: %v", err, b.String(), rep.Examples)
+		}
+		if rep.UnitSamples == nil || rep.UnitSamples.Name != "mcp-backend-canary.service" || rep.UnitSamples.First.MainPID == 0 {
+			t.Fatalf("canary unit not sampled: %+v", rep.UnitSamples)
+		}
+		if p := rep.ProdHealthz; p == nil || p.Samples == 0 || p.Failures != 0 {
+			t.Fatalf("production /healthz not sampled cleanly: %+v", p)
+		}
+		want, err := buildinfo.FileDigest(backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Build == nil || !rep.Build.Recorded || rep.Build.Digest != want || rep.Build.Version != "v-stress-1" {
+			t.Fatalf("build %+v, want recorded for %s version v-stress-1", rep.Build, want)
+		}
+		if _, stressOK, err := state.PassingFor(filepath.Join(work, "state"), want); err != nil || !stressOK {
+			t.Fatalf("no passing stress verdict for %s: %v", want, err)
+		}
+		prodAfter, err := m.Client.Unit(ctx, "mcp-backend.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prodAfter.MainPID != prodBefore.MainPID || prodAfter.InvocationID != prodBefore.InvocationID {
+			t.Fatalf("production changed: %d/%s -> %d/%s", prodBefore.MainPID, prodBefore.InvocationID, prodAfter.MainPID, prodAfter.InvocationID)
+		}
+	})
+
+	t.Run("canary restarted mid-attack fails unit.stable", func(t *testing.T) {
+		// Restart once the attack is under way (the canary admitted calls).
+		restarted := make(chan error, 1)
+		go func() {
+			c := stress.NewClient("http://"+canaryAddr, time.Second)
+			m0, err := c.Metrics(ctx)
+			if err != nil {
+				restarted <- err
+				return
+			}
+			for ctx.Err() == nil {
+				if m1, err := c.Metrics(ctx); err == nil && m1.Counters.Accepted > m0.Counters.Accepted+10 {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			restarted <- m.Client.Restart(ctx, "mcp-backend-canary.service")
+		}()
+		rep, err := stressRun(t, "--duration", "4s")
+		if rerr := <-restarted; rerr != nil {
+			t.Fatalf("restart the canary: %v", rerr)
+		}
+		if err == nil || rep.Pass {
+			t.Fatalf("stress passed across a restart (err %v)", err)
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "unit.stable" && c.Status != stress.Fail {
+				t.Fatalf("unit.stable = %s (%s), want FAIL", c.Status, c.Detail)
+			}
+		}
+	})
+}
+
+func stressFreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
