@@ -20,6 +20,7 @@ func TestBootTwoAtOnceAndReboot(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		cgroups []string
+		dirs    []string
 		names   = map[string]int{}
 	)
 	t.Run("group", func(t *testing.T) {
@@ -33,7 +34,8 @@ func TestBootTwoAtOnceAndReboot(t *testing.T) {
 				m := Boot(t, Options{Binds: []string{bind}})
 				mu.Lock()
 				names[m.Name]++
-				cgroups = append(cgroups, m.cgroups...)
+				cgroups = append(cgroups, m.Cgroups()...)
+				dirs = append(dirs, m.Dir)
 				mu.Unlock()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
@@ -87,9 +89,9 @@ func TestBootTwoAtOnceAndReboot(t *testing.T) {
 	if len(cgroups) == 0 {
 		t.Fatal("containers booted without their own cgroups")
 	}
-	for _, cg := range cgroups {
-		if _, err := os.Stat(cg); !os.IsNotExist(err) {
-			t.Errorf("cgroup %s left behind (%v)", cg, err)
+	for _, p := range append(cgroups, dirs...) {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind (%v)", p, err)
 		}
 	}
 }
@@ -107,35 +109,6 @@ func TestBuildBinaryCaches(t *testing.T) {
 	out, err := exec.Command(c).Output()
 	if err != nil || strings.TrimSpace(string(out)) != "v0.0.2" {
 		t.Fatalf("%s printed %q, %v; want v0.0.2", c, out, err)
-	}
-}
-
-func TestUnavailable(t *testing.T) {
-	found := func(string) (string, error) { return "/usr/bin/x", nil }
-	missing := func(name string) func(string) (string, error) {
-		return func(tool string) (string, error) {
-			if tool == name {
-				return "", exec.ErrNotFound
-			}
-			return "/usr/bin/" + tool, nil
-		}
-	}
-	tests := []struct {
-		name string
-		euid int
-		look func(string) (string, error)
-		want string
-	}{
-		{"root with tools", 0, found, ""},
-		{"not root", 1000, found, "needs root"},
-		{"no nspawn", 0, missing("systemd-nspawn"), "systemd-nspawn not installed"},
-		{"no nsenter", 0, missing("nsenter"), "nsenter not installed"},
-	}
-	for _, tc := range tests {
-		got := unavailable(tc.euid, tc.look)
-		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
-		}
 	}
 }
 
