@@ -391,6 +391,20 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 	return nil, failure
 }
 
+// Shed reports whether an operation of kind k would be refused at once
+// because it can neither start nor queue now, and if so counts it as
+// rejected. A transport uses it to answer OVERLOADED before spending work on
+// a request the controller would refuse anyway: under overload most requests
+// are such, and shedding them cheaply keeps latency low for the rest.
+func (c *Controller) Shed(k Kind) bool {
+	s := c.state.Load()
+	if c.canStart(s, k) || queuedTotal(s) < c.lim.MaxQueue {
+		return false
+	}
+	c.rejected.Add(1)
+	return true
+}
+
 // Full reports whether the queue is full: the /readyz condition. It is one
 // atomic load.
 func (c *Controller) Full() bool {

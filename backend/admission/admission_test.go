@@ -449,3 +449,33 @@ func TestZeroQueueRejectsAtOnce(t *testing.T) {
 	}
 	releaseAll(ps)
 }
+
+// TestShedAgreesWithAcquire: Shed refuses exactly what Acquire would refuse
+// at once, and counts it as rejected.
+func TestShedAgreesWithAcquire(t *testing.T) {
+	lim := defaults()
+	lim.MaxQueue = 1
+	c := New(lim)
+	if c.Shed(Shell) {
+		t.Fatal("shed with capacity free")
+	}
+	shells := hold(t, c, Shell, 8)
+	if c.Shed(Shell) {
+		t.Fatal("shed with the queue not full")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := enqueue(t, ctx, c, Shell)
+	if !c.Shed(Shell) {
+		t.Fatal("shell not shed with shells and queue full")
+	}
+	if c.Shed(Normal) || c.Shed(Control) {
+		t.Fatal("startable work shed")
+	}
+	if got := c.Snapshot().Counters.Rejected; got != 1 {
+		t.Fatalf("rejected = %d, want 1", got)
+	}
+	cancel()
+	get(t, ch)
+	releaseAll(shells)
+	assertIdle(t, c)
+}

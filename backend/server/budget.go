@@ -19,7 +19,12 @@ const envelopeSlack = 1024
 // last resort the result becomes a short error.
 func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool) {
 	limit := int(budget) - envelopeSlack
-	if upperBound(res) <= limit || encodedLen(res) <= limit {
+	if upperBound(res) <= limit {
+		return res, false
+	}
+	// Encoding a huge result only to learn it is too big costs tens of
+	// megabytes per call; the lower bound settles most cases without it.
+	if lowerBound(res) <= limit && encodedLen(res) <= limit {
 		return res, false
 	}
 	out := *res
@@ -93,6 +98,40 @@ func upperBound(res *mcp.CallToolResult) int {
 			return int(^uint(0) >> 1)
 		}
 		n += encLen(t.Text) + 64
+	}
+	return n
+}
+
+// lowerBound bounds the encoded size of a result from below, without
+// encoding it.
+func lowerBound(res *mcp.CallToolResult) int {
+	n := 0
+	if raw, ok := res.StructuredContent.(json.RawMessage); ok {
+		n += len(raw)
+	}
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			n += encLenMin(t.Text)
+		}
+	}
+	return n
+}
+
+// encLenMin bounds the encoded length of s from below: every escape takes
+// at least two bytes, and an invalid byte becomes a three-byte U+FFFD.
+func encLenMin(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 3
+		case r < 0x20 || r == '"' || r == '\\':
+			n += 2
+		default:
+			n += size
+		}
+		i += size
 	}
 	return n
 }

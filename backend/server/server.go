@@ -41,6 +41,8 @@ type Server struct {
 	mcp   *mcp.Server
 	token []byte // bearer token; nil when auth is off
 
+	shedResult []byte // the encoded OVERLOADED result of a request shed at once
+
 	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
 	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
@@ -77,6 +79,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:         log,
 		Admission:      func() any { return s.adm.Snapshot() },
 	})
+	shed, err := json.Marshal(toolerr.Result(admissionError(admission.ErrQueueFull, s.adm.Limits())))
+	if err != nil {
+		return nil, fmt.Errorf("encode overload result: %w", err)
+	}
+	s.shedResult = shed
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: log})
 	s.tools.Register(s.mcp)
 	s.mcp.AddReceivingMiddleware(s.admit)
@@ -219,9 +226,18 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, -32700, "reading request body: "+err.Error())
 			return
 		}
-		if code, msg := checkJSONRPC(body); code != 0 {
-			writeRPCError(w, http.StatusBadRequest, code, msg)
+		msg, code, why := parseJSONRPC(body)
+		if code != 0 {
+			writeRPCError(w, http.StatusBadRequest, code, why)
 			return
+		}
+		if msg.Method == "tools/call" && msg.ID != nil {
+			kind := admission.KindOf(msg.Params.Name)
+			if s.adm.Shed(kind) {
+				s.logCall(msg.Params.Name, kind, 0, 0, string(toolerr.Overloaded))
+				s.writeShed(w, msg.ID)
+				return
+			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
@@ -237,19 +253,47 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 // encoding overhead fits.
 func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }
 
-// checkJSONRPC returns a JSON-RPC error code and message for a body that is
-// not a JSON-RPC message, or 0.
-func checkJSONRPC(body []byte) (int, string) {
+// rpcMessage is what the HTTP layer needs of a JSON-RPC message.
+type rpcMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  struct {
+		Name string `json:"name"`
+	} `json:"params"`
+}
+
+// parseJSONRPC returns the message, or a JSON-RPC error code and message
+// for a body that is not a JSON-RPC message. A batch (older protocol
+// versions) is passed on to the SDK as it is.
+func parseJSONRPC(body []byte) (rpcMessage, int, string) {
+	var m rpcMessage
 	if !json.Valid(body) {
-		return -32700, "parse error: the body is not valid JSON"
+		return m, -32700, "parse error: the body is not valid JSON"
 	}
-	var m struct {
-		JSONRPC string `json:"jsonrpc"`
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+		return m, 0, ""
 	}
 	if err := json.Unmarshal(body, &m); err != nil || m.JSONRPC != "2.0" {
-		return -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
+		return m, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
 	}
-	return 0, ""
+	return m, 0, ""
+}
+
+// writeShed answers a tools/call the controller refused at once with the
+// same OVERLOADED tool result the middleware would give, without the cost
+// of a server session.
+func (s *Server) writeShed(w http.ResponseWriter, id json.RawMessage) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	var buf bytes.Buffer
+	buf.Grow(len(s.shedResult) + len(id) + 40)
+	buf.WriteString(`{"jsonrpc":"2.0","id":`)
+	buf.Write(id)
+	buf.WriteString(`,"result":`)
+	buf.Write(s.shedResult)
+	buf.WriteString("}\n")
+	_, _ = w.Write(buf.Bytes())
 }
 
 func writeRPCError(w http.ResponseWriter, status, code int, msg string) {

@@ -113,13 +113,21 @@ func TestControlUsesReserveWhileSaturated(t *testing.T) {
 		}(i)
 	}
 	cwg.Wait()
-	// A normal call now is refused at once.
+	// A normal call now is refused at once, over raw HTTP and to the
+	// go-sdk client alike: a tool result, not a transport error.
 	_, body, err := callRaw(context.Background(), b.url, "file.list", map[string]any{"path": "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if code := parseReply(t, body).errorCode(); code != "OVERLOADED" {
 		t.Fatalf("file.list while saturated: %q, want OVERLOADED", code)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "file.read", Arguments: map[string]any{"path": "/etc/hostname"}})
+	if err != nil {
+		t.Fatalf("OVERLOADED must be a tool result, got transport error %v", err)
+	}
+	if !res.IsError || !strings.Contains(textOf(res), `"code":"OVERLOADED"`) {
+		t.Fatalf("file.read while saturated: %+v", res)
 	}
 	g.open(t)
 	wg.Wait()
@@ -131,7 +139,7 @@ func TestControlUsesReserveWhileSaturated(t *testing.T) {
 	if count[""] != 104 || count["OVERLOADED"] != n-104 {
 		t.Fatalf("outcomes %v", count)
 	}
-	assertBalanced(t, b, n+8+1)
+	assertBalanced(t, b, n+8+2)
 }
 
 func assertBalanced(t testing.TB, b *backend, calls int) {
