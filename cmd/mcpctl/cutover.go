@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,7 +13,6 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/cutover"
-	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 func cutoverCommand(d *deps) *cli.Command {
@@ -42,7 +38,7 @@ func cutoverCommand(d *deps) *cli.Command {
 			if err != nil {
 				return usageError("--build %q: %v", c.String("build"), err)
 			}
-			env, closeEnv, err := cutoverEnv(c, d)
+			env, closeEnv, err := cutoverEnv(c, d, true)
 			if err != nil {
 				return err
 			}
@@ -58,24 +54,14 @@ func cutoverCommand(d *deps) *cli.Command {
 }
 
 // cutoverEnv loads mcpctl.json and connects to systemd for the deploy
-// commands.
-func cutoverEnv(c *cli.Context, d *deps) (*cutover.Env, func(), error) {
-	cfg, cfgPath, err := loadCtlConfig(c)
+// commands; strict as for probeClient.
+func cutoverEnv(c *cli.Context, d *deps, strict bool) (*cutover.Env, func(), error) {
+	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b, err := connectOps(c, strict, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("locate mcpctl: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	defer cancel()
-	sd, err := systemd.Connect(ctx, systemd.Options{Logger: log})
-	if err != nil {
-		return nil, nil, withCode(exitFailed, fmt.Errorf("connect to systemd: %w", err))
-	}
-	return &cutover.Env{Config: cfg, Systemd: sd, Prober: &cutover.Prober{}, Logger: log, MCPCtl: self, MCPCtlConfig: cfgPath}, sd.Close, nil
+	return &cutover.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned
@@ -109,15 +95,10 @@ func codeOf(err error) error {
 	return err
 }
 
-// printReport writes v as JSON with --json, else the human form.
+// printReport writes v as JSON with --json, else the human form (plain
+// text; deployPrint when the form wants styles).
 func printReport(c *cli.Context, d *deps, v any, human func(io.Writer)) {
-	if c.Bool("json") {
-		enc := json.NewEncoder(d.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
-		return
-	}
-	human(d.stdout)
+	deployPrint(c, d, v, func(w io.Writer, _ deployStyles) { human(w) })
 }
 
 func humanCutover(w io.Writer, r *cutover.Report, err error) {

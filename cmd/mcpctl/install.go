@@ -1,21 +1,17 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
-	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -51,25 +47,15 @@ func installCommand(d *deps) *cli.Command {
 // deployEnv loads mcpctl.json and connects to systemd for install and
 // canary.
 func deployEnv(c *cli.Context, d *deps) (*deploy.Env, func(), error) {
-	cfg, cfgPath, err := loadCtlConfig(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("locate mcpctl: %w", err)
-	}
 	log := d.logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	defer cancel()
-	sd, err := systemd.Connect(ctx, systemd.Options{Logger: log})
+	b, err := connectOps(c, true, log)
 	if err != nil {
-		return nil, nil, withCode(exitFailed, fmt.Errorf("connect to systemd: %w", err))
+		return nil, nil, err
 	}
-	return &deploy.Env{Config: cfg, Systemd: sd, Logger: log, MCPCtl: self, MCPCtlConfig: cfgPath}, sd.Close, nil
+	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // deployFlag is true when name is set on the command or any parent.

@@ -31,7 +31,7 @@ func rollbackCommand(d *deps) *cli.Command {
 					return usageError("--snapshot: %v", err)
 				}
 			}
-			env, closeEnv, err := cutoverEnv(c, d)
+			env, closeEnv, err := cutoverEnv(c, d, false)
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "disarm",
 				Usage: "stop the armed rollback timer and clear the pending marker",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := cutoverEnv(c, d)
+					env, closeEnv, err := cutoverEnv(c, d, false)
 					if err != nil {
 						return err
 					}

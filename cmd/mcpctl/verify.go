@@ -23,7 +23,7 @@ func verifyCommand(d *deps) *cli.Command {
 			if c.NArg() > 1 || (what != "backend" && what != "tunnels" && what != "all") {
 				return usageError("verify %q: want backend, tunnels or all", strings.Join(c.Args().Slice(), " "))
 			}
-			env, closeEnv, err := cutoverEnv(c, d)
+			env, closeEnv, err := cutoverEnv(c, d, false)
 			if err != nil {
 				return err
 			}

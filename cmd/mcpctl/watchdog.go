@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/cutover"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/watchdog"
 )
@@ -34,8 +34,9 @@ func watchdogCommand(d *deps) *cli.Command {
 				return fmt.Errorf("connect to systemd: %w", err)
 			}
 			defer sd.Close()
-			p := &cutover.Prober{}
-			rep, err := watchdog.Run(c.Context, cfg, sd, p.Healthz, log, c.Int("threshold"))
+			v, _ := probeClient(cfg, false, log)
+			healthz := func(ctx context.Context, url string) error { return v.OK(ctx, url, "/healthz") }
+			rep, err := watchdog.Run(c.Context, cfg, sd, healthz, log, c.Int("threshold"))
 			printReport(c, d, rep, func(w io.Writer) {
 				if rep.Skipped != "" {
 					fmt.Fprintf(w, "watchdog skipped: %s\n", rep.Skipped)

@@ -1,21 +1,19 @@
 package cutover
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -88,8 +86,8 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		f.BackendActive = st.ActiveState
 		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID))
 	}
-	f.HealthzErr = env.Prober.Healthz(ctx, env.backendURL())
-	f.ReadyzErr = env.Prober.Readyz(ctx, env.backendURL())
+	f.HealthzErr = env.verifier().OK(ctx, env.backendURL(), "/healthz")
+	f.ReadyzErr = env.verifier().OK(ctx, env.backendURL(), "/readyz")
 	f.Tunnels = env.tunnelFacts(ctx, false)
 	if f.Pending, err = state.ReadPending(dir); err != nil {
 		f.Pending = &state.Pending{SnapshotID: "unreadable: " + err.Error()}
@@ -227,14 +225,23 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 
 // observe probes production after the restart.
 func observe(ctx context.Context, env *Env) Observed {
-	var o Observed
-	url := env.backendURL()
-	o.Version, o.Digest, o.InfoErr = env.Prober.Info(ctx, url)
-	o.HealthzErr = env.Prober.Healthz(ctx, url)
-	o.ReadyzErr = env.Prober.Readyz(ctx, url)
-	o.ShellErr = env.Prober.Shell(ctx, url)
+	o := observeBackend(ctx, env)
 	o.Tunnels = env.tunnelFacts(ctx, true)
 	return o
+}
+
+// observeBackend runs verify's backend checks (health, readiness,
+// system.info, shell.exec, file.list) against production.
+func observeBackend(ctx context.Context, env *Env) Observed {
+	r := env.verifier().Backend(ctx, env.backendURL(), verify.Expect{})
+	return Observed{
+		Version: r.Version, Digest: r.Build,
+		InfoErr:     checkErr(r, verify.CheckSystemInfo),
+		HealthzErr:  checkErr(r, verify.CheckHealthz),
+		ReadyzErr:   checkErr(r, verify.CheckReadyz),
+		ShellErr:    checkErr(r, verify.CheckShellExec),
+		FileListErr: checkErr(r, verify.CheckFileList),
+	}
 }
 
 // checkCandidate runs the canary's checks on a build (ops/candidate) and
@@ -253,9 +260,10 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 	return version, res.Digest, nil
 }
 
-// writeUnitIfChanged renders the backend unit and writes it when it differs.
-// Without tunnel commands in the config the units cannot be rendered; the
-// installed unit is then kept as it is.
+// writeUnitIfChanged renders the backend unit and writes it when it differs
+// (deploy.WriteUnits, as install and canary do). Without tunnel commands in
+// the config the units cannot be rendered; the installed unit is then kept as
+// it is.
 func writeUnitIfChanged(env *Env) error {
 	cfg := env.Config
 	if cfg.ValidateTunnels() != nil {
@@ -266,14 +274,10 @@ func writeUnitIfChanged(env *Env) error {
 		return fmt.Errorf("render: %w", err)
 	}
 	for _, u := range us {
-		if u.Name != cfg.Backend.Unit {
-			continue
+		if u.Name == cfg.Backend.Unit {
+			_, err := deploy.WriteUnits(cfg.UnitDir, []units.Unit{u})
+			return err
 		}
-		path := filepath.Join(cfg.UnitDir, u.Name)
-		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, u.Content) {
-			return nil
-		}
-		return atomicfs.WriteFile(path, u.Content, 0o644)
 	}
 	return nil
 }
@@ -286,12 +290,8 @@ func Check(ctx context.Context, env *Env, backend, tunnels bool) []string {
 	var before []TunnelFact
 	want := Expect{}
 	if backend {
-		url := env.backendURL()
-		o.Version, o.Digest, o.InfoErr = env.Prober.Info(ctx, url)
+		o = observeBackend(ctx, env)
 		want.Version = o.Version
-		o.HealthzErr = env.Prober.Healthz(ctx, url)
-		o.ReadyzErr = env.Prober.Readyz(ctx, url)
-		o.ShellErr = env.Prober.Shell(ctx, url)
 	}
 	if tunnels {
 		o.Tunnels = env.tunnelFacts(ctx, true)

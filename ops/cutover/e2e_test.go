@@ -24,6 +24,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -207,7 +208,7 @@ func (s *site) invocations() map[string]string {
 
 func (s *site) version() string {
 	s.t.Helper()
-	v, _, err := (&cutover.Prober{}).Info(context.Background(), s.backend)
+	v, _, err := verify.Default.SystemInfo(context.Background(), s.backend)
 	if err != nil {
 		s.t.Fatalf("system.info: %v", err)
 	}

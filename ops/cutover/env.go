@@ -2,11 +2,14 @@ package cutover
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
 // Systemd is the part of the systemd client cutover and rollback use.
@@ -32,8 +35,10 @@ const (
 type Env struct {
 	Config  *ctlconfig.Config
 	Systemd Systemd
-	Prober  *Prober
-	Logger  *slog.Logger
+	// Verify runs every probe (verify.ForBackend builds it with the backend's
+	// bearer token); verify.Default when nil.
+	Verify *verify.Client
+	Logger *slog.Logger
 	// MCPCtl is the absolute path of the mcpctl binary the armed timer runs,
 	// and MCPCtlConfig the --config it runs with ("" for the default).
 	MCPCtl       string
@@ -58,6 +63,33 @@ func (e *Env) log() *slog.Logger {
 
 func (e *Env) backendURL() string { return "http://" + e.Config.Backend.Listen }
 
+func (e *Env) verifier() *verify.Client {
+	if e.Verify != nil {
+		return e.Verify
+	}
+	return verify.Default
+}
+
+// info asks the backend at url for its version and build within
+// verify.ProbeTimeout.
+func (e *Env) info(ctx context.Context, url string) (version, digest string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
+	defer cancel()
+	return e.verifier().SystemInfo(ctx, url)
+}
+
+// checkErr is the named check of r as an error, nil when it passed.
+func checkErr(r *verify.Report, name string) error {
+	c := r.Check(name)
+	switch {
+	case c == nil:
+		return fmt.Errorf("%s: did not run", name)
+	case !c.OK:
+		return errors.New(c.Err)
+	}
+	return nil
+}
+
 // rollbackArgv is the command the armed timer runs.
 func (e *Env) rollbackArgv(snapshotID, nonce string) []string {
 	argv := []string{e.MCPCtl}
@@ -78,9 +110,11 @@ func (e *Env) tunnelFacts(ctx context.Context, shell bool) []TunnelFact {
 		} else {
 			f.ActiveState, f.InvocationID = st.ActiveState, st.InvocationID
 		}
-		f.ReadyErr = e.Prober.Readyz(ctx, t.URL)
 		if shell {
-			f.ShellErr = e.Prober.Shell(ctx, t.URL)
+			r := e.verifier().Tunnel(ctx, t.URL)
+			f.ReadyErr, f.ShellErr = checkErr(r, verify.CheckReadyz), checkErr(r, verify.CheckShellExec)
+		} else {
+			f.ReadyErr = e.verifier().OK(ctx, t.URL, "/readyz")
 		}
 		out = append(out, f)
 	}

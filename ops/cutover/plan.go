@@ -128,7 +128,9 @@ type Observed struct {
 	HealthzErr error
 	ReadyzErr  error
 	ShellErr   error
-	Tunnels    []TunnelFact
+	// FileListErr is a file.list of "/" (nil when not probed).
+	FileListErr error
+	Tunnels     []TunnelFact
 }
 
 // Judge lists every way the restarted production fails verification; empty
@@ -155,6 +157,9 @@ func Judge(want Expect, before []TunnelFact, got Observed) []string {
 	}
 	if got.ShellErr != nil {
 		fail("backend shell.exec: %v", got.ShellErr)
+	}
+	if got.FileListErr != nil {
+		fail("backend file.list: %v", got.FileListErr)
 	}
 	after := make(map[string]TunnelFact, len(got.Tunnels))
 	for _, t := range got.Tunnels {

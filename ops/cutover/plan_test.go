@@ -98,6 +98,7 @@ func TestJudge(t *testing.T) {
 		{name: "info unreachable", change: func(o *Observed) { o.InfoErr = boom; o.Version = "" }, fails: []string{"system.info"}},
 		{name: "not ready", change: func(o *Observed) { o.ReadyzErr = boom }, fails: []string{"/readyz"}},
 		{name: "shell broken", change: func(o *Observed) { o.ShellErr = boom }, fails: []string{"shell.exec"}},
+		{name: "file.list broken", change: func(o *Observed) { o.FileListErr = boom }, fails: []string{"file.list"}},
 		{name: "tunnel restarted", change: func(o *Observed) { o.Tunnels[0].InvocationID = "9" }, fails: []string{"was restarted"}},
 		{name: "tunnel down", change: func(o *Observed) { o.Tunnels[1].ActiveState = "failed"; o.Tunnels[1].ReadyErr = boom }, fails: []string{"not active", "tunnel b /readyz"}},
 		{name: "tunnel shell", change: func(o *Observed) { o.Tunnels[1].ShellErr = boom }, fails: []string{"tunnel b shell.exec"}},

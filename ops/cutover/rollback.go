@@ -119,8 +119,8 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	if err != nil {
 		return failed(fmt.Errorf("read %s: %w", unit, err))
 	}
-	healthy := st.ActiveState == "active" && env.Prober.Healthz(ctx, env.backendURL()) == nil
-	ver, _, infoErr := env.Prober.Info(ctx, env.backendURL())
+	healthy := st.ActiveState == "active" && env.verifier().OK(ctx, env.backendURL(), "/healthz") == nil
+	ver, _, infoErr := env.info(ctx, env.backendURL())
 	switch {
 	case res.Changed() == 0 && healthy && infoErr == nil && ver == m.Version:
 		rep.Noop = true
@@ -207,13 +207,13 @@ func waitHealthy(ctx context.Context, env *Env, version string, timeout time.Dur
 	defer cancel()
 	url := env.backendURL()
 	for {
-		err := env.Prober.Healthz(ctx, url)
+		err := env.verifier().OK(ctx, url, "/healthz")
 		if err == nil {
-			err = env.Prober.Readyz(ctx, url)
+			err = env.verifier().OK(ctx, url, "/readyz")
 		}
 		if err == nil && version != "" {
 			var got string
-			if got, _, err = env.Prober.Info(ctx, url); err == nil && got != version {
+			if got, _, err = env.info(ctx, url); err == nil && got != version {
 				err = fmt.Errorf("backend reports version %q, want %q", got, version)
 			}
 		}
