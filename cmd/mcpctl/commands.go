@@ -16,5 +16,6 @@ func commands(d *deps) []*cli.Command {
 		installCommand(d),
 		canaryCommand(d),
 		snapshotCommand(d),
+		statusCommand(d),
 	}
 }

@@ -73,8 +73,14 @@ type deployStyles struct {
 }
 
 func newDeployStyles(c *cli.Context, w io.Writer) deployStyles {
+	return stylesFor(w, deployFlag(c, "no-color"))
+}
+
+// stylesFor styles output to w: colour only on a terminal, never with
+// noColor.
+func stylesFor(w io.Writer, noColor bool) deployStyles {
 	r := lipgloss.NewRenderer(w)
-	if deployFlag(c, "no-color") {
+	if noColor {
 		r.SetColorProfile(termenv.Ascii)
 	}
 	return deployStyles{

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/release"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
+)
+
+// statusEvents is how many cutover and rollback records status shows.
+const statusEvents = 8
+
+// unitView is a unit as status shows it.
+type unitView struct {
+	Unit        string    `json:"unit"`
+	ActiveState string    `json:"activeState"`
+	SubState    string    `json:"subState,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	NRestarts   uint32    `json:"nRestarts"`
+	MainPID     uint32    `json:"mainPID,omitempty"`
+	Err         string    `json:"error,omitempty"`
+}
+
+// serviceView is a backend (production or canary): its unit, what it serves
+// and how it answers.
+type serviceView struct {
+	unitView
+	URL string `json:"url"`
+	// Version is what system.info reports, else (production only) the
+	// release current points to, with VersionFrom saying which.
+	Version     string              `json:"version,omitempty"`
+	VersionFrom string              `json:"versionFrom,omitempty"`
+	Healthz     int                 `json:"healthz"` // HTTP status; 0 when no answer
+	Readyz      int                 `json:"readyz"`
+	Admission   *admission.Snapshot `json:"admission,omitempty"`
+}
+
+type tunnelView struct {
+	Name string `json:"name"`
+	unitView
+	URL     string `json:"url"`
+	Healthz int    `json:"healthz"`
+}
+
+type rollbackView struct {
+	Armed bool `json:"armed"`
+	// Pending is the unconfirmed cutover's marker; TimerState the transient
+	// timer's ActiveState ("" when not loaded).
+	Pending    *state.Pending `json:"pending,omitempty"`
+	TimerState string         `json:"timerState,omitempty"`
+	Left       time.Duration  `json:"left,omitempty"`
+	Err        string         `json:"error,omitempty"`
+}
+
+// statusReport is mcpctl status.
+type statusReport struct {
+	Time       time.Time     `json:"time"`
+	Production serviceView   `json:"production"`
+	Canary     serviceView   `json:"canary"`
+	Tunnels    []tunnelView  `json:"tunnels"`
+	Rollback   rollbackView  `json:"rollback"`
+	Events     []state.Event `json:"events"`
+	EventsErr  string        `json:"eventsError,omitempty"`
+}
+
+func statusCommand(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "one screen: production, canary, tunnels, an armed rollback, the last cutovers and rollbacks",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}},
+		Action: func(c *cli.Context) error {
+			log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			b, err := connectOps(c, false, log)
+			if err != nil {
+				return err
+			}
+			defer b.sd.Close()
+			rep := gatherStatus(c.Context, b.cfg, b.sd, b.verify, time.Now())
+			deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { renderStatus(w, st, rep) })
+			return nil
+		},
+	}
+}
+
+// unitReader is the part of the systemd client status reads.
+type unitReader interface {
+	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+}
+
+var _ unitReader = (*systemd.Client)(nil)
+
+// gatherStatus observes everything status shows; each probe is bounded so
+// one hung part cannot hide the rest.
+func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *verify.Client, now time.Time) *statusReport {
+	rep := &statusReport{Time: now}
+	rep.Production = gatherService(ctx, sd, v, cfg.Backend.Unit, "http://"+cfg.Backend.Listen, true)
+	if rep.Production.Version == "" {
+		if cur, err := (&release.Store{Root: cfg.Install.Root}).Current(); err == nil && cur != "" {
+			rep.Production.Version, rep.Production.VersionFrom = cur, "current link"
+		}
+	}
+	rep.Canary = gatherService(ctx, sd, v, cfg.Canary.Unit, "http://"+cfg.Canary.Listen, false)
+	for _, t := range cfg.Tunnels {
+		tv := tunnelView{Name: t.Name, unitView: gatherUnit(ctx, sd, t.Unit), URL: t.URL}
+		if t.URL != "" {
+			tv.Healthz = code(ctx, v.Healthz, t.URL)
+		}
+		rep.Tunnels = append(rep.Tunnels, tv)
+	}
+	p, err := state.ReadPending(cfg.StateDir)
+	rep.Rollback = rollbackView{Pending: p}
+	if err != nil {
+		rep.Rollback.Err = err.Error()
+	}
+	if st, err := sd.Unit(ctx, cutover.RollbackTimer); err == nil && st.LoadState != "not-found" {
+		rep.Rollback.TimerState = st.ActiveState
+	}
+	rep.Rollback = planRollbackView(rep.Rollback, now)
+	events, err := state.Tail(cfg.StateDir, 200)
+	if err != nil {
+		rep.EventsErr = err.Error()
+	}
+	rep.Events = deployEvents(events, statusEvents)
+	return rep
+}
+
+func gatherUnit(ctx context.Context, sd unitReader, unit string) unitView {
+	u := unitView{Unit: unit}
+	st, err := sd.Unit(ctx, unit)
+	if err != nil {
+		u.ActiveState, u.Err = "unknown", err.Error()
+		return u
+	}
+	u.ActiveState, u.SubState, u.NRestarts, u.MainPID = st.ActiveState, st.SubState, st.NRestarts, st.MainPID
+	if st.ActiveState == "active" {
+		u.Since = st.ActiveEnterTimestamp
+	}
+	if st.LoadState == "not-found" {
+		u.ActiveState = "not installed"
+	}
+	return u
+}
+
+func gatherService(ctx context.Context, sd unitReader, v *verify.Client, unit, url string, admissionSnap bool) serviceView {
+	s := serviceView{unitView: gatherUnit(ctx, sd, unit), URL: url}
+	if s.ActiveState != "active" {
+		return s
+	}
+	s.Healthz = code(ctx, v.Healthz, url)
+	s.Readyz = code(ctx, v.Readyz, url)
+	pctx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
+	defer cancel()
+	if ver, _, err := v.SystemInfo(pctx, url); err == nil {
+		s.Version, s.VersionFrom = ver, "system.info"
+	}
+	if admissionSnap {
+		if c, body, err := v.Metrics(pctx, url); err == nil && c == 200 {
+			var snap admission.Snapshot
+			if json.Unmarshal(body, &snap) == nil {
+				s.Admission = &snap
+			}
+		}
+	}
+	return s
+}
+
+// code is the HTTP status of one probe, 0 when nothing answered.
+func code(ctx context.Context, probe func(context.Context, string) (int, []byte, error), url string) int {
+	ctx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
+	defer cancel()
+	c, _, err := probe(ctx, url)
+	if err != nil {
+		return 0
+	}
+	return c
+}
+
+// planRollbackView settles whether a rollback is armed and its time left: the
+// marker says a cutover is unconfirmed, the timer whether it is still
+// counting down (after a reboot only the boot-time check is left).
+func planRollbackView(r rollbackView, now time.Time) rollbackView {
+	r.Armed = r.Pending != nil || r.TimerState == "active"
+	if r.Pending != nil {
+		r.Left = max(r.Pending.Remaining(now), 0).Round(time.Second)
+	}
+	return r
+}
+
+// deployEvents keeps the last n cutover and rollback records, newest first.
+func deployEvents(events []state.Event, n int) []state.Event {
+	var out []state.Event
+	for i := len(events) - 1; i >= 0 && len(out) < n; i-- {
+		switch events[i].Action {
+		case state.ActionCutover, state.ActionRolledBack, state.ActionRollbackFailed:
+			out = append(out, events[i])
+		}
+	}
+	return out
+}
+
+func renderStatus(w io.Writer, st deployStyles, r *statusReport) {
+	up := func(s string) string {
+		if s == "active" {
+			return st.ok.Render(s)
+		}
+		return st.bad.Render(s)
+	}
+	http := func(c int) string {
+		switch c {
+		case 200:
+			return st.ok.Render("200")
+		case 0:
+			return st.bad.Render("no answer")
+		}
+		return st.bad.Render(fmt.Sprint(c))
+	}
+	since := func(u unitView) string {
+		if u.Since.IsZero() {
+			return ""
+		}
+		return fmt.Sprintf(" since %s (%s)", u.Since.Local().Format("2006-01-02 15:04:05"), r.Time.Sub(u.Since).Round(time.Second))
+	}
+	service := func(title string, s serviceView) {
+		fmt.Fprintf(w, "%s %s %s%s, restarts %d\n", st.title.Render(title), s.Unit, up(s.ActiveState), since(s.unitView), s.NRestarts)
+		if s.Err != "" {
+			fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), s.Err)
+		}
+		if s.Version != "" {
+			fmt.Fprintf(w, "  version %s %s\n", s.Version, st.dim.Render("("+s.VersionFrom+")"))
+		}
+		if s.ActiveState == "active" {
+			fmt.Fprintf(w, "  %s /healthz %s /readyz %s\n", st.dim.Render(s.URL), http(s.Healthz), http(s.Readyz))
+		}
+		if a := s.Admission; a != nil {
+			fmt.Fprintf(w, "  admission active %d/%d (shell %d/%d), queued %d/%d, rejected %d\n",
+				a.Active.Total, a.Limits.MaxActive, a.Active.Shell, a.Limits.MaxShell, a.Queued.Total, a.Limits.MaxQueue, a.Counters.Rejected)
+		}
+	}
+	service("production", r.Production)
+	service("canary", r.Canary)
+	for _, t := range r.Tunnels {
+		fmt.Fprintf(w, "%s %s %s %s%s, restarts %d, %s /healthz %s\n", st.title.Render("tunnel"), t.Name, t.Unit, up(t.ActiveState), since(t.unitView), t.NRestarts, st.dim.Render(t.URL), http(t.Healthz))
+		if t.Err != "" {
+			fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), t.Err)
+		}
+	}
+	rb := r.Rollback
+	switch {
+	case rb.Pending != nil:
+		timer := rb.TimerState
+		if timer == "" {
+			timer = "not loaded: the boot-time check restores it"
+		}
+		fmt.Fprintf(w, "%s %s cutover %s -> %s, snapshot %s, %s left, timer %s\n", st.title.Render("rollback"), st.bad.Render("ARMED"),
+			rb.Pending.FromVersion, rb.Pending.ToVersion, rb.Pending.SnapshotID, rb.Left, timer)
+	case rb.Armed:
+		fmt.Fprintf(w, "%s %s timer %s without a pending marker: run `mcpctl rollback disarm`\n", st.title.Render("rollback"), st.bad.Render("ARMED"), rb.TimerState)
+	default:
+		fmt.Fprintf(w, "%s none armed\n", st.title.Render("rollback"))
+	}
+	if rb.Err != "" {
+		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), rb.Err)
+	}
+	fmt.Fprintln(w, st.title.Render("recent cutovers and rollbacks"))
+	if len(r.Events) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, e := range r.Events {
+		outcome := st.ok.Render(e.Outcome)
+		if e.Outcome == state.OutcomeFailed || e.Outcome == state.OutcomeRefused {
+			outcome = st.bad.Render(e.Outcome)
+		}
+		line := fmt.Sprintf("  %s %-15s %s", e.Time.Local().Format("2006-01-02 15:04:05"), e.Action, outcome)
+		if e.FromVersion != "" || e.ToVersion != "" {
+			line += fmt.Sprintf(" %s -> %s", orDash(e.FromVersion), orDash(e.ToVersion))
+		}
+		if e.Reason != "" {
+			line += "  " + st.dim.Render(e.Reason)
+		}
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	if r.EventsErr != "" {
+		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), r.EventsErr)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

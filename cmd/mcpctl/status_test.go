@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/server"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
+)
+
+// fixedUnits is a systemd seen through fixed unit states; a unit absent from it
+// is not found.
+type fixedUnits map[string]*systemd.UnitState
+
+func (u fixedUnits) Unit(_ context.Context, name string) (*systemd.UnitState, error) {
+	if st, ok := u[name]; ok {
+		if st == nil {
+			return nil, errors.New("D-Bus gone")
+		}
+		return st, nil
+	}
+	return &systemd.UnitState{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
+}
+
+func TestPlanRollbackView(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	p := &state.Pending{SnapshotID: "s", Deadline: now.Add(90 * time.Second)}
+	late := &state.Pending{SnapshotID: "s", Deadline: now.Add(-time.Minute)}
+	tests := []struct {
+		name      string
+		in        rollbackView
+		wantArmed bool
+		wantLeft  time.Duration
+	}{
+		{"nothing", rollbackView{}, false, 0},
+		{"marker and timer", rollbackView{Pending: p, TimerState: "active"}, true, 90 * time.Second},
+		{"marker after a reboot", rollbackView{Pending: p}, true, 90 * time.Second},
+		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, 0},
+		{"stray timer", rollbackView{TimerState: "active"}, true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := planRollbackView(tc.in, now)
+			if got.Armed != tc.wantArmed || got.Left != tc.wantLeft {
+				t.Fatalf("armed %v left %s, want %v %s", got.Armed, got.Left, tc.wantArmed, tc.wantLeft)
+			}
+		})
+	}
+}
+
+func TestDeployEvents(t *testing.T) {
+	ev := func(a string) state.Event { return state.Event{Action: a} }
+	all := []state.Event{ev(state.ActionCutover), ev(state.ActionArmed), ev(state.ActionRolledBack), ev(state.ActionWatchdog), ev(state.ActionRollbackFailed), ev(state.ActionCutover)}
+	tests := []struct {
+		name string
+		n    int
+		want []string
+	}{
+		{"all kept, newest first", 10, []string{"cutover", "rollback-failed", "rolled-back", "cutover"}},
+		{"bounded", 2, []string{"cutover", "rollback-failed"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range deployEvents(all, tc.n) {
+				got = append(got, e.Action)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStatusAssembly gathers status from a real backend handler, a stored
+// marker and audit, and fixed unit states, and renders it.
+func TestStatusAssembly(t *testing.T) {
+	srv, err := server.New(config.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	cfg := ctlconfig.Default()
+	cfg.Backend.Listen = strings.TrimPrefix(ts.URL, "http://")
+	cfg.Canary.Listen = "127.0.0.1:1"
+	cfg.StateDir = t.TempDir()
+	cfg.Install.Root = t.TempDir()
+	cfg.Tunnels[0].URL = ts.URL
+	cfg.Tunnels[1].URL = "http://127.0.0.1:1"
+	now := time.Now()
+	if err := state.WritePending(cfg.StateDir, &state.Pending{SnapshotID: "20250101T000000Z-abcd", Nonce: "0123456789abcdef0123456789abcdef",
+		FromVersion: "v1", ToVersion: "v2", ArmedAt: now, Deadline: now.Add(time.Minute), TimerUnit: "mcpctl-rollback.timer", ServiceUnit: "mcpctl-rollback.service"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []state.Event{
+		{Action: state.ActionCutover, FromVersion: "v0", ToVersion: "v1", Outcome: state.OutcomeOK},
+		{Action: state.ActionArmed, Outcome: state.OutcomeOK},
+		{Action: state.ActionRolledBack, ToVersion: "v0", Outcome: state.OutcomeFailed, Reason: "why not"},
+	} {
+		if err := state.Audit(cfg.StateDir, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := now.Add(-time.Hour)
+	sd := fixedUnits{
+		cfg.Backend.Unit:        {LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 42, NRestarts: 2, ActiveEnterTimestamp: since},
+		cfg.Tunnels[0].Unit:     {LoadState: "loaded", ActiveState: "active", ActiveEnterTimestamp: since},
+		cfg.Tunnels[1].Unit:     nil,
+		"mcpctl-rollback.timer": {LoadState: "loaded", ActiveState: "active"},
+	}
+	v, _ := verify.ForBackend("")
+	r := gatherStatus(context.Background(), cfg, sd, v, now)
+
+	p := r.Production
+	if p.ActiveState != "active" || p.NRestarts != 2 || !p.Since.Equal(since) || p.Healthz != 200 || p.Readyz != 200 {
+		t.Errorf("production = %+v", p)
+	}
+	if p.VersionFrom != "system.info" || p.Version == "" {
+		t.Errorf("production version %q from %q, want system.info", p.Version, p.VersionFrom)
+	}
+	if p.Admission == nil || p.Admission.Limits.MaxActive == 0 {
+		t.Errorf("admission snapshot = %+v, want the backend's limits", p.Admission)
+	}
+	if r.Canary.ActiveState != "not installed" || r.Canary.Healthz != 0 {
+		t.Errorf("canary = %+v", r.Canary)
+	}
+	if len(r.Tunnels) != 2 || r.Tunnels[0].Healthz != 200 || r.Tunnels[1].Healthz != 0 || r.Tunnels[1].Err == "" {
+		t.Errorf("tunnels = %+v", r.Tunnels)
+	}
+	if !r.Rollback.Armed || r.Rollback.TimerState != "active" || r.Rollback.Left != time.Minute {
+		t.Errorf("rollback = %+v", r.Rollback)
+	}
+	if len(r.Events) != 2 || r.Events[0].Action != state.ActionRolledBack {
+		t.Errorf("events = %+v", r.Events)
+	}
+
+	var out bytes.Buffer
+	renderStatus(&out, plainStyles(), r)
+	for _, want := range []string{
+		"production mcp-backend.service active since", "restarts 2", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/",
+		"canary mcp-backend-canary.service not installed",
+		"tunnel Overdeck", "/healthz no answer", "D-Bus gone",
+		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left, timer active",
+		"rolled-back     failed - -> v0  why not", "cutover         ok v0 -> v1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Errorf("plain output has escape codes:\n%s", out.String())
+	}
+}
+
+func plainStyles() deployStyles { return stylesFor(&bytes.Buffer{}, true) }
