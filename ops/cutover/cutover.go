@@ -39,6 +39,50 @@ type Report struct {
 	Rollback    *RollbackReport `json:"rollback,omitempty"`
 	Duration    time.Duration   `json:"duration"`
 	Timings     []Timing        `json:"timings"`
+	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
+	Pruned *Pruned `json:"pruned,omitempty"`
+}
+
+// Pruned lists the snapshots and releases a confirmed cutover removed.
+type Pruned struct {
+	Snapshots []string `json:"snapshots,omitempty"`
+	Releases  []string `json:"releases,omitempty"`
+	Err       string   `json:"error,omitempty"`
+}
+
+// prune keeps the newest install.keepReleases snapshots and releases, never
+// the snapshots in keepSnaps (the rollback target), the releases in
+// keepReleases (current and the previous one), nor what a pending marker
+// still needs. A failure is reported, not fatal: the cutover is done.
+func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pruned {
+	dir, keep := env.Config.StateDir, env.Config.Install.KeepReleases
+	if keep <= 0 {
+		return nil
+	}
+	if p, err := state.ReadPending(dir); err != nil {
+		return &Pruned{Err: "pending marker unreadable, nothing pruned: " + err.Error()}
+	} else if p != nil {
+		keepSnaps = append(keepSnaps, p.SnapshotID)
+		keepReleases = append(keepReleases, p.FromVersion, p.ToVersion)
+	}
+	out := &Pruned{}
+	var errs []error
+	var err error
+	if out.Snapshots, err = snapshot.Prune(dir, keep, keepSnaps...); err != nil {
+		errs = append(errs, err)
+	}
+	if out.Releases, err = store.Prune(keep, keepReleases...); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		out.Err = err.Error()
+		env.log().Warn("prune after cutover", "err", err)
+	}
+	if len(out.Snapshots)+len(out.Releases) > 0 {
+		_ = state.Audit(dir, state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK, Reason: "after cutover",
+			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
+	}
+	return out
 }
 
 // Cutover runs mcpctl cutover (issue 6 steps 1-5). The returned error is an
@@ -215,6 +259,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		return rep, fail(CodeFailed, "verified and disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	step("disarm", t0)
+	rep.Pruned = prune(env, store, []string{m.ID}, []string{f.CandidateVersion, f.CurrentVersion})
 	rep.Duration = env.now().Sub(start)
 	log.Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
 	_ = state.Audit(dir, state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})

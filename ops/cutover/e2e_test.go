@@ -315,6 +315,7 @@ func TestCutoverInSystemd(t *testing.T) {
 			t.Fatalf("tunnels restarted: before %v after %v", before, after)
 		}
 		s.assertNoRollbackArmed()
+		s.assertStatus("v2", state.ActionCutover)
 		if code, out := s.run("rollback", "--snapshot", snapshotOf(t, s), "--nonce", "0123456789abcdef0123456789abcdef"); code != 0 || !strings.Contains(out, "stale nonce") {
 			t.Fatalf("late timer with a stale nonce: exit %d, %s", code, out)
 		}
@@ -425,6 +426,45 @@ func TestCutoverInSystemd(t *testing.T) {
 		}
 		s.assertNoRollbackArmed()
 	})
+}
+
+// assertStatus runs mcpctl status --json in the container: production on
+// version and active, both tunnels answering, no rollback armed, and the
+// newest cutover or rollback record is lastAction.
+func (s *site) assertStatus(version, lastAction string) {
+	s.t.Helper()
+	code, out := s.run("--json", "status")
+	if code != 0 {
+		s.t.Fatalf("status exit %d:\n%s", code, out)
+	}
+	var st struct {
+		Production struct {
+			ActiveState string `json:"activeState"`
+			Version     string `json:"version"`
+			Healthz     int    `json:"healthz"`
+		} `json:"production"`
+		Tunnels []struct {
+			ActiveState string `json:"activeState"`
+			Healthz     int    `json:"healthz"`
+		} `json:"tunnels"`
+		Rollback struct {
+			Armed bool `json:"armed"`
+		} `json:"rollback"`
+		Events []state.Event `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &st); err != nil {
+		s.t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	p := st.Production
+	if p.ActiveState != "active" || p.Version != version || p.Healthz != 200 || st.Rollback.Armed || len(st.Tunnels) != 2 ||
+		len(st.Events) == 0 || st.Events[0].Action != lastAction {
+		s.t.Fatalf("status = %+v, want %s active, no rollback armed, last record %s", st, version, lastAction)
+	}
+	for _, tun := range st.Tunnels {
+		if tun.ActiveState != "active" || tun.Healthz != 200 {
+			s.t.Fatalf("status tunnels = %+v", st.Tunnels)
+		}
+	}
 }
 
 func holder(t testing.TB, s *site) *state.Holder {
