@@ -574,3 +574,72 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 		t.Fatalf("no rolled-back record in the audit: %+v", events)
 	}
 }
+
+// TestCutoverRefusalsAndTunnelFaults: a candidate whose check-config rejects
+// the production config is refused in preflight with nothing changed (fault
+// 8); a tunnel that stops answering during verification rolls back, exit 3
+// (fault 5).
+func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	t.Run("invalid candidate config", func(t *testing.T) {
+		s.t = t
+		bad := filepath.Join(s.dir, "bin", "rejects-config")
+		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = check-config ]; then echo 'listen: not allowed' >&2; exit 1; fi\nexec %s \"$@\"\n", s.builds["v1"])
+		if err := os.WriteFile(bad, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files := []string{s.cfg.Backend.Config, filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit), filepath.Join(s.cfg.Install.Root, "current")}
+		before := fileHashes(t, files)
+		_, inv := s.unit(s.cfg.Backend.Unit)
+		code, out := s.run("cutover", "--build", bad, "--version", "v9", "--arm-rollback", "--skip-canary-check", "e2e")
+		if code != 1 || !strings.Contains(out, "check-config") {
+			t.Fatalf("exit %d, want 1 naming check-config:\n%s", code, out)
+		}
+		if after := fileHashes(t, files); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("files changed by a refused cutover:\nbefore %v\nafter  %v", before, after)
+		}
+		if _, now := s.unit(s.cfg.Backend.Unit); now != inv {
+			t.Fatal("a refused cutover restarted the backend")
+		}
+		if list, _ := snapshot.List(s.cfg.StateDir); len(list) != 0 {
+			t.Fatalf("a refused cutover took %d snapshots", len(list))
+		}
+		s.assertNoRollbackArmed()
+	})
+	t.Run("tunnel down during verification", func(t *testing.T) {
+		s.t = t
+		// The candidate stops the first tunnel as it starts serving: the
+		// tunnel is down exactly while the cutover verifies.
+		killer := filepath.Join(s.dir, "bin", "stops-a-tunnel")
+		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then systemctl stop --no-block %s; fi\nexec %s \"$@\"\n", s.cfg.Tunnels[0].Unit, s.builds["v2"])
+		if err := os.WriteFile(killer, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code, out := s.run("cutover", "--build", killer, "--version", "v7", "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
+		if code != 3 || !strings.Contains(out, s.cfg.Tunnels[0].Name) {
+			t.Fatalf("exit %d, want 3 naming tunnel %s:\n%s", code, s.cfg.Tunnels[0].Name, out)
+		}
+		if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
+			t.Fatalf("after rollback production %s current %s, want v1", v, c)
+		}
+		s.assertNoRollbackArmed()
+	})
+}
+
+func fileHashes(t testing.TB, paths []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range paths {
+		if l, err := os.Readlink(p); err == nil {
+			out[p] = "-> " + l
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256(b)
+		out[p] = hex.EncodeToString(h[:])
+	}
+	return out
+}
