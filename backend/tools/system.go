@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
@@ -65,32 +66,37 @@ type BackendInfo struct {
 	UptimeSeconds int64  `json:"uptimeSeconds"`
 }
 
-func (t *Tools) systemInfo(_ context.Context, _ SystemInfoInput) (SystemInfoResult, error) {
-	var res SystemInfoResult
-	res.Hostname, _ = os.Hostname()
+// staticOS is read once: the kernel and the OS release do not change under a
+// running process, and system.info is the operator's cheap look at the host.
+var staticOS = sync.OnceValue(func() OSInfo {
+	var o OSInfo
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
-		res.OS = OSInfo{
+		o = OSInfo{
 			Kernel:  unix.ByteSliceToString(u.Sysname[:]),
 			Release: unix.ByteSliceToString(u.Release[:]),
 			Version: unix.ByteSliceToString(u.Version[:]),
 			Machine: unix.ByteSliceToString(u.Machine[:]),
 		}
 	}
-	res.OS.Name = osName()
-	if b, err := os.ReadFile("/proc/uptime"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			res.UptimeSeconds, _ = strconv.ParseFloat(f[0], 64)
-		}
+	o.Name = osName()
+	return o
+})
+
+func (t *Tools) systemInfo(_ context.Context, _ SystemInfoInput) (SystemInfoResult, error) {
+	var res SystemInfoResult
+	res.Hostname, _ = os.Hostname()
+	res.OS = staticOS()
+	// One sysinfo(2) call instead of parsing /proc/uptime and /proc/loadavg.
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err == nil {
+		const loadScale = 1 << 16 // SI_LOAD_SHIFT
+		res.UptimeSeconds = float64(si.Uptime)
+		res.Load.One = float64(si.Loads[0]) / loadScale
+		res.Load.Five = float64(si.Loads[1]) / loadScale
+		res.Load.Fifteen = float64(si.Loads[2]) / loadScale
 	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			res.Load.One, _ = strconv.ParseFloat(f[0], 64)
-			res.Load.Five, _ = strconv.ParseFloat(f[1], 64)
-			res.Load.Fifteen, _ = strconv.ParseFloat(f[2], 64)
-		}
-	}
-	res.Memory = memInfo()
+	res.Memory = cachedMemInfo()
 	res.CPUCount = runtime.NumCPU()
 	res.Backend = BackendInfo{
 		Version:       buildinfo.Version,
@@ -105,6 +111,26 @@ func (t *Tools) systemInfo(_ context.Context, _ SystemInfoInput) (SystemInfoResu
 		res.Admission = t.opts.Admission()
 	}
 	return res, nil
+}
+
+// memInfoTTL bounds how stale system.info's memory figures may be. The
+// kernel builds /proc/meminfo on every read, which made it the largest cost
+// of the call; many conversations polling the host share one reading.
+const memInfoTTL = time.Second
+
+var memCache struct {
+	sync.Mutex
+	at time.Time
+	m  MemoryInfo
+}
+
+func cachedMemInfo() MemoryInfo {
+	memCache.Lock()
+	defer memCache.Unlock()
+	if now := time.Now(); now.Sub(memCache.at) >= memInfoTTL {
+		memCache.m, memCache.at = memInfo(), now
+	}
+	return memCache.m
 }
 
 // memInfo parses /proc/meminfo (values in kB).
