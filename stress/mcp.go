@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/overdeck/mcp-backend/backend/tools"
 	"mime"
 	"net/http"
 	"strconv"
@@ -258,16 +259,8 @@ func Messages(contentType string, body []byte) ([]json.RawMessage, error) {
 	return msgs, nil
 }
 
-// ShellResult is shell.exec's structured result.
-type ShellResult struct {
-	ExitCode      *int    `json:"exitCode"`
-	Signal        *string `json:"signal"`
-	Stdout        string  `json:"stdout"`
-	Stderr        string  `json:"stderr"`
-	TimedOut      bool    `json:"timedOut"`
-	OutputLimited bool    `json:"outputLimited"`
-	DurationMs    int64   `json:"durationMs"`
-}
+// ShellResult is shell.exec's structured result, as the backend defines it.
+type ShellResult = tools.ShellExecResult
 
 // ShellOf decodes a shell.exec result from the structured content, or from
 // the text content when the server sent no structured content.

@@ -4,37 +4,20 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
-	godbus "github.com/godbus/dbus/v5"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 // busAt connects service.* to the bus at addr, as the default connector
-// does for the system bus.
+// does to the system bus.
 func busAt(addr string) func(ctx context.Context) (*sddbus.Conn, error) {
-	return func(ctx context.Context) (*sddbus.Conn, error) {
-		return sddbus.NewConnection(func() (*godbus.Conn, error) {
-			c, err := godbus.Dial(addr, godbus.WithContext(ctx))
-			if err != nil {
-				return nil, err
-			}
-			if err := c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
-				c.Close()
-				return nil, err
-			}
-			if err := c.Hello(); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		})
-	}
+	return func(context.Context) (*sddbus.Conn, error) { return systemd.NewConn(addr) }
 }
 
 // TestServiceToolsRealSystemd drives service.status and service.control

@@ -55,6 +55,25 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if addr == "" {
 		addr = "unix:path=/run/dbus/system_bus_socket"
 	}
+	conn, err := NewConn(addr)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	jt := opts.JobTimeout
+	if jt <= 0 {
+		jt = DefaultJobTimeout
+	}
+	return &Client{conn: conn, log: log, jobTimeout: jt}, nil
+}
+
+// NewConn opens a go-systemd connection to the bus at addr (EXTERNAL auth
+// as the current uid, then Hello). Tests use it to point other D-Bus users,
+// such as the service tools, at a disposable systemd.
+func NewConn(addr string) (*sddbus.Conn, error) {
 	// No dbus.WithContext: it would close the connection when ctx ends, and
 	// the connection outlives this call.
 	dial := func() (*godbus.Conn, error) {
@@ -76,15 +95,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to systemd at %s: %w", addr, err)
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	jt := opts.JobTimeout
-	if jt <= 0 {
-		jt = DefaultJobTimeout
-	}
-	return &Client{conn: conn, log: log, jobTimeout: jt}, nil
+	return conn, nil
 }
 
 // Close closes the connections.
