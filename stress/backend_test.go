@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,21 +37,11 @@ func backendBinary(t testing.TB) string {
 	return bin
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startBackend runs the real backend with small limits on a free loopback
 // port and returns its base URL and process.
 func startBackend(t testing.TB, bin string) (string, *os.Process) {
 	t.Helper()
-	addr := freePort(t)
+	addr := proctest.FreeAddr(t)
 	cfg := map[string]any{
 		"listen":      addr,
 		"concurrency": map[string]any{"maxActive": 12, "reservedControl": 2, "maxShell": 4, "maxQueue": 8, "queueWaitMs": 2000},

@@ -12,12 +12,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
@@ -158,17 +155,6 @@ func (b *backend) metrics(t testing.TB) admission.Snapshot {
 	return s
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // gate is a file whose existence releases the test's blocked commands.
 type gate string
 
@@ -183,48 +169,4 @@ func (g gate) open(t testing.TB) {
 	if err := os.WriteFile(string(g), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func readPids(t testing.TB, file string, n int) []int {
-	t.Helper()
-	var pids []int
-	waitFor(t, fmt.Sprintf("%d pids in %s", n, file), func() bool {
-		b, _ := os.ReadFile(file)
-		pids = pids[:0]
-		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, p)
-			}
-		}
-		return len(pids) >= n
-	})
-	return pids
-}
-
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil {
-		return false
-	}
-	// A zombie is dead for our purpose, it only waits for its reaper.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-func waitDead(t testing.TB, pids ...int) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("pids %v to die", pids), func() bool {
-		for _, p := range pids {
-			if alive(p) {
-				return false
-			}
-		}
-		return true
-	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"net/http"
 	"os"
@@ -40,7 +41,7 @@ func TestShellCeilingOverRealHTTP(t *testing.T) {
 			codes <- parseReply(t, body).errorCode()
 		}()
 	}
-	waitFor(t, "8 running, 64 queued, 128 rejected", func() bool {
+	proctest.Eventually(t, "8 running, 64 queued, 128 rejected", func() bool {
 		s := b.metrics(t)
 		return s.Active.Shell == 8 && s.Queued.Total == 64 && s.Counters.Rejected == n-8-64
 	})
@@ -90,7 +91,7 @@ func TestControlUsesReserveWhileSaturated(t *testing.T) {
 			results <- parseReply(t, body).errorCode()
 		}()
 	}
-	waitFor(t, "40 non-control running and the queue full", func() bool {
+	proctest.Eventually(t, "40 non-control running and the queue full", func() bool {
 		s := b.metrics(t)
 		return s.Active.NonControl == 40 && s.Queued.Total == 64
 	})
@@ -145,7 +146,7 @@ func TestControlUsesReserveWhileSaturated(t *testing.T) {
 func assertBalanced(t testing.TB, b *backend, calls int) {
 	t.Helper()
 	var s = b.metrics(t)
-	waitFor(t, "idle", func() bool {
+	proctest.Eventually(t, "idle", func() bool {
 		s = b.metrics(t)
 		return s.Active.Total == 0 && s.Queued.Total == 0
 	})
@@ -192,18 +193,18 @@ func TestDisconnectWhileQueued(t *testing.T) {
 		defer close(done)
 		callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": g.command()})
 	}()
-	waitFor(t, "one shell running", func() bool { return b.metrics(t).Active.Shell == 1 })
+	proctest.Eventually(t, "one shell running", func() bool { return b.metrics(t).Active.Shell == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
 		_, _, err := callRaw(ctx, b.url, "shell.exec", map[string]any{"command": "echo never"})
 		errc <- err
 	}()
-	waitFor(t, "the second call queued", func() bool { return b.metrics(t).Queued.Total == 1 })
+	proctest.Eventually(t, "the second call queued", func() bool { return b.metrics(t).Queued.Total == 1 })
 	before := b.metrics(t)
 	cancel()
 	<-errc
-	waitFor(t, "the queued call cancelled", func() bool { return b.metrics(t).Counters.Cancelled == 1 })
+	proctest.Eventually(t, "the queued call cancelled", func() bool { return b.metrics(t).Counters.Cancelled == 1 })
 	after := b.metrics(t)
 	if after.Queued.Total != 0 || after.Counters.Accepted != before.Counters.Accepted || after.Active.Shell != 1 {
 		t.Fatalf("before %+v after %+v", before, after)
@@ -225,15 +226,15 @@ func TestDisconnectKillsRunningGroup(t *testing.T) {
 		_, _, err := callRaw(ctx, b.url, "shell.exec", map[string]any{"command": cmd, "timeoutMs": 120000})
 		errc <- err
 	}()
-	pids := readPids(t, pidFile, 3)
+	pids := proctest.ReadPids(t, pidFile, 3)
 	for _, p := range pids {
-		if !alive(p) {
+		if !proctest.Alive(p) {
 			t.Fatalf("pid %d not running before the disconnect", p)
 		}
 	}
 	cancel()
 	<-errc
-	waitDead(t, pids...)
+	proctest.WaitDead(t, pids...)
 	assertBalanced(t, b, 1)
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,63 +165,6 @@ func wantToolError(t testing.TB, res *mcp.CallToolResult, code toolerr.Code) *to
 		t.Fatalf("empty error message")
 	}
 	return env.Error
-}
-
-// alive reports whether pid exists and is not a zombie. Orphans are
-// reparented to PID 1, which may not reap them, so a zombie counts as dead.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	st, ok := parseStat(b)
-	return ok && st.State != "Z" && st.State != "X"
-}
-
-// waitDead polls (bounded) until none of pids is alive.
-func waitDead(t testing.TB, pids ...int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var live []int
-		for _, p := range pids {
-			if alive(p) {
-				live = append(live, p)
-			}
-		}
-		if len(live) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes still alive: %v", live)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// readPids waits (bounded) until file holds n pids, one per line.
-func readPids(t testing.TB, file string, n int) []int {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, _ := os.ReadFile(file)
-		lines := strings.Fields(string(b))
-		if len(lines) >= n {
-			pids := make([]int, 0, n)
-			for _, l := range lines[:n] {
-				p, err := strconv.Atoi(l)
-				if err != nil {
-					t.Fatalf("bad pid %q in %s", l, file)
-				}
-				pids = append(pids, p)
-			}
-			return pids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: want %d pids, have %q", file, n, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // grandchildren is a shell snippet that starts two background sleeps and

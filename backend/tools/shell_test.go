@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"os"
 	"strings"
 	"sync"
@@ -148,7 +149,7 @@ func TestShellExecIgnoresTerm(t *testing.T) {
 	if !r.TimedOut || r.Signal == nil || *r.Signal != "SIGKILL" {
 		t.Fatalf("want SIGKILL after grace, got %+v", r)
 	}
-	waitDead(t, readPids(t, pidFile, 1)...)
+	proctest.WaitDead(t, proctest.ReadPids(t, pidFile, 1)...)
 }
 
 func TestShellExecDescendantsDie(t *testing.T) {
@@ -213,12 +214,12 @@ func TestShellExecDescendantsDie(t *testing.T) {
 					_, err := h.client.CallTool(ctx, &mcp.CallToolParams{Name: NameShellExec, Arguments: args})
 					done <- err
 				}()
-				pids := readPids(t, pidFile, 2)
+				pids := proctest.ReadPids(t, pidFile, 2)
 				cancel()
 				if err := <-done; err == nil {
 					t.Fatalf("cancelled call returned no error")
 				}
-				waitDead(t, pids...)
+				proctest.WaitDead(t, pids...)
 				waitUntracked(t, h.tools)
 				return
 			}
@@ -226,7 +227,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 			tc.check(t, r)
 			// The call has returned: the group must already be gone, so no
 			// polling beyond what a SIGKILL needs to be delivered.
-			waitDead(t, readPids(t, pidFile, 2)...)
+			proctest.WaitDead(t, proctest.ReadPids(t, pidFile, 2)...)
 			waitUntracked(t, h.tools)
 		})
 	}
@@ -254,7 +255,7 @@ func TestShellExecCancelledResult(t *testing.T) {
 	args, _ := json.Marshal(map[string]any{"command": grandchildren(pidFile) + "wait"})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		readPids(t, pidFile, 2)
+		proctest.ReadPids(t, pidFile, 2)
 		cancel()
 	}()
 	res, err := handlerOf(t, tl, NameShellExec)(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameShellExec, Arguments: args}})
@@ -262,7 +263,7 @@ func TestShellExecCancelledResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantToolError(t, res, toolerr.Cancelled)
-	waitDead(t, readPids(t, pidFile, 2)...)
+	proctest.WaitDead(t, proctest.ReadPids(t, pidFile, 2)...)
 }
 
 func handlerOf(t testing.TB, tl *Tools, name string) mcp.ToolHandler {
@@ -285,7 +286,7 @@ func TestShellExecOrphanHoldingPipe(t *testing.T) {
 		if r.ExitCode == nil || *r.ExitCode != 0 {
 			t.Fatalf("want exit 0, got %+v", r)
 		}
-		waitDead(t, atoi(t, strings.TrimSpace(r.Stdout)))
+		proctest.WaitDead(t, atoi(t, strings.TrimSpace(r.Stdout)))
 	})
 	t.Run("escaped group", func(t *testing.T) {
 		pidFile := tempFile(t, "pids")
@@ -294,7 +295,7 @@ func TestShellExecOrphanHoldingPipe(t *testing.T) {
 			"command":   "setsid sh -c 'echo $$ >> " + pidFile + "; exec sleep 300' & sleep 0.2; echo parent; exit 0",
 			"timeoutMs": 30000,
 		})
-		pid := readPids(t, pidFile, 1)[0]
+		pid := proctest.ReadPids(t, pidFile, 1)[0]
 		t.Cleanup(func() { _ = killPid(pid) })
 		if r.ExitCode == nil || *r.ExitCode != 0 || r.TimedOut || r.Stdout != "parent\n" {
 			t.Fatalf("want exit 0 without timeout, got %+v", r)
@@ -382,10 +383,10 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 	}
 	var pids []int
 	for _, f := range files {
-		pids = append(pids, readPids(t, f, 2)...)
+		pids = append(pids, proctest.ReadPids(t, f, 2)...)
 	}
 	h.tools.Close()
-	waitDead(t, pids...)
+	proctest.WaitDead(t, pids...)
 	wg.Wait()
 	for i, r := range results {
 		if r == nil {

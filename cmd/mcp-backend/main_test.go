@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,7 +71,7 @@ func TestCheckConfig(t *testing.T) {
 		})
 	}
 	t.Run("serve refuses an invalid config before opening a socket", func(t *testing.T) {
-		port := freePort(t)
+		port := proctest.FreePort(t)
 		cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d","concurrency":{"maxQueue":-1}}`, port))
 		var errb bytes.Buffer
 		code := run(context.Background(), []string{"mcp-backend", "serve", "--config", cfg}, nil, &bytes.Buffer{}, &errb)
@@ -93,16 +93,6 @@ func TestCheckConfig(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 	})
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestStdioSubprocess drives the real binary over stdio with the go-sdk
@@ -149,17 +139,17 @@ func TestStdioSubprocess(t *testing.T) {
 		json.Unmarshal(b, &info)
 		return info.Admission
 	}
-	waitFor(t, "shell slot taken", func() bool { return metrics()["active"]["shell"] == 1 })
+	proctest.Eventually(t, "shell slot taken", func() bool { return metrics()["active"]["shell"] == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	second := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo late"}})
 		second <- err
 	}()
-	waitFor(t, "second call queued", func() bool { return metrics()["queued"]["total"] == 1 })
+	proctest.Eventually(t, "second call queued", func() bool { return metrics()["queued"]["total"] == 1 })
 	cancel()
 	<-second
-	waitFor(t, "queued call cancelled", func() bool { return metrics()["counters"]["cancelled"] == 1 })
+	proctest.Eventually(t, "queued call cancelled", func() bool { return metrics()["counters"]["cancelled"] == 1 })
 	if m := metrics(); m["queued"]["total"] != 0 || m["active"]["shell"] != 1 {
 		t.Fatalf("after cancel: %v", m)
 	}
@@ -169,22 +159,11 @@ func TestStdioSubprocess(t *testing.T) {
 	}
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestSIGTERMWhileSaturated: the real process, saturated with commands that
 // spawn grandchildren, exits 0 within the stop budget and leaves no command
 // process behind.
 func TestSIGTERMWhileSaturated(t *testing.T) {
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d","concurrency":{"maxShell":8,"maxQueue":16}}`, port))
 	cmd := exec.Command(binary, "serve", "--config", cfg)
@@ -195,7 +174,7 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitFor(t, "healthz", func() bool {
+	proctest.Eventually(t, "healthz", func() bool {
 		r, err := http.Get(base + "/healthz")
 		if err == nil {
 			r.Body.Close()
@@ -219,7 +198,7 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 		}(i)
 	}
 	var pids []int
-	waitFor(t, "8 commands with grandchildren running", func() bool {
+	proctest.Eventually(t, "8 commands with grandchildren running", func() bool {
 		pids = pids[:0]
 		files, _ := filepath.Glob(filepath.Join(dir, "pids-*"))
 		for _, f := range files {
@@ -246,16 +225,6 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 	t.Logf("exited %v after SIGTERM", time.Since(start))
 	wg.Wait()
 	for _, p := range pids {
-		waitFor(t, fmt.Sprintf("pid %d gone", p), func() bool { return syscall.Kill(p, 0) != nil || zombie(p) })
+		proctest.Eventually(t, fmt.Sprintf("pid %d gone", p), func() bool { return !proctest.Alive(p) })
 	}
-}
-
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
 }

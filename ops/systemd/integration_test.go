@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -18,18 +19,6 @@ import (
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
-
-// freePort returns a loopback port nobody listens on right now; the
-// container shares the host's network namespace.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func writeFile(t testing.TB, path, content string, mode os.FileMode) {
 	t.Helper()
@@ -71,17 +60,17 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	mcpctl := filepath.Join(work, "bin", "mcpctl")
 	writeFile(t, mcpctl, "#!/bin/sh\nexit 0\n", 0o755) // the units name it; this test never runs it
 
-	backendAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	backendAddr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 	cfg := ctlconfig.Default()
 	cfg.Install.Root = root
 	cfg.Backend.Listen = backendAddr
 	cfg.Backend.Config = filepath.Join(work, "etc", "config.json")
 	cfg.Canary.Config = filepath.Join(work, "etc", "canary.json")
-	cfg.Canary.Listen = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg.Canary.Listen = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 	writeFile(t, cfg.Backend.Config, fmt.Sprintf(`{"listen": %q}`, backendAddr), 0o644)
 	var tunnelAddrs []string
 	for i := range cfg.Tunnels {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 		tunnelAddrs = append(tunnelAddrs, addr)
 		cfg.Tunnels[i].URL = "http://" + addr
 		_, port, _ := net.SplitHostPort(addr)
