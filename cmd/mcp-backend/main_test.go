@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -227,4 +228,44 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 	for _, p := range pids {
 		proctest.Eventually(t, fmt.Sprintf("pid %d gone", p), func() bool { return !proctest.Alive(p) })
 	}
+}
+
+// TestSystemdNotify: with NOTIFY_SOCKET set, the real process says READY=1
+// once listening and feeds WATCHDOG=1 while its /healthz answers.
+func TestSystemdNotify(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	port := proctest.FreePort(t)
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d"}`, port))
+	cmd := exec.Command(binary, "serve", "--config", cfg)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	got := map[string]bool{}
+	buf := make([]byte, 512)
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for !(got["READY=1"] && got["WATCHDOG=1"]) {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("notifications so far %v: %v", got, err)
+		}
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			got[line] = true
+		}
+		if got["WATCHDOG=1"] && !got["READY=1"] {
+			t.Fatal("WATCHDOG=1 before READY=1")
+		}
+	}
+	// READY=1 means listening: /healthz answers now.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz after READY=1: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }
