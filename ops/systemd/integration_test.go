@@ -281,6 +281,55 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		}
 	})
 
+	t.Run("list units, ExecStart, TriggeredBy, UnitFileState", func(t *testing.T) {
+		writeFile(t, filepath.Join(m.UnitsDir, "it-exec.service"),
+			"[Service]\nExecStart=/bin/sleep 3600\nExecStart=-/bin/true one two\nType=oneshot\nRemainAfterExit=yes\n", 0o644)
+		writeFile(t, filepath.Join(m.UnitsDir, "it-exec.timer"), "[Timer]\nOnActiveSec=1h\n[Install]\nWantedBy=timers.target\n", 0o644)
+		if err := sd.DaemonReload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := sd.Enable(ctx, "it-exec.timer"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sd.Start(ctx, "it-exec.timer"); err != nil {
+			t.Fatal(err)
+		}
+		list, err := sd.ListUnits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]string{}
+		for _, u := range list {
+			states[u.Name] = u.LoadState + "/" + u.ActiveState
+		}
+		if states["it-exec.timer"] != "loaded/active" || states["it-exec.service"] != "loaded/inactive" {
+			t.Fatalf("ListUnits: timer %q, service %q; want loaded/active and loaded/inactive", states["it-exec.timer"], states["it-exec.service"])
+		}
+		cmds, err := sd.ExecStart(ctx, "it-exec.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []systemd.ExecCommand{{Path: "/bin/sleep", Argv: []string{"/bin/sleep", "3600"}}, {Path: "/bin/true", Argv: []string{"/bin/true", "one", "two"}}}
+		if fmt.Sprint(cmds) != fmt.Sprint(want) {
+			t.Fatalf("ExecStart = %+v, want %+v", cmds, want)
+		}
+		by, err := sd.Strings(ctx, "it-exec.service", "TriggeredBy")
+		if err != nil || fmt.Sprint(by) != "[it-exec.timer]" {
+			t.Fatalf("TriggeredBy = %v, %v; want [it-exec.timer]", by, err)
+		}
+		for unit, want := range map[string]string{"it-exec.timer": "enabled", "it-exec.service": "static"} {
+			if got, err := sd.UnitFileState(ctx, unit); err != nil || got != want {
+				t.Errorf("UnitFileState(%s) = %q, %v; want %q", unit, got, err, want)
+			}
+		}
+		if _, err := sd.ExecStart(ctx, "it-exec.timer"); err == nil {
+			t.Error("ExecStart of a timer: no error")
+		}
+		if err := sd.Stop(ctx, "it-exec.timer"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("a call that queues no job returns its error", func(t *testing.T) {
 		// A missing unit fails in the call itself; waiting on the job
 		// channel would hang until the deadline.

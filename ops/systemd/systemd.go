@@ -461,3 +461,86 @@ func (c *Client) WaitGone(ctx context.Context, units ...string) error {
 		}
 	}
 }
+
+// Listed is one unit systemd has loaded, as ListUnits reports it.
+type Listed struct {
+	Name        string
+	LoadState   string
+	ActiveState string
+	SubState    string
+}
+
+// ListUnits lists the units systemd has in memory (loaded, or referenced
+// and not found), with their states.
+func (c *Client) ListUnits(ctx context.Context) ([]Listed, error) {
+	sts, err := c.conn.ListUnitsContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list units: %w", err)
+	}
+	out := make([]Listed, 0, len(sts))
+	for _, s := range sts {
+		out = append(out, Listed{Name: s.Name, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState})
+	}
+	return out, nil
+}
+
+// ExecCommand is one command of a service's ExecStart.
+type ExecCommand struct {
+	Path string
+	Argv []string // argv[0] included
+}
+
+// ExecStart reads a service's ExecStart commands. The property is an array
+// of (path, argv, ignore_errors, timestamps..., pid, code, status) structs.
+func (c *Client) ExecStart(ctx context.Context, service string) ([]ExecCommand, error) {
+	p, err := c.conn.GetServicePropertyContext(ctx, service, "ExecStart")
+	if err != nil {
+		return nil, fmt.Errorf("ExecStart of %s: %w", service, err)
+	}
+	return decodeExec(p.Value.Value())
+}
+
+// decodeExec turns the ExecStart property's value into commands.
+func decodeExec(v any) ([]ExecCommand, error) {
+	rows, ok := v.([][]any)
+	if !ok {
+		return nil, fmt.Errorf("ExecStart: unexpected value of type %T, want an array of structs", v)
+	}
+	out := make([]ExecCommand, 0, len(rows))
+	for i, r := range rows {
+		if len(r) < 2 {
+			return nil, fmt.Errorf("ExecStart[%d]: %d fields, want at least path and argv", i, len(r))
+		}
+		path, ok1 := r[0].(string)
+		argv, ok2 := r[1].([]string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("ExecStart[%d]: fields of type %T, %T, want string, []string", i, r[0], r[1])
+		}
+		out = append(out, ExecCommand{Path: path, Argv: argv})
+	}
+	return out, nil
+}
+
+// Strings reads a unit property of type array of strings, such as
+// TriggeredBy or WantedBy.
+func (c *Client) Strings(ctx context.Context, unit, property string) ([]string, error) {
+	p, err := c.conn.GetUnitPropertyContext(ctx, unit, property)
+	if err != nil {
+		return nil, fmt.Errorf("%s of %s: %w", property, unit, err)
+	}
+	s, ok := p.Value.Value().([]string)
+	if !ok {
+		return nil, fmt.Errorf("%s of %s: unexpected value of type %T, want []string", property, unit, p.Value.Value())
+	}
+	return s, nil
+}
+
+// UnitFileState reads a unit's UnitFileState (enabled, disabled, static, ...;
+// "" for transient units).
+func (c *Client) UnitFileState(ctx context.Context, unit string) (string, error) {
+	p, err := c.conn.GetUnitPropertyContext(ctx, unit, "UnitFileState")
+	if err != nil {
+		return "", fmt.Errorf("UnitFileState of %s: %w", unit, err)
+	}
+	return str(p.Value.Value()), nil
+}
