@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -30,6 +32,11 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 	out := *res
 	if out.StructuredContent != nil {
 		out.Content = []mcp.Content{&mcp.TextContent{Text: "result truncated to fit the response budget; see structuredContent"}}
+		// Most often the structured content fits and only its text copy
+		// does not: drop the copy and leave the content as it is.
+		if raw, ok := out.StructuredContent.(json.RawMessage); ok && len(raw)+512 <= limit {
+			return &out, true
+		}
 		var v any
 		b, ok := out.StructuredContent.(json.RawMessage)
 		var err error
@@ -97,7 +104,7 @@ func upperBound(res *mcp.CallToolResult) int {
 		if !ok {
 			return int(^uint(0) >> 1)
 		}
-		n += encLen(t.Text) + 64
+		n += jsonsize.Max(t.Text) + 64
 	}
 	return n
 }
@@ -111,27 +118,8 @@ func lowerBound(res *mcp.CallToolResult) int {
 	}
 	for _, c := range res.Content {
 		if t, ok := c.(*mcp.TextContent); ok {
-			n += encLenMin(t.Text)
+			n += jsonsize.Min(t.Text)
 		}
-	}
-	return n
-}
-
-// encLenMin bounds the encoded length of s from below: every escape takes
-// at least two bytes, and an invalid byte becomes a three-byte U+FFFD.
-func encLenMin(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			n += 3
-		case r < 0x20 || r == '"' || r == '\\':
-			n += 2
-		default:
-			n += size
-		}
-		i += size
 	}
 	return n
 }
@@ -152,7 +140,7 @@ func shrinkLongest(v *any, excess int) bool {
 	var best string
 	var set func(string) // writes the chosen string back
 	consider := func(s string, w func(string)) {
-		if n := encLen(s); n > bestLen {
+		if n := jsonsize.Max(s); n > bestLen {
 			bestLen, best, set = n, s, w
 		}
 	}
@@ -181,49 +169,8 @@ func shrinkLongest(v *any, excess int) bool {
 	if set == nil || bestLen <= 2 {
 		return false
 	}
-	set(prefixWithin(best, bestLen-excess-64))
+	set(jsonsize.PrefixWithin(best, bestLen-excess-64))
 	return true
-}
-
-// runeEncLen is an upper bound of the bytes encoding/json (or the SDK's
-// encoder) writes for one rune of a string: escapes, HTML-safe escapes and
-// the replacement of invalid UTF-8 all count as six.
-func runeEncLen(r rune, size int) int {
-	switch {
-	case r == utf8.RuneError && size == 1:
-		return 6
-	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
-		return 2
-	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == 0x2028 || r == 0x2029:
-		return 6
-	}
-	return size
-}
-
-// encLen bounds the encoded length of s from above, quotes included.
-func encLen(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		n += runeEncLen(r, size)
-		i += size
-	}
-	return n
-}
-
-// prefixWithin returns the longest prefix of s, cut on a rune boundary,
-// whose encoding takes at most max bytes.
-func prefixWithin(s string, max int) string {
-	n := 2
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		n += runeEncLen(r, size)
-		if n > max {
-			return s[:i]
-		}
-		i += size
-	}
-	return s
 }
 
 // truncateUTF8 cuts s to at most n bytes on a rune boundary.

@@ -26,14 +26,16 @@ func TestFitResult(t *testing.T) {
 		name           string
 		stdout, stderr string
 		wantCut        bool
+		textOnly       bool // only the text copy had to go
 	}{
-		{"small passes untouched", "hello\n", "", false},
-		{"just under with its text copy", strings.Repeat("a", budget/2-2048), "", false},
-		{"plain text over", strings.Repeat("a", budget), "", true},
-		{"NUL bytes (6x on encoding)", strings.Repeat("\x00", budget/2), "", true},
-		{"HTML-escaped characters", strings.Repeat("<&>", budget/3), "", true},
-		{"invalid UTF-8", strings.Repeat("\xff\xfe", budget/2), "", true},
-		{"both streams", strings.Repeat("\x1b", budget/4), strings.Repeat(`"\`, budget/4), true},
+		{"small passes untouched", "hello\n", "", false, false},
+		{"just under with its text copy", strings.Repeat("a", budget/2-2048), "", false, false},
+		{"text copy dropped, content intact", strings.Repeat("a", budget/2), "", true, true},
+		{"plain text over", strings.Repeat("a", budget), "", true, false},
+		{"NUL bytes (6x on encoding)", strings.Repeat("\x00", budget/2), "", true, false},
+		{"HTML-escaped characters", strings.Repeat("<&>", budget/3), "", true, false},
+		{"invalid UTF-8", strings.Repeat("\xff\xfe", budget/2), "", true, false},
+		{"both streams", strings.Repeat("\x1b", budget/4), strings.Repeat(`"\`, budget/4), true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +54,12 @@ func TestFitResult(t *testing.T) {
 			if !cut {
 				if got != res {
 					t.Fatal("an untouched result was copied")
+				}
+				return
+			}
+			if tc.textOnly {
+				if string(got.StructuredContent.(json.RawMessage)) != string(res.StructuredContent.(json.RawMessage)) {
+					t.Fatal("structured content changed although it fit")
 				}
 				return
 			}

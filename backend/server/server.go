@@ -73,6 +73,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	}
 	s.tools = tools.New(tools.Options{
 		OutputBytes:    cfg.Limits.OutputBytes,
+		ResponseBytes:  cfg.Limits.ResponseBytes,
 		ShellPath:      cfg.Shell.Path,
 		DefaultTimeout: time.Duration(cfg.Shell.DefaultTimeoutMs) * time.Millisecond,
 		MaxTimeout:     time.Duration(cfg.Shell.MaxTimeoutMs) * time.Millisecond,

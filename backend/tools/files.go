@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"io"
 	"io/fs"
 	"os"
@@ -195,6 +196,12 @@ func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, e
 	}
 	if isText(data) {
 		res.Content = string(data)
+		// Control bytes are valid text but encode to six bytes each.
+		if budget := t.encodedBudget(); jsonsize.Max(res.Content) > budget {
+			res.Content = jsonsize.PrefixWithin(res.Content, budget)
+			data = data[:len(res.Content)]
+			res.EOF = false
+		}
 	} else {
 		// base64 grows the content by 4/3: keep the encoded text, not just
 		// the raw bytes, within the output limit.

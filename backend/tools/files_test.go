@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -326,5 +327,36 @@ func TestFileList(t *testing.T) {
 	r = ok[FileListResult](t, h, NameFileList, map[string]any{"path": dir, "limit": 2})
 	if len(r.Entries) != 2 || r.Total != 4 || !r.Truncated || r.Entries[1].Name != "b.txt" {
 		t.Fatalf("limited: %+v", r)
+	}
+}
+
+// TestFileReadEncodedBudget: a text file of control bytes is read in chunks
+// whose JSON encoding fits the response budget, and reading on from
+// offset+length returns the rest.
+func TestFileReadEncodedBudget(t *testing.T) {
+	opts := testOptions()
+	opts.ResponseBytes = 64 << 10
+	h := newHarness(t, opts)
+	p := tempFile(t, "ctl")
+	content := strings.Repeat("\x01\x02\x1b", 20000) // 60000 bytes, ~360 KB encoded
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	var offset int64
+	for i := 0; i < 100; i++ {
+		r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": p, "offset": offset})
+		b, _ := json.Marshal(r.Content)
+		if len(b) > int(opts.ResponseBytes) {
+			t.Fatalf("chunk encodes to %d bytes, budget %d", len(b), opts.ResponseBytes)
+		}
+		got.WriteString(r.Content)
+		offset += r.Length
+		if r.EOF {
+			break
+		}
+	}
+	if got.String() != content {
+		t.Fatalf("read back %d bytes, want %d", got.Len(), len(content))
 	}
 }

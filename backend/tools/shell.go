@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -99,7 +100,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 		}
 	}
 
-	out := newCapture(t.opts.OutputBytes)
+	out := newCapture(t.opts.OutputBytes, t.encodedBudget())
 	cmd := exec.Command(t.opts.ShellPath, "-c", in.Command)
 	cmd.Dir = in.Cwd
 	cmd.Env = env
@@ -284,14 +285,15 @@ func startError(shell string, err error) error {
 type capture struct {
 	mu             sync.Mutex
 	limit          int64
+	encBudget      int // encoded JSON bytes stdout and stderr may take together
 	total          int64
 	stdout, stderr bytes.Buffer
 	over           bool
 	limited        chan struct{}
 }
 
-func newCapture(limit int64) *capture {
-	return &capture{limit: limit, limited: make(chan struct{})}
+func newCapture(limit int64, encBudget int) *capture {
+	return &capture{limit: limit, encBudget: encBudget, limited: make(chan struct{})}
 }
 
 type captureStream struct {
@@ -335,6 +337,15 @@ func (c *capture) result() (stdout, stderr string, limited bool) {
 		if rest := int64(len(stdout)+len(stderr)) - c.limit; rest > 0 {
 			stderr = cutUTF8(stderr, len(stderr)-int(rest))
 		}
+	}
+	if so, se := jsonsize.Max(stdout), jsonsize.Max(stderr); c.encBudget > 0 && so+se > c.encBudget {
+		// stderr keeps up to half the budget, or what stdout leaves.
+		limited = true
+		if seMax := max(c.encBudget/2, c.encBudget-so); se > seMax {
+			stderr = jsonsize.PrefixWithin(stderr, seMax)
+			se = jsonsize.Max(stderr)
+		}
+		stdout = jsonsize.PrefixWithin(stdout, c.encBudget-se)
 	}
 	return stdout, stderr, limited
 }

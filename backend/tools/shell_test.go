@@ -354,7 +354,7 @@ func TestShellExecInvalidUTF8(t *testing.T) {
 // Sanitizing can grow text (1 invalid byte -> 3-byte U+FFFD); the result
 // still stays within the limit and says it was cut.
 func TestCaptureSanitizedWithinLimit(t *testing.T) {
-	c := newCapture(100)
+	c := newCapture(100, 0)
 	w := c.stream(&c.stdout)
 	for range 50 {
 		w.Write([]byte{'a', 0xff})
@@ -362,6 +362,41 @@ func TestCaptureSanitizedWithinLimit(t *testing.T) {
 	out, errOut, limited := c.result()
 	if len(out)+len(errOut) > 100 || !limited || !utf8.ValidString(out) {
 		t.Fatalf("len %d limited %v valid %v", len(out)+len(errOut), limited, utf8.ValidString(out))
+	}
+}
+
+// TestCaptureEncodedBudget: control bytes pass the raw output limit but
+// encode to six bytes each; both streams together still fit the encoded
+// budget, and a small stderr is kept whole.
+func TestCaptureEncodedBudget(t *testing.T) {
+	tests := []struct {
+		name           string
+		stdout, stderr string
+	}{
+		{"NUL flood on stdout", strings.Repeat("\x00", 4000), "error: boom\n"},
+		{"escape flood on both", strings.Repeat("\x1b", 3000), strings.Repeat("\x01", 3000)},
+		{"plain text fits", "hello\n", "world\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			const budget = 6000
+			c := newCapture(1<<20, budget)
+			c.stream(&c.stdout).Write([]byte(tc.stdout))
+			c.stream(&c.stderr).Write([]byte(tc.stderr))
+			out, errOut, limited := c.result()
+			b1, _ := json.Marshal(out)
+			b2, _ := json.Marshal(errOut)
+			if len(b1)+len(b2) > budget {
+				t.Fatalf("encoded %d bytes, budget %d", len(b1)+len(b2), budget)
+			}
+			wantCut := len(tc.stdout)+len(tc.stderr) > 100
+			if limited != wantCut {
+				t.Fatalf("limited = %v, want %v", limited, wantCut)
+			}
+			if len(tc.stderr) < 100 && errOut != tc.stderr {
+				t.Fatalf("small stderr cut: %q", errOut)
+			}
+		})
 	}
 }
 

@@ -41,6 +41,8 @@ func Names() []string {
 // Defaults used when an Options field is zero.
 const (
 	defaultOutputBytes    = 4 << 20
+	defaultResponseBytes  = 6 << 20
+	responseOverhead      = 16 << 10 // what a result adds around its output: fields, flags, envelope
 	defaultShellPath      = "/bin/bash"
 	defaultTimeout        = 60 * time.Second
 	defaultMaxTimeout     = 600 * time.Second
@@ -59,6 +61,7 @@ const (
 // Options configure the tools; zero fields get the DESIGN.md defaults.
 type Options struct {
 	OutputBytes    int64         // limits.outputBytes: max stdout+stderr of shell.exec, max content bytes file.read returns
+	ResponseBytes  int64         // limits.responseBytes: output is also cut so that its JSON encoding fits this
 	ShellPath      string        // shell.path: shell.exec runs ShellPath -c COMMAND
 	DefaultTimeout time.Duration // shell.defaultTimeoutMs
 	MaxTimeout     time.Duration // shell.maxTimeoutMs (cap on timeoutMs)
@@ -83,11 +86,22 @@ type Tools struct {
 	once    sync.Once
 }
 
+// encodedBudget is how many encoded JSON bytes a tool's output may take: a
+// result must fit the response budget, and JSON escaping can make output six
+// times larger than its raw bytes. Cutting at the source keeps a flood from
+// costing tens of megabytes per call before the server trims it.
+func (t *Tools) encodedBudget() int {
+	return int(t.opts.ResponseBytes - responseOverhead)
+}
+
 // New builds the tools. Schemas are derived and resolved once here, so
 // Register is cheap enough to call for every server instance.
 func New(opts Options) *Tools {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = defaultOutputBytes
+	}
+	if opts.ResponseBytes <= 0 {
+		opts.ResponseBytes = defaultResponseBytes
 	}
 	if opts.ShellPath == "" {
 		opts.ShellPath = defaultShellPath
