@@ -160,6 +160,17 @@ func (m *Machine) Command(ctx context.Context, argv ...string) *exec.Cmd {
 		"SYSTEMD_PAGER=",
 		"SYSTEMD_COLORS=0",
 	}
+	// nsenter runs argv as its child and does not pass signals on: when ctx
+	// ends, kill that child (by its PID) as well as nsenter itself, or the
+	// command would live on inside the container.
+	cmd.Cancel = func() error {
+		if kids, err := children(cmd.Process.Pid); err == nil {
+			for _, k := range kids {
+				_ = syscall.Kill(k, syscall.SIGKILL)
+			}
+		}
+		return cmd.Process.Kill()
+	}
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
@@ -396,6 +407,21 @@ func removeCgroup(cg string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("remove cgroup %s: %w", cg, err)
+}
+
+// children lists pid's child processes.
+func children(pid int) ([]int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if k, err := strconv.Atoi(f); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 func firstChild(pid int) (int, error) {

@@ -135,3 +135,39 @@ func TestSkipOrFailUnderCI(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandCancelKillsInside: when a command's context ends, the process
+// it runs inside the container ends too, not only nsenter.
+func TestCommandCancelKillsInside(t *testing.T) {
+	dir := t.TempDir()
+	m := Boot(t, Options{Binds: []string{dir}})
+	pidFile := filepath.Join(dir, "pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := m.Command(ctx, "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid string
+	for end := time.Now().Add(10 * time.Second); pid == ""; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+		if time.Now().After(end) {
+			t.Fatal("the command never started inside")
+		}
+	}
+	check, cancelCheck := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelCheck()
+	if _, err := m.Exec(check, "kill", "-0", pid); err != nil {
+		t.Fatalf("pid %s not running inside before the cancel: %v", pid, err)
+	}
+	cancel()
+	_ = cmd.Wait()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := m.Exec(check, "kill", "-0", pid); err != nil {
+			break // gone
+		}
+		if time.Now().After(end) {
+			t.Fatalf("pid %s (inside) still runs after its command's context ended", pid)
+		}
+	}
+}
