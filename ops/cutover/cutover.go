@@ -130,6 +130,8 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		f.BackendActive = st.ActiveState
 		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID))
 	}
+	sup := env.supervision(ctx)
+	f.Supervision = &sup
 	f.HealthzErr = env.verifier().OK(ctx, env.backendURL(), "/healthz")
 	f.ReadyzErr = env.verifier().OK(ctx, env.backendURL(), "/readyz")
 	f.Tunnels = env.tunnelFacts(ctx, false)

@@ -21,6 +21,11 @@ type Systemd interface {
 	ArmTransient(ctx context.Context, t systemd.Transient) error
 	DisarmTransient(ctx context.Context, timer, service string) error
 	Gone(ctx context.Context, units ...string) (bool, error)
+	// For the duplicate-supervisor preflight.
+	ListUnits(ctx context.Context) ([]systemd.Listed, error)
+	ExecStart(ctx context.Context, service string) ([]systemd.ExecCommand, error)
+	UnitFileState(ctx context.Context, unit string) (string, error)
+	Strings(ctx context.Context, unit, property string) ([]string, error)
 }
 
 var _ Systemd = (*systemd.Client)(nil)

@@ -6,6 +6,7 @@ package cutover
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ type Facts struct {
 	// Duplicates lists other supervisors of production found (a foreign
 	// listener on the port, a second unit with the same ExecStart, ...).
 	Duplicates []string
+	// Supervision is every loaded service, for DuplicateSupervisors (nil:
+	// not observed).
+	Supervision *Supervision
 	// Pending is a cutover that was never confirmed.
 	Pending *state.Pending
 	// CurrentVersion is what current points to now.
@@ -108,7 +112,11 @@ func PlanPreflight(f Facts) Preflight {
 			refuse("tunnel %s: %v", t.Name, t.ReadyErr)
 		}
 	}
-	for _, d := range f.Duplicates {
+	dups := f.Duplicates
+	if f.Supervision != nil {
+		dups = append(slices.Clip(dups), DuplicateSupervisors(*f.Supervision)...)
+	}
+	for _, d := range dups {
 		refuse("duplicate supervisor: %s", d)
 	}
 	return p

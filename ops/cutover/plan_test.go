@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 func healthyFacts() Facts {
@@ -44,6 +45,19 @@ func TestPlanPreflight(t *testing.T) {
 		{name: "tunnel unready", change: func(f *Facts) { f.Tunnels[0].ReadyErr = boom }, refusals: []string{"tunnel a: boom"}},
 		{name: "no tunnels", change: func(f *Facts) { f.Tunnels = nil }, refusals: []string{"no tunnels"}},
 		{name: "duplicate", change: func(f *Facts) { f.Duplicates = []string{"pid 7 on :3210"} }, refusals: []string{"duplicate supervisor: pid 7"}},
+		{name: "second unit on the same binary", change: func(f *Facts) {
+			sup := supervision(svc("legacy-mcp.service", "active", "/opt/mcp-backend/current/mcp-backend", "serve"))
+			f.Supervision = &sup
+		}, refusals: []string{"duplicate supervisor: legacy-mcp.service"}},
+		{name: "listener and unit both reported", change: func(f *Facts) {
+			f.Duplicates = []string{"pid 7 on :3210"}
+			sup := supervision(svc("legacy-mcp.service", "active", "/opt/mcp-backend/current/mcp-backend", "serve"))
+			f.Supervision = &sup
+		}, refusals: []string{"pid 7", "legacy-mcp.service"}},
+		{name: "only production's own units", change: func(f *Facts) {
+			sup := supervision(svc("mcp-backend.service", "active", "/opt/mcp-backend/current/mcp-backend", "serve"))
+			f.Supervision = &sup
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,6 +164,80 @@ func TestPlanRollback(t *testing.T) {
 			}
 			if p.Reason == "" || !strings.Contains(p.Reason, tc.reason) {
 				t.Fatalf("reason = %q, want %q", p.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+func svc(name, active string, argv ...string) ServiceFact {
+	return ServiceFact{Name: name, ActiveState: active, Exec: []systemd.ExecCommand{{Path: argv[0], Argv: argv}}}
+}
+
+func supervision(services ...ServiceFact) Supervision {
+	return Supervision{
+		BackendUnit: "mcp-backend.service", CanaryUnit: "mcp-backend-canary.service", WatchdogService: "mcp-watchdog.service",
+		CurrentBinary: "/opt/mcp-backend/current/mcp-backend", ReleasesDir: "/opt/mcp-backend/releases",
+		Services: services,
+	}
+}
+
+func TestDuplicateSupervisors(t *testing.T) {
+	const cur = "/opt/mcp-backend/current/mcp-backend"
+	const rel = "/opt/mcp-backend/releases/v1/mcp-backend"
+	const ctl = "/usr/local/bin/mcpctl"
+	with := func(f ServiceFact, change func(*ServiceFact)) ServiceFact { change(&f); return f }
+	tests := []struct {
+		name string
+		sup  Supervision
+		want []string // substrings, one per reason, in order
+	}{
+		{name: "production, canary, watchdog, tunnels and rollback units are ours", sup: supervision(
+			svc("mcp-backend.service", "active", cur, "serve", "--config", "/etc/c.json"),
+			svc("mcp-backend-canary.service", "active", rel, "serve"),
+			svc("mcp-watchdog.service", "inactive", ctl, "--config", "/etc/m.json", "watchdog"),
+			svc("mcp-tunnel-overdeck.service", "active", "/usr/bin/socat", "TCP-LISTEN:1", "TCP:127.0.0.1:3210"),
+			svc("mcpctl-pending-rollback.service", "inactive", ctl, "rollback", "--if-pending"),
+			svc("mcpctl-rollback.service", "inactive", ctl, "rollback", "--snapshot", "s", "--nonce", "n"),
+		)},
+		{name: "a second unit on current", sup: supervision(svc("legacy-mcp.service", "active", cur, "serve")),
+			want: []string{"legacy-mcp.service (active) also runs " + cur}},
+		{name: "a second unit on a release binary", sup: supervision(svc("old.service", "activating", rel, "serve")),
+			want: []string{"old.service (activating) also runs " + rel}},
+		{name: "through a shell", sup: supervision(svc("sh.service", "active", "/bin/sh", "/bin/sh", "-c", "exec "+cur+" serve")),
+			want: []string{"sh.service"}},
+		{name: "uncleaned path", sup: supervision(svc("dots.service", "active", "/opt/mcp-backend/./current/mcp-backend")),
+			want: []string{"dots.service"}},
+		{name: "a stopped, disabled leftover is not a supervisor", sup: supervision(svc("legacy-mcp.service", "inactive", cur, "serve"))},
+		{name: "a failed one neither", sup: supervision(svc("legacy-mcp.service", "failed", cur, "serve"))},
+		{name: "but an enabled one starts at boot", sup: supervision(with(svc("legacy-mcp.service", "inactive", cur), func(f *ServiceFact) { f.UnitFileState = "enabled" })),
+			want: []string{"legacy-mcp.service (enabled at boot)"}},
+		{name: "another binary of the same name elsewhere", sup: supervision(svc("other.service", "active", "/srv/mcp-backend", "serve"))},
+		{name: "another file under releases", sup: supervision(svc("other.service", "active", "/opt/mcp-backend/releases/v1/helper"))},
+		{name: "a second watchdog run by its timer", sup: supervision(with(svc("my-watchdog.service", "inactive", ctl, "--config", "/x.json", "watchdog"),
+			func(f *ServiceFact) { f.ActiveTriggers = []string{"my-watchdog.timer"} })),
+			want: []string{"my-watchdog.service (started by my-watchdog.timer) runs a second watchdog"}},
+		{name: "a second watchdog running now, another mcpctl path", sup: supervision(svc("wd.service", "active", "/opt/bin/mcpctl", "/opt/bin/mcpctl", "watchdog", "--threshold", "1")),
+			want: []string{"wd.service (active) runs a second watchdog"}},
+		{name: "mcpctl doing something else", sup: supervision(svc("st.service", "active", ctl, ctl, "status"))},
+		{name: "a dormant watchdog unit", sup: supervision(svc("my-watchdog.service", "inactive", ctl, ctl, "watchdog"))},
+		{name: "the canary name running a watchdog is still a second watchdog", sup: supervision(svc("mcp-backend-canary.service", "active", ctl, ctl, "watchdog")),
+			want: []string{"second watchdog"}},
+		{name: "unreadable ExecStart of a live unit", sup: supervision(with(svc("x.service", "active", "/bin/x"), func(f *ServiceFact) { f.Err = errors.New("denied") })),
+			want: []string{"x.service (active): cannot read its ExecStart: denied"}},
+		{name: "units not listed", sup: Supervision{ListErr: errors.New("bus down")}, want: []string{"cannot list systemd units"}},
+		{name: "two at once", sup: supervision(svc("a.service", "active", cur), svc("b.service", "active", ctl, ctl, "watchdog")),
+			want: []string{"a.service", "b.service"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DuplicateSupervisors(tc.sup)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %d like %q", got, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("reason %d = %q, want it to contain %q", i, got[i], w)
+				}
 			}
 		})
 	}
