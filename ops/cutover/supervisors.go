@@ -35,7 +35,7 @@ type Supervision struct {
 	// ReleasesDir holds every release's binary.
 	CurrentBinary string
 	ReleasesDir   string
-	Services        []ServiceFact
+	Services      []ServiceFact
 	// ListErr is why the units could not be listed at all.
 	ListErr error
 }
@@ -128,7 +128,7 @@ func DuplicateSupervisors(s Supervision) []string {
 // supervision observes every loaded service for DuplicateSupervisors.
 func (e *Env) supervision(ctx context.Context) Supervision {
 	cfg := e.Config
-	s := Supervision{BackendUnit: cfg.Backend.Unit, CanaryUnit: cfg.Canary.Unit, WatchdogService: units.WatchdogService, 
+	s := Supervision{BackendUnit: cfg.Backend.Unit, CanaryUnit: cfg.Canary.Unit, WatchdogService: units.WatchdogService,
 		CurrentBinary: units.CurrentBinary(cfg), ReleasesDir: filepath.Join(cfg.Install.Root, "releases")}
 	list, err := e.Systemd.ListUnits(ctx)
 	if err != nil {
