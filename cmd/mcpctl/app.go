@@ -63,10 +63,18 @@ func newApp(d *deps) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"},
-			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour", EnvVars: []string{"NO_COLOR"}},
+			// NO_COLOR is honoured by Before: any non-empty value means no
+			// colour (no-color.org), which a boolean flag's parser refuses.
+			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
 		},
 		Commands:        commands(d),
 		HideHelpCommand: true,
+		Before: func(c *cli.Context) error {
+			if d.getenv("NO_COLOR") != "" {
+				return c.Set("no-color", "true")
+			}
+			return nil
+		},
 		// Errors are turned into exit codes by run, nowhere else.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
@@ -105,7 +113,7 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "mcpctl: %v\n", err)
 	if code == exitRollbackFailed {
-		fmt.Fprintln(stderr, "mcpctl: ROLLBACK FAILED: a human is needed. Inspect `mcpctl status` and `journalctl -u mcp-backend.service`, then run `mcpctl rollback --snapshot ID` by hand.")
+		fmt.Fprintln(stderr, "mcpctl: ROLLBACK FAILED: a human is needed. Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default), then run `mcpctl rollback --snapshot ID` by hand.")
 	}
 	return code
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/urfave/cli/v2"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,34 @@ func TestVersionAndHelp(t *testing.T) {
 			}
 			if !strings.Contains(out, tc.want) {
 				t.Fatalf("stdout %q lacks %q", out, tc.want)
+			}
+		})
+	}
+}
+
+// TestNoColorAnyValue: NO_COLOR=yes (any non-empty value) means no colour,
+// and must not break argument parsing.
+func TestNoColorAnyValue(t *testing.T) {
+	for _, v := range []string{"1", "yes", "true", "anything"} {
+		t.Run(v, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			d := &deps{stdout: &out, stderr: &errb, getenv: func(k string) string {
+				if k == "NO_COLOR" {
+					return v
+				}
+				return ""
+			}}
+			var got bool
+			app := newApp(d)
+			app.Commands = append(app.Commands, &cli.Command{Name: "probe", Action: func(c *cli.Context) error {
+				got = c.Bool("no-color")
+				return nil
+			}})
+			if code := runApp(context.Background(), app, []string{"mcpctl", "probe"}, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			if !got {
+				t.Fatal("no-color not set from NO_COLOR")
 			}
 		})
 	}
