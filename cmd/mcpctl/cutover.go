@@ -61,7 +61,7 @@ func cutoverEnv(c *cli.Context, d *deps, strict bool) (*cutover.Env, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	return &cutover.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
+	return &cutover.Env{Config: b.cfg, Systemd: b.sd, Supervisors: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned

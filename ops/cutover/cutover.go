@@ -12,7 +12,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unit"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -175,7 +175,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		_ = state.ClearPendingIf(dir, nonce)
 		return rep, fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
 	}
-	if err := env.Systemd.ArmTransient(ctx, systemd.Transient{Timer: RollbackTimer, Service: RollbackService,
+	if err := env.Systemd.ArmTransient(ctx, unit.Transient{Timer: RollbackTimer, Service: RollbackService,
 		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
 		Argv:        env.rollbackArgv(m.ID, nonce), After: opts.Deadline}); err != nil {
 		_ = state.ClearPendingIf(dir, nonce)

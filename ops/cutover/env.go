@@ -9,26 +9,36 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unit"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
-// Systemd is the part of the systemd client cutover and rollback use.
+// Systemd is the part of the systemd client cutover and rollback act
+// through.
 type Systemd interface {
 	DaemonReload(ctx context.Context) error
 	Restart(ctx context.Context, unit string) error
 	ResetFailed(ctx context.Context, unit string) error
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
-	ArmTransient(ctx context.Context, t systemd.Transient) error
+	Unit(ctx context.Context, unit string) (*unit.State, error)
+	ArmTransient(ctx context.Context, t unit.Transient) error
 	DisarmTransient(ctx context.Context, timer, service string) error
 	Gone(ctx context.Context, units ...string) (bool, error)
-	// For the duplicate-supervisor preflight.
-	ListUnits(ctx context.Context) ([]systemd.Listed, error)
-	ExecStart(ctx context.Context, service string) ([]systemd.ExecCommand, error)
+	WaitGone(ctx context.Context, units ...string) error
+}
+
+// SupervisorReader reads what the duplicate-supervisor preflight needs of
+// every loaded service.
+type SupervisorReader interface {
+	ListUnits(ctx context.Context) ([]unit.Listed, error)
+	ExecStart(ctx context.Context, service string) ([]unit.ExecCommand, error)
 	UnitFileState(ctx context.Context, unit string) (string, error)
 	Strings(ctx context.Context, unit, property string) ([]string, error)
 }
 
-var _ Systemd = (*systemd.Client)(nil)
+var (
+	_ Systemd          = (*systemd.Client)(nil)
+	_ SupervisorReader = (*systemd.Client)(nil)
+)
 
 // Names of the transient rollback units (DESIGN.md §4).
 const (
@@ -40,6 +50,9 @@ const (
 type Env struct {
 	Config  *ctlconfig.Config
 	Systemd Systemd
+	// Supervisors lists loaded services for the duplicate-supervisor
+	// preflight; the check reports it could not look when nil.
+	Supervisors SupervisorReader
 	// Verify runs every probe (verify.ForBackend builds it with the backend's
 	// bearer token); verify.Default when nil.
 	Verify *verify.Client

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unit"
 )
 
 func healthyFacts() Facts {
@@ -170,7 +170,7 @@ func TestPlanRollback(t *testing.T) {
 }
 
 func svc(name, active string, argv ...string) ServiceFact {
-	return ServiceFact{Name: name, ActiveState: active, Exec: []systemd.ExecCommand{{Path: argv[0], Argv: argv}}}
+	return ServiceFact{Name: name, ActiveState: active, Exec: []unit.ExecCommand{{Path: argv[0], Argv: argv}}}
 }
 
 func supervision(services ...ServiceFact) Supervision {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	sdunit "github.com/overdeck/mcp-backend/ops/unit"
 )
 
 // Exit codes of DESIGN.md §4 that results carry.
@@ -155,7 +155,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		step("verify", t0)
 	}
 
-	if err := disarm(ctx, env); err != nil && !errors.Is(err, systemd.ErrAlreadyFired) {
+	if err := disarm(ctx, env); err != nil && !errors.Is(err, sdunit.ErrAlreadyFired) {
 		log.Warn("disarm after rollback", "err", err)
 	}
 	if plan.Nonce != "" {

@@ -1,14 +1,12 @@
 package cutover
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/ops/systemd"
-	"github.com/overdeck/mcp-backend/units"
+	"github.com/overdeck/mcp-backend/ops/unit"
 )
 
 // ServiceFact is one loaded service as the duplicate-supervisor check sees
@@ -20,7 +18,7 @@ type ServiceFact struct {
 	// ActiveTriggers are the active units (timers, paths, sockets) that
 	// start it: a oneshot run by a timer is inactive between runs.
 	ActiveTriggers []string
-	Exec           []systemd.ExecCommand
+	Exec           []unit.ExecCommand
 	// Err is why its ExecStart could not be read.
 	Err error
 }
@@ -56,7 +54,7 @@ func (s ServiceFact) live() (bool, string) {
 
 // tokens are a command's path and arguments, with arguments split on
 // whitespace so `sh -c "BINARY serve"` shows its binary too.
-func tokens(c systemd.ExecCommand) []string {
+func tokens(c unit.ExecCommand) []string {
 	out := []string{c.Path}
 	for _, a := range c.Argv {
 		out = append(out, strings.Fields(a)...)
@@ -66,7 +64,7 @@ func tokens(c systemd.ExecCommand) []string {
 
 // runsBackend reports the mcp-backend binary a command runs: current's, or
 // any release's.
-func (s Supervision) runsBackend(c systemd.ExecCommand) string {
+func (s Supervision) runsBackend(c unit.ExecCommand) string {
 	releases := filepath.Clean(s.ReleasesDir) + "/"
 	for _, tok := range tokens(c) {
 		tok = filepath.Clean(tok)
@@ -78,7 +76,7 @@ func (s Supervision) runsBackend(c systemd.ExecCommand) string {
 }
 
 // runsWatchdog reports whether a command runs `mcpctl ... watchdog`.
-func runsWatchdog(c systemd.ExecCommand) bool {
+func runsWatchdog(c unit.ExecCommand) bool {
 	toks := tokens(c)
 	for i, tok := range toks {
 		if filepath.Base(tok) == "mcpctl" && slices.Contains(toks[i+1:], "watchdog") {
@@ -123,39 +121,4 @@ func DuplicateSupervisors(s Supervision) []string {
 		}
 	}
 	return out
-}
-
-// supervision observes every loaded service for DuplicateSupervisors.
-func (e *Env) supervision(ctx context.Context) Supervision {
-	cfg := e.Config
-	s := Supervision{BackendUnit: cfg.Backend.Unit, CanaryUnit: cfg.Canary.Unit, WatchdogService: units.WatchdogService,
-		CurrentBinary: units.CurrentBinary(cfg), ReleasesDir: filepath.Join(cfg.Install.Root, "releases")}
-	list, err := e.Systemd.ListUnits(ctx)
-	if err != nil {
-		s.ListErr = err
-		return s
-	}
-	active := map[string]bool{}
-	for _, u := range list {
-		active[u.Name] = u.ActiveState == "active"
-	}
-	for _, u := range list {
-		if u.LoadState != "loaded" || !strings.HasSuffix(u.Name, ".service") {
-			continue
-		}
-		f := ServiceFact{Name: u.Name, ActiveState: u.ActiveState}
-		f.Exec, f.Err = e.Systemd.ExecStart(ctx, u.Name)
-		// Unknown enablement or triggers count as "not live" for that reason
-		// alone; the active state still decides.
-		f.UnitFileState, _ = e.Systemd.UnitFileState(ctx, u.Name)
-		if by, err := e.Systemd.Strings(ctx, u.Name, "TriggeredBy"); err == nil {
-			for _, t := range by {
-				if active[t] {
-					f.ActiveTriggers = append(f.ActiveTriggers, t)
-				}
-			}
-		}
-		s.Services = append(s.Services, f)
-	}
-	return s
 }

@@ -17,7 +17,21 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/overdeck/mcp-backend/ops/unit"
 )
+
+// The plain facts live in ops/unit so planners need no D-Bus; these aliases
+// keep older callers compiling.
+type (
+	UnitState   = unit.State
+	Listed      = unit.Listed
+	ExecCommand = unit.ExecCommand
+	Transient   = unit.Transient
+)
+
+// ErrAlreadyFired is unit.ErrAlreadyFired.
+var ErrAlreadyFired = unit.ErrAlreadyFired
 
 // DefaultJobTimeout bounds the wait for a job when the context has no
 // deadline: a unit's own timeouts end every job well before it.
@@ -236,34 +250,6 @@ func (c *Client) Disable(ctx context.Context, units ...string) error {
 	return nil
 }
 
-// UnitState is a unit's state and the properties the deploy checks. Service
-// fields are zero for other unit types.
-type UnitState struct {
-	Name         string
-	LoadState    string // loaded, not-found, masked, error ...
-	ActiveState  string // active, inactive, failed, activating ...
-	SubState     string // running, dead, exited, waiting ...
-	FragmentPath string
-	// InvocationID changes whenever the unit is started again (hex).
-	InvocationID         string
-	ActiveEnterTimestamp time.Time // zero when never active
-	UnitFileState        string    // enabled, disabled, static, "" ...
-
-	// Service properties.
-	Type           string
-	Result         string
-	MainPID        uint32
-	NRestarts      uint32
-	ExecMainStatus int32
-	MemoryHigh     uint64 // bytes; max uint64 is infinity
-	MemoryMax      uint64
-	TasksMax       uint64
-	CPUWeight      uint64
-	LimitNOFILE    uint64
-	TimeoutStop    time.Duration
-	Watchdog       time.Duration
-}
-
 // Unit reads unit's properties. A unit systemd does not know has LoadState
 // "not-found"; that is not an error.
 func (c *Client) Unit(ctx context.Context, unit string) (*UnitState, error) {
@@ -311,18 +297,6 @@ func str(v any) string     { s, _ := v.(string); return s }
 func u64(v any) uint64     { n, _ := v.(uint64); return n }
 func u32(v any) uint32     { n, _ := v.(uint32); return n }
 func isGone(s string) bool { return s == "not-found" || s == "" }
-
-// Transient describes a transient timer + service pair: the timer fires once
-// After its start and runs Argv as a oneshot service. The two must share
-// their name (systemd does not let a transient timer name another unit), so
-// Service may be left empty.
-type Transient struct {
-	Timer       string // e.g. "mcpctl-rollback.timer"
-	Service     string // "mcpctl-rollback.service" for the timer above
-	Description string
-	Argv        []string
-	After       time.Duration
-}
 
 // ArmTransient creates and starts the timer with its service as an auxiliary
 // unit (StartTransientUnitAux). Transient units vanish at reboot; callers that
@@ -378,12 +352,6 @@ func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
 	c.log.Debug("transient timer armed", "timer", t.Timer, "service", t.Service, "after", t.After)
 	return nil
 }
-
-// ErrAlreadyFired means a transient timer was no longer waiting when it was
-// to be disarmed: it elapsed and its service runs or ran (a timer that was
-// never armed looks the same once systemd has unloaded a fired one). A caller
-// that only wants it gone checks Gone first.
-var ErrAlreadyFired = errors.New("the timer is not armed any more: it already fired (or was never armed)")
 
 // DisarmTransient stops a waiting timer, then its service, and waits until
 // systemd has unloaded both. It never stops a service that already started:
@@ -462,14 +430,6 @@ func (c *Client) WaitGone(ctx context.Context, units ...string) error {
 	}
 }
 
-// Listed is one unit systemd has loaded, as ListUnits reports it.
-type Listed struct {
-	Name        string
-	LoadState   string
-	ActiveState string
-	SubState    string
-}
-
 // ListUnits lists the units systemd has in memory (loaded, or referenced
 // and not found), with their states.
 func (c *Client) ListUnits(ctx context.Context) ([]Listed, error) {
@@ -482,12 +442,6 @@ func (c *Client) ListUnits(ctx context.Context) ([]Listed, error) {
 		out = append(out, Listed{Name: s.Name, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState})
 	}
 	return out, nil
-}
-
-// ExecCommand is one command of a service's ExecStart.
-type ExecCommand struct {
-	Path string
-	Argv []string // argv[0] included
 }
 
 // ExecStart reads a service's ExecStart commands. The property is an array
