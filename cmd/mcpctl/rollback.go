@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -62,29 +63,28 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "status",
 				Usage: "is a rollback armed, with how much time left, to which snapshot",
 				Action: func(c *cli.Context) error {
-					cfg, _, err := loadCtlConfig(c)
+					env, closeEnv, err := cutoverEnv(c, d, false)
 					if err != nil {
 						return err
 					}
-					p, err := state.ReadPending(cfg.StateDir)
+					defer closeEnv()
+					p, err := state.ReadPending(env.Config.StateDir)
 					if err != nil {
 						return err
 					}
-					type status struct {
-						Armed   bool           `json:"armed"`
-						Pending *state.Pending `json:"pending,omitempty"`
-						Left    string         `json:"left,omitempty"`
+					rv := rollbackView{Pending: p}
+					// "armed" means the timer counts down, not merely that a
+					// marker exists.
+					st, err := env.Systemd.Unit(c.Context, cutover.RollbackTimer)
+					if err != nil {
+						return withCode(exitFailed, fmt.Errorf("rollback status: read %s: %w", cutover.RollbackTimer, err))
 					}
-					st := status{Armed: p != nil, Pending: p}
-					if p != nil {
-						st.Left = p.Remaining(time.Now()).Round(time.Second).String()
+					if st.LoadState != "not-found" {
+						rv.TimerState = st.ActiveState
 					}
-					printReport(c, d, st, func(w io.Writer) {
-						if p == nil {
-							fmt.Fprintln(w, "no rollback armed, no cutover pending")
-							return
-						}
-						fmt.Fprintf(w, "rollback armed: cutover %s -> %s, snapshot %s, %s left (%s)\n", p.FromVersion, p.ToVersion, p.SnapshotID, st.Left, p.TimerUnit)
+					rv = planRollbackView(rv, time.Now())
+					printReport(c, d, rv, func(w io.Writer) {
+						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
 					})
 					return nil
 				},

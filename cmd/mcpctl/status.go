@@ -55,8 +55,24 @@ type tunnelView struct {
 	Healthz int    `json:"healthz"`
 }
 
+// Rollback states of rollbackView.State.
+const (
+	rollbackNone = "none"
+	// rollbackArmed: the timer counts down (with its marker).
+	rollbackArmed = "armed"
+	// rollbackPendingNotArmed: a marker with no active timer (a reboot, a
+	// failed or killed rollback): only the boot-time check or a human acts.
+	rollbackPendingNotArmed = "pending-not-armed"
+	// rollbackStrayTimer: an active timer without a marker: it will no-op
+	// on its stale nonce, but should be disarmed.
+	rollbackStrayTimer = "timer-without-marker"
+)
+
 type rollbackView struct {
-	Armed bool `json:"armed"`
+	// Armed means the rollback timer is active: only then does anything undo
+	// the cutover by itself before the next boot.
+	Armed bool   `json:"armed"`
+	State string `json:"state"`
 	// Pending is the unconfirmed cutover's marker; TimerState the transient
 	// timer's ActiveState ("" when not loaded).
 	Pending    *state.Pending `json:"pending,omitempty"`
@@ -190,13 +206,45 @@ func code(ctx context.Context, probe func(context.Context, string) (int, []byte,
 
 // planRollbackView settles whether a rollback is armed and its time left: the
 // marker says a cutover is unconfirmed, the timer whether it is still
-// counting down (after a reboot only the boot-time check is left).
+// counting down. A marker alone is not armed: after a reboot only the
+// boot-time check is left, and after a failed rollback a human is needed.
 func planRollbackView(r rollbackView, now time.Time) rollbackView {
-	r.Armed = r.Pending != nil || r.TimerState == "active"
+	r.Armed = r.TimerState == "active"
+	switch {
+	case r.Pending != nil && r.Armed:
+		r.State = rollbackArmed
+	case r.Pending != nil:
+		r.State = rollbackPendingNotArmed
+	case r.Armed:
+		r.State = rollbackStrayTimer
+	default:
+		r.State = rollbackNone
+	}
 	if r.Pending != nil {
 		r.Left = max(r.Pending.Remaining(now), 0).Round(time.Second)
 	}
 	return r
+}
+
+// rollbackLine describes a rollbackView in one line (status and rollback
+// status); alarm renders the words that need attention.
+func rollbackLine(rb rollbackView, alarm func(...string) string) string {
+	switch rb.State {
+	case rollbackArmed:
+		p := rb.Pending
+		return fmt.Sprintf("%s cutover %s -> %s, snapshot %s, %s left (%s)", alarm("ARMED"), p.FromVersion, p.ToVersion, p.SnapshotID, rb.Left, p.TimerUnit)
+	case rollbackPendingNotArmed:
+		p := rb.Pending
+		timer := rb.TimerState
+		if timer == "" {
+			timer = "not loaded"
+		}
+		return fmt.Sprintf("%s cutover %s -> %s, snapshot %s, timer %s: a human is needed: run `mcpctl rollback` (the boot-time check would restore it at the next boot)",
+			alarm("PENDING, NOT ARMED"), p.FromVersion, p.ToVersion, p.SnapshotID, timer)
+	case rollbackStrayTimer:
+		return fmt.Sprintf("%s timer %s without a pending marker: run `mcpctl rollback disarm`", alarm("ARMED"), rb.TimerState)
+	}
+	return "none armed, no cutover pending"
 }
 
 // deployEvents keeps the last n cutover and rollback records, newest first.
@@ -258,19 +306,7 @@ func renderStatus(w io.Writer, st deployStyles, r *statusReport) {
 		}
 	}
 	rb := r.Rollback
-	switch {
-	case rb.Pending != nil:
-		timer := rb.TimerState
-		if timer == "" {
-			timer = "not loaded: the boot-time check restores it"
-		}
-		fmt.Fprintf(w, "%s %s cutover %s -> %s, snapshot %s, %s left, timer %s\n", st.title.Render("rollback"), st.bad.Render("ARMED"),
-			rb.Pending.FromVersion, rb.Pending.ToVersion, rb.Pending.SnapshotID, rb.Left, timer)
-	case rb.Armed:
-		fmt.Fprintf(w, "%s %s timer %s without a pending marker: run `mcpctl rollback disarm`\n", st.title.Render("rollback"), st.bad.Render("ARMED"), rb.TimerState)
-	default:
-		fmt.Fprintf(w, "%s none armed\n", st.title.Render("rollback"))
-	}
+	fmt.Fprintf(w, "%s %s\n", st.title.Render("rollback"), rollbackLine(rb, st.bad.Render))
 	if rb.Err != "" {
 		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), rb.Err)
 	}

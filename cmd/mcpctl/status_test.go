@@ -39,19 +39,24 @@ func TestPlanRollbackView(t *testing.T) {
 		name      string
 		in        rollbackView
 		wantArmed bool
+		wantState string
 		wantLeft  time.Duration
 	}{
-		{"nothing", rollbackView{}, false, 0},
-		{"marker and timer", rollbackView{Pending: p, TimerState: "active"}, true, 90 * time.Second},
-		{"marker after a reboot", rollbackView{Pending: p}, true, 90 * time.Second},
-		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, 0},
-		{"stray timer", rollbackView{TimerState: "active"}, true, 0},
+		{"nothing", rollbackView{}, false, rollbackNone, 0},
+		{"marker and timer", rollbackView{Pending: p, TimerState: "active"}, true, rollbackArmed, 90 * time.Second},
+		{"marker after a reboot", rollbackView{Pending: p}, false, rollbackPendingNotArmed, 90 * time.Second},
+		{"marker after the timer ran and failed", rollbackView{Pending: late, TimerState: "failed"}, false, rollbackPendingNotArmed, 0},
+		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, rollbackArmed, 0},
+		{"stray timer", rollbackView{TimerState: "active"}, true, rollbackStrayTimer, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := planRollbackView(tc.in, now)
-			if got.Armed != tc.wantArmed || got.Left != tc.wantLeft {
-				t.Fatalf("armed %v left %s, want %v %s", got.Armed, got.Left, tc.wantArmed, tc.wantLeft)
+			if got.Armed != tc.wantArmed || got.State != tc.wantState || got.Left != tc.wantLeft {
+				t.Fatalf("armed %v state %s left %s, want %v %s %s", got.Armed, got.State, got.Left, tc.wantArmed, tc.wantState, tc.wantLeft)
+			}
+			if line := rollbackLine(got, func(s ...string) string { return strings.Join(s, "") }); tc.wantState == rollbackPendingNotArmed && !strings.Contains(line, "NOT ARMED") {
+				t.Fatalf("line %q does not say the rollback is not armed", line)
 			}
 		})
 	}
@@ -151,7 +156,7 @@ func TestStatusAssembly(t *testing.T) {
 		"production mcp-backend.service active since", "restarts 2", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/",
 		"canary mcp-backend-canary.service not installed",
 		"tunnel Overdeck", "/healthz no answer", "D-Bus gone",
-		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left, timer active",
+		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left (mcpctl-rollback.timer)",
 		"rolled-back     failed - -> v0  why not", "cutover         ok v0 -> v1",
 	} {
 		if !strings.Contains(out.String(), want) {
