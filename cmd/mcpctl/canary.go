@@ -21,7 +21,7 @@ func canaryCommand(d *deps) *cli.Command {
 				Usage: "check, install as a release and start the candidate as the canary; prove production untouched",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)"},
-					&cli.StringFlag{Name: "version", Usage: "release version (default: what --build --version prints)"},
+					&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
@@ -37,7 +37,7 @@ func canaryCommand(d *deps) *cli.Command {
 					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
 					deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanCanary(w, st, rep, err) })
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("canary start: %w", err))
+						return withCode(deployExitCode(err), fmt.Errorf("canary start: %w", err))
 					}
 					return nil
 				},

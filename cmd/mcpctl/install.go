@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ func installCommand(d *deps) *cli.Command {
 		Usage: "first install on a clean host: release, current, config, units, tunnels, watchdog",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "build", Usage: "mcp-backend binary to install (`PATH`)"},
-			&cli.StringFlag{Name: "version", Usage: "release version (default: what --build --version prints)"},
+			&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"},
 		},
 		Action: func(c *cli.Context) error {
@@ -37,11 +38,26 @@ func installCommand(d *deps) *cli.Command {
 			rep, err := deploy.Install(c.Context, env, deploy.InstallOptions{Build: build, Version: c.String("version")})
 			deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanInstall(w, st, rep, err) })
 			if err != nil {
-				return withCode(exitFailed, fmt.Errorf("install: %w", err))
+				return withCode(deployExitCode(err), fmt.Errorf("install: %w", err))
 			}
 			return nil
 		},
 	}
+}
+
+// deployExitCode maps an install or canary error to its exit code: a
+// configuration or command-line problem is 2, an install whose undo failed
+// left the host half-installed (4: a human is needed), anything else left
+// production as it was (1).
+func deployExitCode(err error) int {
+	var ue *deploy.UndoError
+	switch {
+	case deploy.IsConfig(err):
+		return exitUsage
+	case errors.As(err, &ue):
+		return exitRollbackFailed
+	}
+	return exitFailed
 }
 
 // deployEnv loads mcpctl.json and connects to systemd for install and
@@ -145,6 +161,15 @@ func humanInstall(w io.Writer, st deployStyles, r *deploy.InstallReport, err err
 	humanChecks(w, st, "backend", r.Backend)
 	for _, t := range r.Tunnels {
 		humanChecks(w, st, "tunnel", t)
+	}
+	if len(r.Undo) > 0 {
+		fmt.Fprintf(w, "  %s\n", st.title.Render("undo"))
+		humanSteps(w, st, r.Undo)
+		if r.UndoOK {
+			fmt.Fprintln(w, "  the host is as it was before install: fix the cause and run install again")
+		} else {
+			fmt.Fprintf(w, "  %s the install could not be taken back completely: remove what the failed undo steps name by hand\n", st.bad.Render("HUMAN NEEDED:"))
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(w, "  %s %v\n", st.bad.Render("error:"), err)

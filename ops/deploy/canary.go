@@ -23,10 +23,6 @@ import (
 // it runs, so that stop knows what to remove.
 const CanaryFile = "canary.json"
 
-// SampleEvery is how often production's /healthz is sampled while a canary
-// starts.
-var SampleEvery = 50 * time.Millisecond
-
 // CanaryRecord is <stateDir>/canary.json.
 type CanaryRecord struct {
 	Version string    `json:"version"`
@@ -76,7 +72,7 @@ func PlanCanary(f CanaryFacts) CanaryPlan {
 		p.Refusals = append(p.Refusals, fmt.Sprintf("canary.listen %s is taken by another process (%s is not running)", f.CanaryListen, f.CanaryUnit))
 	}
 	if f.Existing != nil && f.Existing.Digest != f.Digest {
-		p.Refusals = append(p.Refusals, fmt.Sprintf("release %q is installed with build %s, the candidate is %s: pick another --version", f.Version, f.Existing.Digest, f.Digest))
+		p.Refusals = append(p.Refusals, fmt.Sprintf("release %q is installed with build %s, the candidate is %s: a new build needs a new version stamp", f.Version, f.Existing.Digest, f.Digest))
 	}
 	return p
 }
@@ -142,8 +138,9 @@ type CanaryReport struct {
 
 // CanaryOptions name the candidate.
 type CanaryOptions struct {
-	Build   string
-	Version string // defaults to what --version prints
+	Build string
+	// Version, when set, must equal what the build's --version prints.
+	Version string
 }
 
 // sampler polls a URL's /healthz until stopped.
@@ -156,11 +153,11 @@ type sampler struct {
 	done     chan struct{}
 }
 
-func startSampler(ctx context.Context, v *verify.Client, url string) *sampler {
+func startSampler(ctx context.Context, v *verify.Client, url string, every time.Duration) *sampler {
 	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		t := time.NewTicker(SampleEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			s.sample(ctx, v, url)
@@ -208,7 +205,8 @@ func (s *sampler) finish(ctx context.Context, v *verify.Client, url string) (sam
 // CanaryStart checks the candidate, installs it as a release (never touching
 // current), and runs it as the canary unit beside production, proving both
 // that it serves and that production was untouched. The verdict is recorded
-// by the build's digest. A refusal (*RefusedError) starts nothing.
+// by the build's digest. A refusal (*RefusedError) or a configuration
+// problem (*ConfigError) starts nothing.
 func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryReport, error) {
 	begin := time.Now()
 	cfg := env.Config
@@ -224,13 +222,15 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	}
 	defer unlock()
 
+	// The canary runs production's config on its own port: without a
+	// readable JSON object there, there is nothing to prove.
 	prodCfg, err := os.ReadFile(cfg.Backend.Config)
 	if err != nil {
-		return rep, env.refuse(state.ActionCanary, opts.Version, []string{fmt.Sprintf("backend.config: %v", err)})
+		return rep, env.audited(state.ActionCanary, opts.Version, &ConfigError{Reasons: []string{fmt.Sprintf("backend.config: %v (the canary runs production's config; run mcpctl install first)", err)}})
 	}
 	canaryCfg, err := WithListen(prodCfg, cfg.Canary.Listen)
 	if err != nil {
-		return rep, env.refuse(state.ActionCanary, opts.Version, []string{fmt.Sprintf("backend.config %s: %v", cfg.Backend.Config, err)})
+		return rep, env.audited(state.ActionCanary, opts.Version, &ConfigError{Reasons: []string{fmt.Sprintf("backend.config %s: %v", cfg.Backend.Config, err)}})
 	}
 	tmp := filepath.Join(cfg.StateDir, fmt.Sprintf("canary-config-%d.json", os.Getpid()))
 	if err := os.WriteFile(tmp, canaryCfg, 0o600); err != nil {
@@ -241,13 +241,10 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if err != nil {
 		return rep, env.refuse(state.ActionCanary, opts.Version, []string{err.Error()})
 	}
-	version := opts.Version
-	if version == "" {
-		version = cand.Version
+	if err := checkVersion(cand, opts.Version); err != nil {
+		return rep, env.audited(state.ActionCanary, opts.Version, err)
 	}
-	if err := release.ValidateVersion(version); err != nil {
-		return rep, env.refuse(state.ActionCanary, version, []string{fmt.Sprintf("version %q: %v", version, err)})
-	}
+	version := cand.Version
 	rep.Version, rep.Digest = version, cand.Digest
 
 	facts, err := observeCanary(ctx, env, version, cand.Digest)
@@ -262,11 +259,12 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	v := env.verifier()
 	prodURL := URL(cfg.Backend.Listen)
 	rep.Production = ProductionProof{Unit: cfg.Backend.Unit, URL: prodURL, Before: identity(facts.Production)}
-	smp := startSampler(ctx, v, prodURL)
+	smp := startSampler(ctx, v, prodURL, env.sampleEvery())
 
 	runErr := rep.start(ctx, env, rec, canaryCfg, cand, version)
 	if runErr == nil {
-		rep.Canary = v.Backend(ctx, rep.URL, verify.Expect{Version: version, Digest: cand.Digest})
+		// Identified by what the build prints and by its digest.
+		rep.Canary = v.Backend(ctx, rep.URL, verify.Expect{Version: cand.Version, Digest: cand.Digest})
 		runErr = rep.Canary.Err()
 	}
 	rep.Production.HealthzSamples, rep.Production.HealthzFailures, rep.Production.FirstFailure = smp.finish(ctx, v, prodURL)

@@ -14,8 +14,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
@@ -30,6 +32,7 @@ type Systemd interface {
 	Enable(ctx context.Context, units ...string) error
 	Start(ctx context.Context, unit string) error
 	Stop(ctx context.Context, unit string) error
+	Disable(ctx context.Context, units ...string) error
 	ResetFailed(ctx context.Context, unit string) error
 	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
 }
@@ -40,7 +43,7 @@ var _ Systemd = (*systemd.Client)(nil)
 type Env struct {
 	Config  *ctlconfig.Config
 	Systemd Systemd
-	// Verify runs the probes; verify.Default when nil.
+	// Verify runs the probes; a zero verify.Client (no token) when nil.
 	Verify *verify.Client
 	Logger *slog.Logger
 	// MCPCtl is the mcpctl binary the rendered units run (units.DefaultMCPCtl
@@ -50,6 +53,19 @@ type Env struct {
 	// ReadyTimeout bounds the wait for /healthz and /readyz after a start;
 	// 30 s when zero (the units' TimeoutStartSec).
 	ReadyTimeout time.Duration
+	// SampleEvery is how often canary start samples production's /healthz;
+	// DefaultSampleEvery when zero.
+	SampleEvery time.Duration
+}
+
+// DefaultSampleEvery is Env.SampleEvery when zero.
+const DefaultSampleEvery = 50 * time.Millisecond
+
+func (e *Env) sampleEvery() time.Duration {
+	if e.SampleEvery <= 0 {
+		return DefaultSampleEvery
+	}
+	return e.SampleEvery
 }
 
 func (e *Env) log() *slog.Logger {
@@ -61,7 +77,7 @@ func (e *Env) log() *slog.Logger {
 
 func (e *Env) verifier() *verify.Client {
 	if e.Verify == nil {
-		return verify.Default
+		return &verify.Client{}
 	}
 	return e.Verify
 }
@@ -195,3 +211,28 @@ func errString(err error) string {
 }
 
 var errRefused = errors.New("refused")
+
+// ConfigError is a problem with the configuration or the command line
+// (mcpctl exits 2): found before anything was changed.
+type ConfigError struct{ Reasons []string }
+
+func (e *ConfigError) Error() string { return strings.Join(e.Reasons, "; ") }
+
+// IsConfig reports whether err is a *ConfigError.
+func IsConfig(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce)
+}
+
+// checkVersion enforces that a release is named by what its build prints:
+// verification compares system.info's backend.version with it, so any other
+// name would fail after production was touched.
+func checkVersion(cand *candidate.Result, want string) error {
+	if want != "" && want != cand.Version {
+		return &ConfigError{Reasons: []string{fmt.Sprintf("the build prints version %s; --version %s would name it wrongly: rebuild with the version stamp, or omit --version", cand.Version, want)}}
+	}
+	if err := release.ValidateVersion(cand.Version); err != nil {
+		return &ConfigError{Reasons: []string{fmt.Sprintf("the build prints version %q, which cannot name a release: %v", cand.Version, err)}}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
@@ -28,9 +29,6 @@ type InstallFacts struct {
 	BackendPort  string
 	PortFree     bool
 	ConfigExists bool
-	// TunnelsErr is ctlconfig's ValidateTunnels result: units and
-	// verification need every tunnel's url and exec.
-	TunnelsErr error
 }
 
 // InstallPlan is the decision: refusals (nothing is done) or what to do.
@@ -47,9 +45,6 @@ func (p InstallPlan) OK() bool { return len(p.Refusals) == 0 }
 // nothing else may hold the backend's port.
 func PlanInstall(f InstallFacts) InstallPlan {
 	var p InstallPlan
-	if f.TunnelsErr != nil {
-		p.Refusals = append(p.Refusals, f.TunnelsErr.Error())
-	}
 	if f.CurrentErr != nil {
 		p.Refusals = append(p.Refusals, "reading the current link: "+f.CurrentErr.Error())
 	}
@@ -88,7 +83,11 @@ type InstallReport struct {
 	Steps         []Step           `json:"steps"`
 	Backend       *verify.Report   `json:"backend,omitempty"`
 	Tunnels       []*verify.Report `json:"tunnels,omitempty"`
-	DurationMs    float64          `json:"durationMs"`
+	// Undo lists what a failed install took back, newest first; UndoOK is
+	// true when every step of it succeeded (the host is as it was).
+	Undo       []Step  `json:"undo,omitempty"`
+	UndoOK     bool    `json:"undoOK,omitempty"`
+	DurationMs float64 `json:"durationMs"`
 }
 
 func (r *InstallReport) step(name string, f func() error) error {
@@ -103,9 +102,23 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // InstallOptions name the build.
 type InstallOptions struct {
 	Build string
-	// Version defaults to what the build's --version prints.
+	// Version, when set, must equal what the build's --version prints (a
+	// release is named by its build, never by the operator).
 	Version string
 }
+
+// UndoError is a failed install whose undo failed too: the host is neither
+// as it was nor installed, and a human is needed.
+type UndoError struct {
+	Err  error // why install failed
+	Undo error // what could not be taken back
+}
+
+func (e *UndoError) Error() string {
+	return fmt.Sprintf("%v; undoing the install failed too: %v", e.Err, e.Undo)
+}
+
+func (e *UndoError) Unwrap() []error { return []error{e.Err, e.Undo} }
 
 // RefusedError is a decision not to act: nothing was changed.
 type RefusedError struct{ Reasons []string }
@@ -127,13 +140,20 @@ func (e *RefusedError) Is(target error) bool { return target == errRefused }
 // IsRefused reports whether err is a refusal (nothing was changed).
 func IsRefused(err error) bool { return errors.Is(err, errRefused) }
 
-// Install performs a first install. A refusal returns a *RefusedError and
-// changes nothing.
+// Install performs a first install. A refusal returns a *RefusedError and a
+// configuration problem a *ConfigError; both change nothing. A failure after
+// the first change is undone in reverse order, so that the host is as it was
+// and a corrected retry can run; when the undo fails too the error is an
+// *UndoError.
 func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport, error) {
 	start := time.Now()
 	cfg := env.Config
 	rep := &InstallReport{}
 	defer func() { rep.DurationMs = ms(time.Since(start)) }()
+	// Units and verification need every tunnel's url and exec.
+	if err := cfg.ValidateTunnels(); err != nil {
+		return rep, &ConfigError{Reasons: []string{err.Error()}}
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
@@ -171,22 +191,38 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 	if err != nil {
 		return rep, env.refuse(state.ActionInstall, opts.Version, []string{err.Error()})
 	}
-	version := opts.Version
-	if version == "" {
-		version = cand.Version
+	if err := checkVersion(cand, opts.Version); err != nil {
+		return rep, env.audited(state.ActionInstall, opts.Version, err)
 	}
-	if err := release.ValidateVersion(version); err != nil {
-		return rep, env.refuse(state.ActionInstall, version, []string{fmt.Sprintf("version %q: %v", version, err)})
-	}
+	version := cand.Version
 	rep.Version, rep.Digest = version, cand.Digest
 	log := env.log().With("op", "install", "version", version, "digest", cand.Digest)
 
-	err = rep.run(ctx, env, version, cand.Digest, opts.Build)
+	u := &undoer{}
+	err = rep.run(ctx, env, u, cand, opts.Build)
 	ev := state.Event{Action: state.ActionInstall, ToVersion: version, Outcome: state.OutcomeOK,
 		Details: map[string]string{"digest": cand.Digest, "build": opts.Build}}
 	if err != nil {
+		log.Error("install failed: undoing", "err", err)
+		// The undo must run even when ctx was cancelled (an interrupted
+		// install), but not forever.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		rep.Undo = u.run(uctx)
+		cancel()
+		rep.UndoOK = true
+		var undoErrs []error
+		for _, s := range rep.Undo {
+			if !s.OK {
+				rep.UndoOK = false
+				undoErrs = append(undoErrs, fmt.Errorf("%s: %s", s.Name, s.Err))
+			}
+		}
 		ev.Outcome, ev.Reason = state.OutcomeFailed, err.Error()
-		log.Error("install failed", "err", err)
+		ev.Details["undone"] = fmt.Sprint(rep.UndoOK)
+		if !rep.UndoOK {
+			err = &UndoError{Err: err, Undo: errors.Join(undoErrs...)}
+			log.Error("undo failed: a human is needed", "err", err)
+		}
 	} else {
 		rep.OK = true
 		log.Info("installed")
@@ -197,20 +233,54 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 	return rep, err
 }
 
-func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, build string) error {
+// undoer collects how to take back each change, to run newest first.
+type undoer struct {
+	steps []undoStep
+}
+
+type undoStep struct {
+	name string
+	f    func(ctx context.Context) error
+}
+
+func (u *undoer) push(name string, f func(ctx context.Context) error) {
+	u.steps = append(u.steps, undoStep{name, f})
+}
+
+// run takes every change back, newest first, and goes on past a failed
+// step: each later step undoes something independent or older.
+func (u *undoer) run(ctx context.Context) []Step {
+	var out []Step
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		s := u.steps[i]
+		begin := time.Now()
+		err := s.f(ctx)
+		out = append(out, Step{Name: s.name, OK: err == nil, Err: errString(err), DurationMs: ms(time.Since(begin))})
+	}
+	return out
+}
+
+func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand *candidate.Result, build string) error {
 	cfg := env.Config
 	sd := env.Systemd
 	st := env.store()
+	version := cand.Version
 	if err := rep.step("install release", func() error {
-		_, _, err := st.Install(version, build)
+		_, created, err := st.Install(version, build)
+		if created {
+			undo.push("remove release "+version, func(context.Context) error { return st.Remove(version) })
+		}
 		return err
 	}); err != nil {
 		return err
 	}
+	// Planned: there was no current link.
+	undo.push("remove current", func(context.Context) error { return atomicfs.Remove(st.CurrentPath()) })
 	if err := rep.step("set current", func() error { return st.SetCurrent(version) }); err != nil {
 		return err
 	}
 	if rep.Plan.WriteConfig {
+		undo.push("remove backend config", func(context.Context) error { return atomicfs.Remove(cfg.Backend.Config) })
 		if err := rep.step("write backend config", func() error {
 			if err := os.MkdirAll(filepath.Dir(cfg.Backend.Config), 0o755); err != nil {
 				return err
@@ -227,6 +297,11 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, bu
 		if us, err = env.render(""); err != nil {
 			return err
 		}
+		prev, err := readUnits(cfg.UnitDir, us)
+		if err != nil {
+			return err
+		}
+		undo.push("restore units", func(ctx context.Context) error { return restoreUnits(ctx, sd, cfg.UnitDir, prev) })
 		rep.UnitsWritten, err = WriteUnits(cfg.UnitDir, us)
 		return err
 	}); err != nil {
@@ -241,6 +316,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, bu
 			enable = append(enable, u.Name)
 		}
 	}
+	undo.push("disable", func(ctx context.Context) error { return sd.Disable(ctx, enable...) })
 	if err := rep.step("enable", func() error { return sd.Enable(ctx, enable...) }); err != nil {
 		return err
 	}
@@ -250,6 +326,13 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, bu
 	}
 	start = append(start, units.WatchdogTimer)
 	for _, u := range start {
+		// Pushed before the start: a start that fails may leave the unit
+		// activating or failed, and that must be taken back too.
+		stop := []string{u}
+		if u == units.WatchdogTimer {
+			stop = append(stop, units.WatchdogService) // the timer may have fired
+		}
+		undo.push("stop "+strings.Join(stop, " "), func(ctx context.Context) error { return stopUnits(ctx, sd, stop...) })
 		if err := rep.step("start "+u, func() error { return sd.Start(ctx, u) }); err != nil {
 			return err
 		}
@@ -260,7 +343,9 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, bu
 		return err
 	}
 	var failed []error
-	rep.Backend = env.verifier().Backend(ctx, backendURL, verify.Expect{Version: version, Digest: digest})
+	// The build is identified by what it prints and by its digest, never
+	// by a name typed by the operator.
+	rep.Backend = env.verifier().Backend(ctx, backendURL, verify.Expect{Version: cand.Version, Digest: cand.Digest})
 	if err := rep.Backend.Err(); err != nil {
 		failed = append(failed, err)
 	}
@@ -277,9 +362,65 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, version, digest, bu
 	return errors.Join(failed...)
 }
 
+// readUnits returns the current content of each unit's file in dir, nil
+// for the ones that do not exist.
+func readUnits(dir string, us []units.Unit) (map[string][]byte, error) {
+	prev := make(map[string][]byte, len(us))
+	for _, u := range us {
+		b, err := os.ReadFile(filepath.Join(dir, u.Name))
+		switch {
+		case err == nil:
+			prev[u.Name] = b
+		case errors.Is(err, os.ErrNotExist):
+			prev[u.Name] = nil
+		default:
+			return nil, fmt.Errorf("read unit %s: %w", u.Name, err)
+		}
+	}
+	return prev, nil
+}
+
+// restoreUnits puts every unit file back as readUnits found it (removing
+// the new ones) and reloads systemd.
+func restoreUnits(ctx context.Context, sd Systemd, dir string, prev map[string][]byte) error {
+	var errs []error
+	for name, b := range prev {
+		p := filepath.Join(dir, name)
+		if b == nil {
+			errs = append(errs, atomicfs.Remove(p))
+		} else {
+			errs = append(errs, atomicfs.WriteFile(p, b, 0o644))
+		}
+	}
+	errs = append(errs, sd.DaemonReload(ctx))
+	return errors.Join(errs...)
+}
+
+// stopUnits stops each unit and clears a failed state, so that systemd
+// forgets it once its file is gone. A unit systemd does not know is
+// already stopped.
+func stopUnits(ctx context.Context, sd Systemd, names ...string) error {
+	var errs []error
+	for _, n := range names {
+		u, err := sd.Unit(ctx, n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !loaded(u) && !active(u) && u.ActiveState != "failed" {
+			continue
+		}
+		if err := sd.Stop(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+		_ = sd.ResetFailed(ctx, n) // not failed is fine
+	}
+	return errors.Join(errs...)
+}
+
 func observeInstall(ctx context.Context, env *Env) (InstallFacts, error) {
 	cfg := env.Config
-	f := InstallFacts{BackendUnit: cfg.Backend.Unit, BackendPort: cfg.Backend.Listen, TunnelsErr: cfg.ValidateTunnels()}
+	f := InstallFacts{BackendUnit: cfg.Backend.Unit, BackendPort: cfg.Backend.Listen}
 	cur, err := env.store().Current()
 	switch {
 	case err == nil:
@@ -300,6 +441,15 @@ func observeInstall(ctx context.Context, env *Env) (InstallFacts, error) {
 		return f, fmt.Errorf("backend.config %s: %w", cfg.Backend.Config, err)
 	}
 	return f, nil
+}
+
+// audited records err (a *ConfigError) as a refusal and returns it.
+func (e *Env) audited(action, version string, err error) error {
+	e.log().Warn(action+" refused", "version", version, "err", err)
+	if aerr := state.Audit(e.Config.StateDir, state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
+		return errors.Join(err, fmt.Errorf("audit: %w", aerr))
+	}
+	return err
 }
 
 // refuse records a refusal and returns it.

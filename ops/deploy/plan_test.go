@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
@@ -36,7 +38,6 @@ func TestPlanInstall(t *testing.T) {
 			f.Backend = &systemd.UnitState{LoadState: "loaded", ActiveState: "inactive", FragmentPath: "/etc/systemd/system/mcp-backend.service"}
 		}, []string{"is loaded"}, true},
 		{"port taken", func(f *InstallFacts) { f.PortFree = false }, []string{"127.0.0.1:3210 is taken"}, true},
-		{"tunnels incomplete", func(f *InstallFacts) { f.TunnelsErr = errors.New("tunnels[0].url: empty") }, []string{"tunnels[0].url"}, true},
 		{"current unreadable", func(f *InstallFacts) { f.CurrentErr = errors.New("not a symlink") }, []string{"not a symlink"}, true},
 	}
 	for _, tc := range tests {
@@ -59,6 +60,100 @@ func TestPlanInstall(t *testing.T) {
 	}
 }
 
+func TestCheckVersion(t *testing.T) {
+	tests := []struct {
+		name    string
+		printed string
+		flag    string
+		want    string // "" for accepted
+	}{
+		{"no --version: what the build prints", "v7", "", ""},
+		{"--version equal to what the build prints", "v7", "v7", ""},
+		{"--version naming it wrongly", "dev", "v7", "the build prints version dev; --version v7 would name it wrongly"},
+		{"printed version unusable as a release name", "../x", "", `the build prints version "../x"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkVersion(&candidate.Result{Version: tc.printed}, tc.flag)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !IsConfig(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want a *ConfigError containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestUndoerNewestFirstPastFailures(t *testing.T) {
+	var order []string
+	u := &undoer{}
+	for _, name := range []string{"release", "current", "units"} {
+		u.push(name, func(context.Context) error {
+			order = append(order, name)
+			if name == "current" {
+				return errors.New("boom")
+			}
+			return nil
+		})
+	}
+	steps := u.run(context.Background())
+	if got := strings.Join(order, ","); got != "units,current,release" {
+		t.Fatalf("undo order %s, want units,current,release", got)
+	}
+	if len(steps) != 3 || !steps[0].OK || steps[1].OK || steps[1].Err != "boom" || !steps[2].OK {
+		t.Fatalf("steps %+v", steps)
+	}
+}
+
+func TestReadAndRestoreUnits(t *testing.T) {
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "old.service"), "OLD\n")
+	us := []units.Unit{{Name: "old.service", Content: []byte("NEW\n")}, {Name: "new.service", Content: []byte("N\n")}}
+	prev, err := readUnits(dir, us)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteUnits(dir, us); err != nil {
+		t.Fatal(err)
+	}
+	reloads := 0
+	if err := restoreUnits(context.Background(), reloadCounter{&reloads}, dir, prev); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "old.service")); string(b) != "OLD\n" {
+		t.Errorf("old.service = %q after restore, want OLD", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.service")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("new.service after restore: %v, want removed", err)
+	}
+	if reloads != 1 {
+		t.Errorf("%d daemon-reloads, want 1", reloads)
+	}
+}
+
+// reloadCounter is a Systemd that only counts reloads (restoreUnits calls
+// nothing else).
+type reloadCounter struct{ n *int }
+
+func (r reloadCounter) DaemonReload(context.Context) error                     { *r.n++; return nil }
+func (reloadCounter) Enable(context.Context, ...string) error                  { panic("unexpected") }
+func (reloadCounter) Disable(context.Context, ...string) error                 { panic("unexpected") }
+func (reloadCounter) Start(context.Context, string) error                      { panic("unexpected") }
+func (reloadCounter) Stop(context.Context, string) error                       { panic("unexpected") }
+func (reloadCounter) ResetFailed(context.Context, string) error                { panic("unexpected") }
+func (reloadCounter) Unit(context.Context, string) (*systemd.UnitState, error) { panic("unexpected") }
+
+func writeTestFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestPlanCanary(t *testing.T) {
 	base := CanaryFacts{Production: running(42, "aa"), ProductionUnit: "mcp-backend.service", Canary: notFound,
 		CanaryUnit: "mcp-backend-canary.service", CanaryListen: "127.0.0.1:3211", CanaryPortFree: true, Version: "v2", Digest: "sha256:b"}
@@ -74,7 +169,7 @@ func TestPlanCanary(t *testing.T) {
 		{"production down", func(f *CanaryFacts) { f.Production = &systemd.UnitState{LoadState: "loaded", ActiveState: "failed"} }, []string{"is failed"}, false},
 		{"production absent", func(f *CanaryFacts) { f.Production = notFound }, []string{"is inactive"}, false},
 		{"same release", func(f *CanaryFacts) { f.Existing = &release.Release{Version: "v2", Digest: "sha256:b"} }, nil, false},
-		{"version taken by another build", func(f *CanaryFacts) { f.Existing = &release.Release{Version: "v2", Digest: "sha256:a"} }, []string{"pick another --version"}, false},
+		{"version taken by another build", func(f *CanaryFacts) { f.Existing = &release.Release{Version: "v2", Digest: "sha256:a"} }, []string{"a new build needs a new version stamp"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
