@@ -14,7 +14,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unit"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -34,9 +34,9 @@ type CanaryRecord struct {
 
 // CanaryFacts is what canary start observes before deciding.
 type CanaryFacts struct {
-	Production     *systemd.UnitState
+	Production     *unit.State
 	ProductionUnit string
-	Canary         *systemd.UnitState
+	Canary         *unit.State
 	CanaryUnit     string
 	CanaryListen   string
 	CanaryPortFree bool
@@ -84,7 +84,7 @@ type Identity struct {
 	InvocationID string `json:"invocationID"`
 }
 
-func identity(u *systemd.UnitState) Identity {
+func identity(u *unit.State) Identity {
 	if u == nil {
 		return Identity{}
 	}

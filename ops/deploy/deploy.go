@@ -21,23 +21,23 @@ import (
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unit"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
 
-// Systemd is the part of the systemd client install and canary use.
+// Systemd is the part of the systemd client install and canary use
+// (ops/systemd's *Client; the e2e test asserts it, so that this package and
+// its planners do not link D-Bus).
 type Systemd interface {
 	DaemonReload(ctx context.Context) error
 	Enable(ctx context.Context, units ...string) error
-	Start(ctx context.Context, unit string) error
-	Stop(ctx context.Context, unit string) error
+	Start(ctx context.Context, name string) error
+	Stop(ctx context.Context, name string) error
 	Disable(ctx context.Context, units ...string) error
-	ResetFailed(ctx context.Context, unit string) error
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+	ResetFailed(ctx context.Context, name string) error
+	Unit(ctx context.Context, name string) (*unit.State, error)
 }
-
-var _ Systemd = (*systemd.Client)(nil)
 
 // Env is what install and canary act on.
 type Env struct {
@@ -187,12 +187,12 @@ func (e *Env) waitReady(ctx context.Context, baseURL string) error {
 
 // loaded reports whether systemd knows the unit with a unit file or a
 // running process.
-func loaded(u *systemd.UnitState) bool {
+func loaded(u *unit.State) bool {
 	return u != nil && u.LoadState != "" && u.LoadState != "not-found"
 }
 
 // active reports a unit that runs or is starting or stopping.
-func active(u *systemd.UnitState) bool {
+func active(u *unit.State) bool {
 	if u == nil {
 		return false
 	}

@@ -20,8 +20,11 @@ import (
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
+
+var _ deploy.Systemd = (*systemd.Client)(nil)
 
 func writeFile(t testing.TB, path string, data []byte, mode os.FileMode) {
 	t.Helper()
