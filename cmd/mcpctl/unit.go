@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -145,6 +146,14 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	// One mutating mcpctl at a time: a cutover or install between our
+	// read and our write would have its units overwritten.
+	unlock, err := state.Lock(cfg.StateDir, "unit install")
+	if err != nil {
+		return withCode(exitFailed, fmt.Errorf("unit install: nothing written: %w", err))
+	}
+	defer unlock()
+
 	rep := unitInstallReport{UnitDir: cfg.UnitDir, Changed: []unitChange{}, Unchanged: []string{}, Enabled: []string{}}
 	type pending struct {
 		u   units.Unit

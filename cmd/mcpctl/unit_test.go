@@ -11,6 +11,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -52,7 +53,7 @@ func TestUnitRender(t *testing.T) {
 		"# unit mcp-watchdog.timer\n", "# unit mcpctl-pending-rollback.service\n",
 		"TasksMax=512\n", "LimitNOFILE=65536\n", "MemoryHigh=6G\n", "MemoryMax=9G\n", "CPUWeight=80\n", "TimeoutStopSec=5\n",
 		"ExecStart=" + filepath.Join(dir, "opt", "releases", "v7", "mcp-backend") + " serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211\n",
-		"ExecStart=/usr/local/bin/mcpctl --config " + conf + " rollback --if-pending\n",
+		"ExecStart=/usr/local/bin/mcpctl --config " + conf + " rollback --if-pending --boot\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render output lacks %q", want)
@@ -101,6 +102,29 @@ func TestUnitRender(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestUnitInstallTakesTheLock: while another mcpctl holds the state lock,
+// unit install exits 1 naming the holder and writes nothing.
+func TestUnitInstallTakesTheLock(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	conf := unitTestConfig(t, dir, func(m map[string]any) { m["stateDir"] = stateDir })
+	unlock, err := state.Lock(stateDir, "cutover (test holder)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
+	if code != exitFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
+		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, exitFailed)
+	}
+	if out != "" {
+		t.Errorf("stdout %q, want empty", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "units")); !os.IsNotExist(err) {
+		t.Fatalf("unitDir after a refused install: %v, want absent", err)
+	}
 }
 
 func TestUnitBadConfigExit2(t *testing.T) {
@@ -217,7 +241,7 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 	// mcpctl in the units is this mcpctl, with the operator's config.
 	b, err := os.ReadFile(filepath.Join(m.UnitsDir, "mcpctl-pending-rollback.service"))
-	if err != nil || !strings.Contains(string(b), "ExecStart="+mcpctl+" --config "+conf+" rollback --if-pending\n") {
+	if err != nil || !strings.Contains(string(b), "ExecStart="+mcpctl+" --config "+conf+" rollback --if-pending --boot\n") {
 		t.Fatalf("pending-rollback unit: %v\n%s", err, b)
 	}
 
