@@ -51,6 +51,8 @@ type deps struct {
 	stderr io.Writer
 	getenv func(string) string
 	logger *slog.Logger
+	// stressSampler connects stress's unit sampler; nil means D-Bus.
+	stressSampler stressSamplerFunc
 }
 
 func newApp(d *deps) *cli.App {
