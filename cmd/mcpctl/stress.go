@@ -51,8 +51,10 @@ func stressCommand(d *deps) *cli.Command {
 	}
 }
 
-// stressUnitSampler connects a unit sampler; tests replace it.
-var stressUnitSampler = systemdStressSampler
+// stressSamplerFunc connects a sampler of unit and returns it with the
+// unit's MemoryHigh (0 when infinite) and a close func: deps.stressSampler,
+// systemdStressSampler when nil.
+type stressSamplerFunc func(ctx context.Context, unit string) (stress.UnitSampler, uint64, func(), error)
 
 // stressUnits is what the stress needs from ops/systemd.
 type stressUnits interface {
@@ -205,7 +207,11 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		unit = "pid " + strconv.Itoa(pid)
 		sampler = &stress.ProcSampler{PID: pid}
 	} else if unit != "" {
-		s, high, closeFn, err := stressUnitSampler(ctx, unit)
+		connect := d.stressSampler
+		if connect == nil {
+			connect = systemdStressSampler
+		}
+		s, high, closeFn, err := connect(ctx, unit)
 		if err != nil {
 			return withCode(exitFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
 		}

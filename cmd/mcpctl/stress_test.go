@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -106,6 +108,20 @@ func TestStressCommandVerdicts(t *testing.T) {
 	}
 }
 
+// runStressCLI runs mcpctl with sampler standing in for D-Bus.
+func runStressCLI(t testing.TB, sampler stressSamplerFunc, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	d := &deps{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, stressSampler: sampler,
+		logger: slog.New(slog.NewTextHandler(&errb, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	code := runApp(context.Background(), newApp(d), append([]string{"mcpctl"}, args...), &errb)
+	return code, out.String(), errb.String()
+}
+
+func fakeUnitSampler(context.Context, string) (stress.UnitSampler, uint64, func(), error) {
+	return fakeUnit{}, 0, func() {}, nil
+}
+
 // fakeUnit stands in for the systemd unit: the test process itself.
 type fakeUnit struct{}
 
@@ -119,18 +135,13 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("attacks a fake backend")
 	}
-	old := stressUnitSampler
-	t.Cleanup(func() { stressUnitSampler = old })
-	stressUnitSampler = func(context.Context, string) (stress.UnitSampler, uint64, func(), error) {
-		return fakeUnit{}, 0, func() {}, nil
-	}
 	cfg, stateDir := stressConfigFile(t)
 	srv := stresstest.Start(t, stresstest.Options{})
 	dir := t.TempDir()
 	results, plotFile := filepath.Join(dir, "results.bin"), filepath.Join(dir, "plot.html")
 	args := append([]string{"--config", cfg, "--no-color", "stress", "--target", srv.URL, "--unit", "fake.service",
 		"--memory-growth", "10", "--results", results, "--plot", plotFile}, quick...)
-	code, out, errOut := runCLI(t, args...)
+	code, out, errOut := runStressCLI(t, fakeUnitSampler, args...)
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr %s\n%s", code, errOut, out)
 	}
