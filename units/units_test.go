@@ -149,7 +149,7 @@ func TestRenderContents(t *testing.T) {
 		{"mcp-watchdog.timer", want{"Timer.Unit": "mcp-watchdog.service", "Install.WantedBy": "timers.target"}, nil, true},
 		{"mcpctl-pending-rollback.service", want{
 			"Service.Type": "oneshot", "Unit.Before": "mcp-backend.service", "Install.WantedBy": "multi-user.target",
-			"Service.ExecStart": "/opt/bin/mcpctl --config /etc/x/mcpctl.json rollback --if-pending",
+			"Service.ExecStart": "/opt/bin/mcpctl --config /etc/x/mcpctl.json rollback --if-pending --boot",
 		}, nil, true},
 	}
 	for _, tc := range tests {

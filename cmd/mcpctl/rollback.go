@@ -22,6 +22,9 @@ func rollbackCommand(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "snapshot", Usage: "snapshot `ID` (default: the pending cutover's, else the newest)"},
 			&cli.BoolFlag{Name: "if-pending", Usage: "act only when a cutover is pending (the boot-time check)"},
 			&cli.StringFlag{Name: "nonce", Usage: "act only if `N` names the pending cutover (the armed timer)"},
+			// Only the boot-time unit, ordered before the backend, passes
+			// --boot: it restores files without starting the backend.
+			&cli.BoolFlag{Name: "boot", Hidden: true, Usage: "run by the boot-time unit: restore without starting the backend"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -38,11 +41,14 @@ func rollbackCommand(d *deps) *cli.Command {
 			}
 			defer closeEnv()
 			wait := time.Duration(0)
+			if c.Bool("boot") && !c.Bool("if-pending") {
+				return usageError("--boot: only with --if-pending (the boot-time check)")
+			}
 			if c.String("nonce") != "" || c.Bool("if-pending") {
 				wait = 2 * time.Minute // unattended: outwait a cutover finishing by itself
 			}
 			rep, err := cutover.Rollback(c.Context, env, cutover.RollbackOptions{
-				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), LockWait: wait,
+				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"), LockWait: wait,
 			})
 			printReport(c, d, rep, func(w io.Writer) {
 				if rep == nil {

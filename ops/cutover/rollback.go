@@ -38,6 +38,10 @@ type RollbackOptions struct {
 	SnapshotID string
 	Nonce      string
 	IfPending  bool
+	// Boot: run by the boot-time unit, ordered before the backend, so the
+	// restore must not start the backend (it would wait on this very run).
+	// Only then is the start skipped; anyone else gets a restart and a check.
+	Boot bool
 	// LockWait is how long to wait for the lock (the timer may fire while a
 	// cutover still runs; that cutover finishes or rolls back itself first).
 	LockWait time.Duration
@@ -79,7 +83,7 @@ func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackRep
 		_ = state.Audit(dir, state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
 		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
 	}
-	return restore(ctx, env, plan, opts.IfPending)
+	return restore(ctx, env, plan, opts.Boot)
 }
 
 // restore applies a rollback plan; the caller holds the lock.
@@ -120,9 +124,11 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		return failed(fmt.Errorf("read %s: %w", unit, err))
 	}
 	healthy := st.ActiveState == "active" && env.verifier().OK(ctx, env.backendURL(), "/healthz") == nil
-	ver, _, infoErr := env.info(ctx, env.backendURL())
+	// The build is identified by its digest, not by the release's name
+	// (which an operator may once have typed).
+	_, build, infoErr := env.info(ctx, env.backendURL())
 	switch {
-	case res.Changed() == 0 && healthy && infoErr == nil && ver == m.Version:
+	case res.Changed() == 0 && healthy && infoErr == nil && (m.Digest == "" || build == m.Digest):
 		rep.Noop = true
 		rep.Reason = fmt.Sprintf("snapshot %s (%s) is already in place and running: no-op", plan.SnapshotID, m.Version)
 	case boot && st.ActiveState != "active":
@@ -149,7 +155,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		rep.Restarted = true
 		step("restart", t0)
 		t0 = env.now()
-		if err := waitHealthy(ctx, env, m.Version, 15*time.Second); err != nil {
+		if err := waitHealthy(ctx, env, m.Digest, 15*time.Second); err != nil {
 			return failed(fmt.Errorf("restored %s but the backend is not healthy: %w", m.Version, err))
 		}
 		step("verify", t0)
@@ -174,13 +180,37 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	return rep, nil
 }
 
-// disarm stops the armed rollback timer, if any, and confirms it is gone.
+// disarm stops the armed rollback timer, if any, and confirms it is gone. A
+// timer that already fired and whose service has finished (a failed run
+// stays loaded as failed) is a leftover: it is reset and waited away. A
+// service still running is left alone (ErrAlreadyFired).
 func disarm(ctx context.Context, env *Env) error {
 	gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService)
 	if err != nil || gone {
 		return err
 	}
-	return env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService)
+	err = env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService)
+	if !errors.Is(err, sdunit.ErrAlreadyFired) {
+		return err
+	}
+	for _, u := range []string{RollbackTimer, RollbackService} {
+		st, serr := env.Systemd.Unit(ctx, u)
+		if serr != nil {
+			return errors.Join(err, serr)
+		}
+		if st.ActiveState != "inactive" && st.ActiveState != "failed" && st.LoadState != "not-found" {
+			return err
+		}
+	}
+	for _, u := range []string{RollbackService, RollbackTimer} {
+		if rerr := env.Systemd.ResetFailed(ctx, u); rerr != nil {
+			env.log().Debug("reset-failed a leftover rollback unit", "unit", u, "err", rerr)
+		}
+	}
+	if werr := env.Systemd.WaitGone(ctx, RollbackTimer, RollbackService); werr != nil {
+		return fmt.Errorf("a finished rollback run is still loaded: %w", werr)
+	}
+	return nil
 }
 
 // Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
@@ -201,8 +231,8 @@ func Disarm(ctx context.Context, env *Env) error {
 }
 
 // waitHealthy polls until the backend answers /healthz and /readyz and
-// reports version (when set), or timeout passes.
-func waitHealthy(ctx context.Context, env *Env, version string, timeout time.Duration) error {
+// reports build digest (when set), or timeout passes.
+func waitHealthy(ctx context.Context, env *Env, digest string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	url := env.backendURL()
@@ -211,10 +241,10 @@ func waitHealthy(ctx context.Context, env *Env, version string, timeout time.Dur
 		if err == nil {
 			err = env.verifier().OK(ctx, url, "/readyz")
 		}
-		if err == nil && version != "" {
+		if err == nil && digest != "" {
 			var got string
-			if got, _, err = env.info(ctx, url); err == nil && got != version {
-				err = fmt.Errorf("backend reports version %q, want %q", got, version)
+			if _, got, err = env.info(ctx, url); err == nil && got != digest {
+				err = fmt.Errorf("backend reports build %q, want the snapshot's %q", got, digest)
 			}
 		}
 		if err == nil {
