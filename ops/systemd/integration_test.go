@@ -420,6 +420,39 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		}
 	})
 
+	t.Run("a failed run unloads too and the names can be armed again", func(t *testing.T) {
+		marker := filepath.Join(work, "failed-run")
+		tr := systemd.Transient{
+			Timer: "it-fail.timer", Service: "it-fail.service",
+			Argv: []string{"/bin/sh", "-c", "touch " + marker + "; exit 4"}, After: time.Second,
+		}
+		if err := sd.ArmTransient(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := os.Stat(marker); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the armed timer never ran its service")
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		// Without CollectMode=inactive-or-failed the failed service stays
+		// loaded and blocks arming until someone runs reset-failed.
+		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
+			t.Fatal(err)
+		}
+		tr.After = time.Hour
+		if err := sd.ArmTransient(ctx, tr); err != nil {
+			t.Fatalf("arming again after a failed run: %v", err)
+		}
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("disarm refuses to kill a running service", func(t *testing.T) {
 		tr := systemd.Transient{
 			Timer: "it-busy.timer", Service: "it-busy.service",

@@ -316,6 +316,9 @@ func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
 	case t.After < time.Second:
 		return fmt.Errorf("arm transient: after %s: must be at least 1s", t.After)
 	}
+	// Unload them even after a failed run: a failed transient would stay
+	// loaded and block arming the same names again until reset-failed.
+	collect := sddbus.Property{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")}
 	desc := t.Description
 	if desc == "" {
 		desc = strings.Join(t.Argv, " ")
@@ -328,11 +331,15 @@ func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
 		}{{"OnActiveSec", uint64(t.After / time.Microsecond)}})},
 		{Name: "AccuracyUSec", Value: godbus.MakeVariant(uint64(time.Second / time.Microsecond))},
 		{Name: "RemainAfterElapse", Value: godbus.MakeVariant(false)},
+		collect,
 	}
 	svc := []sddbus.Property{
 		sddbus.PropDescription(desc),
 		sddbus.PropType("oneshot"),
-		sddbus.PropExecStart(t.Argv, true),
+		// The flag is systemd's ignore-failure bit (go-systemd names it
+		// UncleanIsFailure): false, so a failing run is a failed unit.
+		sddbus.PropExecStart(t.Argv, false),
+		collect,
 	}
 	aux := []sddbus.PropertyCollection{{Name: t.Service, Properties: svc}}
 	ch := make(chan string, 1)
