@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 )
 
@@ -278,14 +281,23 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	for _, n := range notes {
 		rep.Checks = append(rep.Checks, stress.Check{Name: "note", Status: stress.Skip, Detail: n})
 	}
-	recErr := recordStressVerdict(ctx, cfg.StateDir, rep)
+	who, err := verify.ForBackend(cfg.Canary.Config)
+	if err != nil {
+		who = &verify.Client{} // system.info of a tokenless target still answers
+	}
+	recErr := recordStressVerdict(ctx, cfg.StateDir, rep, who)
 
 	if stressFlag(c, "json") {
 		if err := rep.WriteJSON(d.stdout); err != nil {
 			return withCode(exitFailed, err)
 		}
-	} else if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
-		return withCode(exitFailed, err)
+	} else {
+		if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
+			return withCode(exitFailed, err)
+		}
+		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {
+			fmt.Fprintln(d.stdout, rep.Build.Note)
+		}
 	}
 	if recErr != nil {
 		return withCode(exitFailed, fmt.Errorf("record the stress verdict: %w", recErr))
@@ -302,10 +314,39 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// recordStressVerdict records the verdict for the digest of the executable
-// the unit runs. Without a unit there is no build to name: nothing is
-// recorded, and the report says so.
-func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Report) error {
+// stressPremises are the checks whose SKIP means the run did not show what
+// a cutover relies on: the offered shell load went above the limit, and the
+// unit running the build was watched. A run that skipped any of them is
+// recorded, but never as a pass.
+func stressPremises() []string {
+	return []string{"shell.reaches.limit", "unit.stable", "unit.memory"}
+}
+
+// stressSkippedPremises names the premise checks rep skipped.
+func stressSkippedPremises(rep *stress.Report) []string {
+	var out []string
+	for _, ch := range rep.Checks {
+		if ch.Status == stress.Skip && slices.Contains(stressPremises(), ch.Name) {
+			out = append(out, ch.Name)
+		}
+	}
+	return out
+}
+
+// stressIdentity is how the stress learns which build the target serves.
+type stressIdentity interface {
+	SystemInfo(ctx context.Context, baseURL string) (version, build string, err error)
+}
+
+var _ stressIdentity = (*verify.Client)(nil)
+
+// recordStressVerdict records the verdict for the build that was stressed:
+// the digest of the executable the unit runs, and only when the target
+// itself reports that build in system.info's backend.build (--unit and
+// --target could name different processes). Without a unit there is no
+// build to name: nothing is recorded, and the report says so. A run that
+// skipped a premise check is recorded as not passing.
+func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Report, who stressIdentity) error {
 	b := &stress.Build{}
 	rep.Build = b
 	if rep.UnitSamples == nil || rep.UnitSamples.First.MainPID == 0 {
@@ -318,26 +359,42 @@ func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Repor
 		return err
 	}
 	b.Digest = digest
-	if v, err := stress.ServerVersion(ctx, rep.Target); err == nil {
-		b.Version = v
+	ictx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
+	version, served, err := who.SystemInfo(ictx, rep.Target)
+	cancel()
+	if err != nil {
+		b.Note = fmt.Sprintf("the target's system.info did not answer, so the stressed build is unproven: %v", err)
+		return errors.New(b.Note)
 	}
-	summary := fmt.Sprintf("%s %s at %.0f/s offered, %d requests: ", rep.Profile, rep.Plan.Duration, rep.OfferedRate, rep.Requests)
+	if served != digest {
+		b.Note = fmt.Sprintf("the target %s serves build %q, but unit %s runs %s: the verdict would name a build that was not stressed", rep.Target, served, rep.Unit, digest)
+		return errors.New(b.Note)
+	}
+	b.Version = version
+	pass := rep.Pass
+	summary := fmt.Sprintf("profile %s, %s at %.0f/s offered, %d requests: ", rep.Profile, rep.Plan.Duration, rep.OfferedRate, rep.Requests)
 	var failed []string
 	for _, ch := range rep.Checks {
 		if ch.Status == stress.Fail {
 			failed = append(failed, ch.Name)
 		}
 	}
-	if len(failed) == 0 {
-		summary += "all checks passed"
-	} else {
+	skipped := stressSkippedPremises(rep)
+	switch {
+	case len(failed) > 0:
 		summary += "FAIL " + strings.Join(failed, ", ")
+	case len(skipped) > 0:
+		pass = false
+		summary += "INCONCLUSIVE, skipped " + strings.Join(skipped, ", ")
+		b.Note = fmt.Sprintf("recorded as NOT passing: the run skipped %s, so it does not count for a cutover (offer more load, sample the unit)", strings.Join(skipped, ", "))
+	default:
+		summary += "all checks passed"
 	}
 	if rep.Faults {
 		summary += " (with faults)"
 	}
 	if err := state.RecordVerdict(stateDir, state.Verdict{
-		Kind: state.KindStress, Digest: digest, Version: b.Version, Pass: rep.Pass, Summary: summary,
+		Kind: state.KindStress, Digest: digest, Version: version, Pass: pass, Summary: summary,
 	}); err != nil {
 		b.Note = err.Error()
 		return err

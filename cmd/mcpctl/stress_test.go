@@ -5,8 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,6 +113,108 @@ func TestStressCommandVerdicts(t *testing.T) {
 	}
 }
 
+// serving fronts a fake backend started with JSONResponse with a proxy that
+// adds backend.version and backend.build to system.info results (the fake's
+// own say nothing of a build), so that the stress can check which build it
+// attacked. Every call still reaches the fake's admission.
+func serving(t testing.TB, base, build string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Header.Get("X-Test-Tool") != "system.info" || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var msg map[string]any
+		if err := json.Unmarshal(body, &msg); err != nil {
+			return fmt.Errorf("system.info answer is not JSON (start the fake with JSONResponse): %w", err)
+		}
+		if res, ok := msg["result"].(map[string]any); ok && res["isError"] != true {
+			info := map[string]any{"ok": true, "backend": map[string]any{"version": "v-test", "build": build}}
+			text, _ := json.Marshal(info)
+			res["structuredContent"] = info
+			res["content"] = []any{map[string]any{"type": "text", "text": string(text)}}
+		}
+		body, _ = json.Marshal(msg)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Set("Content-Length", fmt.Sprint(len(body)))
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/mcp" {
+			body, _ := io.ReadAll(r.Body)
+			var req struct {
+				Method string `json:"method"`
+				Params struct {
+					Name string `json:"name"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(body, &req) == nil && req.Method == "tools/call" {
+				r.Header.Set("X-Test-Tool", req.Params.Name)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestStressVerdictOnlyForTheStressedBuild: the verdict is recorded for the
+// unit's build only when the target serves that build, and a run that
+// skipped a premise check is never recorded as a pass.
+func TestStressVerdictOnlyForTheStressedBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("attacks a fake backend")
+	}
+	self, err := stress.ExeDigest(uint32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "sha256:" + strings.Repeat("0", 64)
+	tests := []struct {
+		name     string
+		serves   string
+		rate     string
+		code     int
+		want     string // in stdout+stderr
+		verdicts int
+		pass     bool
+	}{
+		{"target serves another build: nothing recorded", other, "100", exitFailed, "a build that was not stressed", 0, false},
+		{"shell load never above the limit: recorded as not passing", self, "2", exitOK, "recorded as NOT passing: the run skipped shell.reaches.limit", 1, false},
+		{"the stressed build, load above the limit: a pass", self, "100", exitOK, "recorded for " + self, 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, stateDir := stressConfigFile(t)
+			target := serving(t, stresstest.Start(t, stresstest.Options{JSONResponse: true}).URL, tc.serves)
+			args := []string{"--config", cfg, "--no-color", "stress", "--target", target, "--unit", "fake.service", "--memory-growth", "10",
+				"--production", "", "--duration", "1s", "--rate", tc.rate, "--shell-sleep", "300ms"}
+			code, out, errOut := runStressCLI(t, fakeUnitSampler, args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Fatalf("exit %d, want %d and %q\n%s\n%s", code, tc.code, tc.want, out, errOut)
+			}
+			vs, err := state.Verdicts(stateDir)
+			if err != nil || len(vs) != tc.verdicts {
+				t.Fatalf("%d verdicts (%v), want %d", len(vs), err, tc.verdicts)
+			}
+			if _, stressOK, err := state.PassingFor(stateDir, self); err != nil || stressOK != tc.pass {
+				t.Fatalf("stress passing for the build = %v (%v), want %v", stressOK, err, tc.pass)
+			}
+		})
+	}
+}
+
 // runStressCLI runs mcpctl with sampler standing in for D-Bus.
 func runStressCLI(t testing.TB, sampler stressSamplerFunc, args ...string) (int, string, string) {
 	t.Helper()
@@ -136,10 +243,12 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 		t.Skip("attacks a fake backend")
 	}
 	cfg, stateDir := stressConfigFile(t)
-	srv := stresstest.Start(t, stresstest.Options{})
+	srv := stresstest.Start(t, stresstest.Options{JSONResponse: true})
+	self, _ := stress.ExeDigest(uint32(os.Getpid()))
+	target := serving(t, srv.URL, self)
 	dir := t.TempDir()
 	results, plotFile := filepath.Join(dir, "results.bin"), filepath.Join(dir, "plot.html")
-	args := append([]string{"--config", cfg, "--no-color", "stress", "--target", srv.URL, "--unit", "fake.service",
+	args := append([]string{"--config", cfg, "--no-color", "stress", "--target", target, "--unit", "fake.service",
 		"--memory-growth", "10", "--results", results, "--plot", plotFile}, quick...)
 	code, out, errOut := runStressCLI(t, fakeUnitSampler, args...)
 	if code != exitOK {
@@ -157,8 +266,8 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("verdicts %v, %v; want one", vs, err)
 	}
-	if v := vs[0]; v.Kind != state.KindStress || !v.Pass || !strings.HasPrefix(v.Digest, "sha256:") {
-		t.Fatalf("verdict %+v", v)
+	if v := vs[0]; v.Kind != state.KindStress || !v.Pass || !strings.HasPrefix(v.Digest, "sha256:") || v.Version != "v-test" || !strings.HasPrefix(v.Summary, "profile overload,") {
+		t.Fatalf("verdict %+v, want a passing stress verdict naming version v-test and the profile", v)
 	}
 	want, _ := stress.ExeDigest(uint32(os.Getpid()))
 	if vs[0].Digest != want {
