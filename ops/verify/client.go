@@ -13,7 +13,7 @@ import (
 )
 
 // ProbeTimeout bounds one call of OK when ctx has a later deadline (or none).
-var ProbeTimeout = 5 * time.Second
+const ProbeTimeout = 5 * time.Second
 
 // OK GETs baseURL+path and fails unless it answers 200 within ProbeTimeout.
 func (c *Client) OK(ctx context.Context, baseURL, path string) error {

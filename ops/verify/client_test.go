@@ -2,10 +2,13 @@ package verify
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
@@ -85,5 +88,32 @@ func TestForBackendErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckTimeoutIsPerClient: a check that never answers fails on the
+// client's own CheckTimeout, and every other check still runs.
+func TestCheckTimeoutIsPerClient(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := &Client{CheckTimeout: 50 * time.Millisecond}
+	rep := c.Tunnel(context.Background(), srv.URL)
+	if len(rep.Checks) != 2 {
+		t.Fatalf("%d checks, want 2 (every check runs)", len(rep.Checks))
+	}
+	for _, ch := range rep.Checks {
+		if ch.OK || !strings.Contains(ch.Err, context.DeadlineExceeded.Error()) {
+			t.Errorf("check %s: ok %v, err %q; want it cut by the client's CheckTimeout", ch.Name, ch.OK, ch.Err)
+		}
+	}
+	if (&Client{}).checkTimeout() != DefaultCheckTimeout || (*Client)(nil).checkTimeout() != DefaultCheckTimeout {
+		t.Error("a zero or nil Client does not use DefaultCheckTimeout")
 	}
 }

@@ -28,17 +28,34 @@ const ProtocolVersion = "2025-06-18"
 // backend; a little more leaves room for framing.
 const maxBody = 8 << 20
 
-// Client runs probes. The zero value uses http.DefaultClient and no token.
+// Client runs probes. The zero value (and a nil *Client) uses
+// http.DefaultClient, no token and DefaultCheckTimeout.
 type Client struct {
 	// HTTP is the client used; nil means http.DefaultClient. Deadlines come
 	// from the context of each call.
 	HTTP *http.Client
 	// Token, when set, is sent as "Authorization: Bearer TOKEN".
 	Token string
+	// CheckTimeout bounds each check of Backend and Tunnel when ctx has a
+	// later deadline (or none); DefaultCheckTimeout when zero.
+	CheckTimeout time.Duration
 }
 
-// Default is the client behind the package-level functions.
+// DefaultCheckTimeout is Client.CheckTimeout when zero.
+const DefaultCheckTimeout = 10 * time.Second
+
+// Default is a zero Client.
+//
+// Deprecated: use a Client value (&Client{} is ready to use) or ForBackend;
+// kept only until its last callers outside this package move off it.
 var Default = &Client{}
+
+func (c *Client) checkTimeout() time.Duration {
+	if c == nil || c.CheckTimeout <= 0 {
+		return DefaultCheckTimeout
+	}
+	return c.CheckTimeout
+}
 
 var rpcID atomic.Int64
 
@@ -52,17 +69,17 @@ func (c *Client) http() *http.Client {
 // Healthz GETs baseURL/healthz and returns the status code and body. err is
 // set only when no HTTP answer arrived.
 func Healthz(ctx context.Context, baseURL string) (int, []byte, error) {
-	return Default.Healthz(ctx, baseURL)
+	return (&Client{}).Healthz(ctx, baseURL)
 }
 
 // Readyz GETs baseURL/readyz and returns the status code and body.
 func Readyz(ctx context.Context, baseURL string) (int, []byte, error) {
-	return Default.Readyz(ctx, baseURL)
+	return (&Client{}).Readyz(ctx, baseURL)
 }
 
 // CallTool calls an MCP tool, see (*Client).CallTool.
 func CallTool(ctx context.Context, baseURL, tool string, args any) (json.RawMessage, string, error) {
-	return Default.CallTool(ctx, baseURL, tool, args)
+	return (&Client{}).CallTool(ctx, baseURL, tool, args)
 }
 
 // Healthz GETs baseURL/healthz.
@@ -307,12 +324,8 @@ func (r *Report) Check(name string) *Check {
 	return nil
 }
 
-// CheckTimeout bounds each check of Backend and Tunnel when ctx has a later
-// deadline (or none).
-var CheckTimeout = 10 * time.Second
-
-func (r *Report) run(ctx context.Context, name string, f func(ctx context.Context) error) {
-	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+func (r *Report) run(ctx context.Context, timeout time.Duration, name string, f func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	err := f(ctx)
@@ -340,26 +353,26 @@ const (
 	CheckFileList   = "file.list"
 )
 
-// Backend verifies a backend at baseURL: /healthz 200, /readyz 200,
+// Backend verifies, with a zero Client, a backend at baseURL: /healthz 200, /readyz 200,
 // system.info (with the expected version and build when given), a shell.exec
 // echo whose stdout comes back, and file.list of "/". Every check runs, so
 // the report names everything that is wrong.
 func Backend(ctx context.Context, baseURL string, want Expect) *Report {
-	return Default.Backend(ctx, baseURL, want)
+	return (&Client{}).Backend(ctx, baseURL, want)
 }
 
-// Tunnel verifies a tunnel URL end to end: /readyz 200 and a shell.exec
+// Tunnel verifies, with a zero Client, a tunnel URL end to end: /readyz 200 and a shell.exec
 // echo through it.
 func Tunnel(ctx context.Context, tunnelURL string) *Report {
-	return Default.Tunnel(ctx, tunnelURL)
+	return (&Client{}).Tunnel(ctx, tunnelURL)
 }
 
 // Backend is the package-level Backend with this client.
 func (c *Client) Backend(ctx context.Context, baseURL string, want Expect) *Report {
 	r := &Report{Target: baseURL}
-	r.run(ctx, CheckHealthz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/healthz") })
-	r.run(ctx, CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/readyz") })
-	r.run(ctx, CheckSystemInfo, func(ctx context.Context) error {
+	r.run(ctx, c.checkTimeout(), CheckHealthz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/healthz") })
+	r.run(ctx, c.checkTimeout(), CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, baseURL, "/readyz") })
+	r.run(ctx, c.checkTimeout(), CheckSystemInfo, func(ctx context.Context) error {
 		v, b, err := c.SystemInfo(ctx, baseURL)
 		r.Version, r.Build = v, b
 		if err != nil {
@@ -373,8 +386,8 @@ func (c *Client) Backend(ctx context.Context, baseURL string, want Expect) *Repo
 		}
 		return nil
 	})
-	r.run(ctx, CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, baseURL) })
-	r.run(ctx, CheckFileList, func(ctx context.Context) error {
+	r.run(ctx, c.checkTimeout(), CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, baseURL) })
+	r.run(ctx, c.checkTimeout(), CheckFileList, func(ctx context.Context) error {
 		sc, code, err := c.CallTool(ctx, baseURL, "file.list", map[string]any{"path": "/", "limit": 10})
 		if err != nil {
 			return err
@@ -400,8 +413,8 @@ func (c *Client) Backend(ctx context.Context, baseURL string, want Expect) *Repo
 // Tunnel is the package-level Tunnel with this client.
 func (c *Client) Tunnel(ctx context.Context, tunnelURL string) *Report {
 	r := &Report{Target: tunnelURL}
-	r.run(ctx, CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, tunnelURL, "/readyz") })
-	r.run(ctx, CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, tunnelURL) })
+	r.run(ctx, c.checkTimeout(), CheckReadyz, func(ctx context.Context) error { return c.expect200(ctx, tunnelURL, "/readyz") })
+	r.run(ctx, c.checkTimeout(), CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, tunnelURL) })
 	return r
 }
 
