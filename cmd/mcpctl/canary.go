@@ -11,7 +11,8 @@ import (
 )
 
 func canaryCommand(d *deps) *cli.Command {
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+	// One flag value per subcommand: urfave/cli records state in a flag.
+	jsonFlag := func() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"} }
 	return &cli.Command{
 		Name:  "canary",
 		Usage: "run a candidate build beside production on the canary port",
@@ -22,7 +23,7 @@ func canaryCommand(d *deps) *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)"},
 					&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
-					jsonFlag,
+					jsonFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					if c.String("build") == "" {
@@ -45,7 +46,7 @@ func canaryCommand(d *deps) *cli.Command {
 			{
 				Name:  "status",
 				Usage: "show the canary unit, its release and its health",
-				Flags: []cli.Flag{jsonFlag},
+				Flags: []cli.Flag{jsonFlag()},
 				Action: func(c *cli.Context) error {
 					env, done, err := deployEnv(c, d)
 					if err != nil {
@@ -63,7 +64,7 @@ func canaryCommand(d *deps) *cli.Command {
 			{
 				Name:  "stop",
 				Usage: "stop the canary and remove its release unless it is current",
-				Flags: []cli.Flag{jsonFlag},
+				Flags: []cli.Flag{jsonFlag()},
 				Action: func(c *cli.Context) error {
 					env, done, err := deployEnv(c, d)
 					if err != nil {

@@ -31,21 +31,21 @@ func snapshotCommand(d *deps) *cli.Command {
 				Usage: "snapshot the current desired state",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "reason", Value: "manual", Usage: "why the snapshot was taken (kept in the manifest and the audit record)"},
-					snapJSONFlag,
+					snapJSONFlag(),
 				},
 				Action: func(c *cli.Context) error { return snapshotCreate(c, d) },
 			},
 			{
 				Name:   "list",
 				Usage:  "list snapshots, newest first",
-				Flags:  []cli.Flag{snapJSONFlag},
+				Flags:  []cli.Flag{snapJSONFlag()},
 				Action: func(c *cli.Context) error { return snapshotList(c, d) },
 			},
 			{
 				Name:      "show",
 				Usage:     "show a snapshot's manifest and verify every file's sha256",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{snapJSONFlag},
+				Flags:     []cli.Flag{snapJSONFlag()},
 				Action:    func(c *cli.Context) error { return snapshotShow(c, d) },
 			},
 			{
@@ -53,7 +53,7 @@ func snapshotCommand(d *deps) *cli.Command {
 				Usage: "keep the newest N snapshots (install.keepReleases); never the one a pending cutover needs",
 				Flags: []cli.Flag{
 					&cli.IntFlag{Name: "keep", Usage: "how many to keep (default: install.keepReleases)"},
-					snapJSONFlag,
+					snapJSONFlag(),
 				},
 				Action: func(c *cli.Context) error { return snapshotPrune(c, d) },
 			},
@@ -62,8 +62,12 @@ func snapshotCommand(d *deps) *cli.Command {
 }
 
 // snapJSONFlag lets scripts put --json after the subcommand as well as
-// before it (the global flag).
-var snapJSONFlag = &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+// before it (the global flag). A new flag per command: urfave/cli keeps
+// parse state in a flag, so one shared between commands (and apps) would
+// carry it across.
+func snapJSONFlag() *cli.BoolFlag {
+	return &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+}
 
 func snapshotCreate(c *cli.Context, d *deps) error {
 	if c.Args().Len() > 0 {
