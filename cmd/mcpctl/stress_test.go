@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -326,7 +326,7 @@ func TestStressInRealSystemd(t *testing.T) {
 	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v-stress-1"), backend)
 	mcpctl := filepath.Join(work, "bin", "mcpctl")
 	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "stress-it"), mcpctl)
-	canaryAddr, prodAddr := stressFreeAddr(t), stressFreeAddr(t)
+	canaryAddr, prodAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
 	etc := filepath.Join(work, "etc")
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -440,14 +440,4 @@ func TestStressInRealSystemd(t *testing.T) {
 			}
 		}
 	})
-}
-
-func stressFreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
