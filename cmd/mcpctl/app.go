@@ -115,7 +115,9 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "mcpctl: %v\n", err)
 	if code == exitRollbackFailed {
-		fmt.Fprintln(stderr, "mcpctl: ROLLBACK FAILED: a human is needed. Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default), then run `mcpctl rollback --snapshot ID` by hand.")
+		fmt.Fprintln(stderr, "mcpctl: HUMAN NEEDED: production could not be brought back to a known state. "+
+			"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). "+
+			"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone.")
 	}
 	return code
 }
