@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -28,17 +32,20 @@ type Options struct {
 
 // Report says what a cutover did.
 type Report struct {
-	FromVersion string          `json:"fromVersion"`
-	ToVersion   string          `json:"toVersion"`
-	Digest      string          `json:"digest,omitempty"`
-	SnapshotID  string          `json:"snapshotId,omitempty"`
-	Warnings    []string        `json:"warnings,omitempty"`
-	Refusals    []string        `json:"refusals,omitempty"`
-	Failures    []string        `json:"failures,omitempty"`
-	RolledBack  bool            `json:"rolledBack"`
-	Rollback    *RollbackReport `json:"rollback,omitempty"`
-	Duration    time.Duration   `json:"duration"`
-	Timings     []Timing        `json:"timings"`
+	FromVersion string   `json:"fromVersion"`
+	ToVersion   string   `json:"toVersion"`
+	Digest      string   `json:"digest,omitempty"`
+	SnapshotID  string   `json:"snapshotId,omitempty"`
+	Warnings    []string `json:"warnings,omitempty"`
+	Refusals    []string `json:"refusals,omitempty"`
+	Failures    []string `json:"failures,omitempty"`
+	RolledBack  bool     `json:"rolledBack"`
+	// FiredAtDeadline: verified, but the armed timer had fired; its run was
+	// made a no-op (marker cleared under the lock) and the cutover stands.
+	FiredAtDeadline bool            `json:"firedAtDeadline,omitempty"`
+	Rollback        *RollbackReport `json:"rollback,omitempty"`
+	Duration        time.Duration   `json:"duration"`
+	Timings         []Timing        `json:"timings"`
 	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
 	Pruned *Pruned `json:"pruned,omitempty"`
 }
@@ -106,14 +113,28 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 
 	// 1. Preflight, before anything changes.
 	t0 := env.now()
-	unlock, err := state.Lock(dir, "cutover --build "+opts.Build)
+	release1, err := state.Lock(dir, "cutover --build "+opts.Build)
 	if err != nil {
 		return rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
 	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = release1() }) }
 	defer unlock()
 	store := &release.Store{Root: cfg.Install.Root}
 	f := Facts{ArmRollback: true, SkipCanaryReason: opts.SkipCanaryReason}
 	f.CandidateVersion, f.Digest, f.CandidateErr = checkCandidate(ctx, opts.Build, opts.Version, cfg.Backend.Config)
+	if errors.Is(f.CandidateErr, ErrVersionName) {
+		return rep, &Error{Code: CodeUsage, Err: f.CandidateErr}
+	}
+	if f.CandidateErr == nil {
+		// A release already installed under this name must be this build.
+		switch rel, err := store.Get(f.CandidateVersion); {
+		case err == nil:
+			f.ReleaseDigest = rel.Digest
+		case !errors.Is(err, release.ErrNotFound):
+			f.CandidateErr = fmt.Errorf("release %s: %w", f.CandidateVersion, err)
+		}
+	}
 	if f.CandidateErr == nil {
 		f.CanaryOK, f.StressOK, err = state.PassingFor(dir, f.Digest)
 		if err != nil {
@@ -150,6 +171,12 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	for _, w := range pre.Warnings {
 		log.Warn("cutover", "warning", w)
 	}
+	// The armed timer must find the mcpctl it runs even if this one was a
+	// temporary build (`go run`) that is gone by the deadline.
+	self, err := stableSelf(env.MCPCtl, dir)
+	if err != nil {
+		return rep, fail(CodeFailed, "cutover refused, nothing changed: %w", err)
+	}
 
 	// 2. Snapshot, marker, armed rollback.
 	t0 = env.now()
@@ -177,7 +204,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	}
 	if err := env.Systemd.ArmTransient(ctx, unit.Transient{Timer: RollbackTimer, Service: RollbackService,
 		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
-		Argv:        env.rollbackArgv(m.ID, nonce), After: opts.Deadline}); err != nil {
+		Argv:        env.rollbackArgv(self, m.ID, nonce), After: opts.Deadline}); err != nil {
 		_ = state.ClearPendingIf(dir, nonce)
 		return rep, fail(CodeFailed, "arm the rollback timer, nothing changed: %w", err)
 	}
@@ -232,7 +259,13 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	var why []string
 	vctx, cancel := context.WithTimeout(ctx, budget)
 	for {
-		why = Judge(want, f.Tunnels, observe(vctx, env))
+		got := Judge(want, f.Tunnels, observe(vctx, env))
+		if vctx.Err() != nil && why != nil {
+			// The budget ended inside this round: its probes timed out for
+			// that reason alone. The previous complete round is the verdict.
+			break
+		}
+		why = got
 		if len(why) == 0 || vctx.Err() != nil {
 			break
 		}
@@ -251,17 +284,22 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 
 	// 5. Disarm and confirm.
 	t0 = env.now()
-	if err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); err != nil {
-		return rep, fail(CodeFailed, "verified %s, but the rollback timer could not be disarmed (%w): it will roll back at the deadline unless `mcpctl rollback disarm` succeeds", f.CandidateVersion, err)
+	fired, warn, err := confirm(ctx, env, nonce, unlock)
+	if err != nil {
+		return rep, fail(CodeFailed, "verified %s, but %w", f.CandidateVersion, err)
 	}
-	if gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService); err != nil || !gone {
-		return rep, fail(CodeFailed, "verified %s, but the rollback timer is still loaded (err %v): run `mcpctl rollback status` and `mcpctl rollback disarm`", f.CandidateVersion, err)
+	rep.FiredAtDeadline = fired
+	if warn != "" {
+		rep.Warnings = append(rep.Warnings, warn)
 	}
-	if err := state.ClearPendingIf(dir, nonce); err != nil {
-		return rep, fail(CodeFailed, "verified and disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
+	if fired {
+		log.Warn("rollback timer fired at the deadline after verification; its run is a no-op", "version", f.CandidateVersion)
 	}
 	step("disarm", t0)
-	rep.Pruned = prune(env, store, []string{m.ID}, []string{f.CandidateVersion, f.CurrentVersion})
+	if !rep.FiredAtDeadline {
+		// Pruning needs the lock, which the fired rollback may hold now.
+		rep.Pruned = prune(env, store, []string{m.ID}, []string{f.CandidateVersion, f.CurrentVersion})
+	}
 	rep.Duration = env.now().Sub(start)
 	log.Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
 	_ = state.Audit(dir, state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
@@ -298,14 +336,20 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 	if err != nil {
 		return version, "", err
 	}
-	if version == "" {
-		version = res.Version
+	// A release's version is what the build prints: production's
+	// system.info reports that, so any other name could never verify.
+	if version != "" && version != res.Version {
+		return "", "", fmt.Errorf("%w: the build prints version %s; --version %s would name it wrongly: rebuild with the version stamp, or omit --version", ErrVersionName, res.Version, version)
 	}
-	if err := release.ValidateVersion(version); err != nil {
-		return "", "", fmt.Errorf("--version %q: %w", version, err)
+	if err := release.ValidateVersion(res.Version); err != nil {
+		return "", "", fmt.Errorf("the build's version %q cannot name a release: %w", res.Version, err)
 	}
-	return version, res.Digest, nil
+	return res.Version, res.Digest, nil
 }
+
+// ErrVersionName is a --version that differs from what the build prints
+// (a usage error: nothing is changed).
+var ErrVersionName = errors.New("--version does not match the build")
 
 // writeUnitIfChanged renders the backend unit and writes it when it differs
 // (deploy.WriteUnits, as install and canary do). Without tunnel commands in
@@ -345,4 +389,57 @@ func Check(ctx context.Context, env *Env, backend, tunnels bool) []string {
 		before = o.Tunnels
 	}
 	return Judge(want, before, o)
+}
+
+// SelfPath is where a cutover keeps the mcpctl its armed timer runs, under
+// the state directory.
+const SelfPath = "bin/mcpctl"
+
+// stableSelf copies the running mcpctl (self) to <stateDir>/bin/mcpctl,
+// atomically and executable, and returns that path.
+func stableSelf(self, stateDir string) (string, error) {
+	if !filepath.IsAbs(self) {
+		return "", fmt.Errorf("mcpctl path %q: must be absolute for the armed timer", self)
+	}
+	dst := filepath.Join(stateDir, SelfPath)
+	if filepath.Clean(self) == dst {
+		return dst, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return "", fmt.Errorf("keep mcpctl for the armed timer: %w", err)
+	}
+	if _, err := atomicfs.CopyFile(dst, self, 0o755, nil); err != nil {
+		return "", fmt.Errorf("keep mcpctl for the armed timer: %w", err)
+	}
+	return dst, nil
+}
+
+// confirm disarms the rollback timer after a verified cutover and clears the
+// pending marker. When the timer already fired (verification passed right at
+// the deadline), its run is still waiting for our lock: clearing the marker
+// first makes that run a stale-nonce no-op, so the verified build stays;
+// unlock then lets it finish, and fired is true. The caller must not need
+// the lock after a fired confirm.
+func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired bool, warning string, err error) {
+	dir := env.Config.StateDir
+	switch err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); {
+	case errors.Is(err, unit.ErrAlreadyFired):
+		if err := state.ClearPendingIf(dir, nonce); err != nil {
+			return false, "", fmt.Errorf("the rollback timer fired at the deadline and the pending marker could not be cleared (%w): the fired rollback will restore the snapshot", err)
+		}
+		unlock()
+		if err := env.Systemd.WaitGone(ctx, RollbackTimer, RollbackService); err != nil {
+			warning = fmt.Sprintf("the rollback timer fired at the deadline; its run finds the cutover confirmed and does nothing, but it is still loaded: %v", err)
+		}
+		return true, warning, nil
+	case err != nil:
+		return false, "", fmt.Errorf("the rollback timer could not be disarmed (%w): it will roll back at the deadline; run `mcpctl rollback status`", err)
+	}
+	if gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService); err != nil || !gone {
+		return false, "", fmt.Errorf("the rollback timer is still loaded (err %v): run `mcpctl rollback status` and `mcpctl rollback disarm`", err)
+	}
+	if err := state.ClearPendingIf(dir, nonce); err != nil {
+		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
+	}
+	return false, "", nil
 }

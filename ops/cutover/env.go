@@ -109,8 +109,8 @@ func checkErr(r *verify.Report, name string) error {
 }
 
 // rollbackArgv is the command the armed timer runs.
-func (e *Env) rollbackArgv(snapshotID, nonce string) []string {
-	argv := []string{e.MCPCtl}
+func (e *Env) rollbackArgv(mcpctl, snapshotID, nonce string) []string {
+	argv := []string{mcpctl}
 	if e.MCPCtlConfig != "" {
 		argv = append(argv, "--config", e.MCPCtlConfig)
 	}

@@ -33,8 +33,11 @@ type Facts struct {
 	CandidateErr     error
 	CandidateVersion string
 	Digest           string
-	CanaryOK         bool
-	StressOK         bool
+	// ReleaseDigest is the digest of a release already installed under
+	// CandidateVersion ("" when none).
+	ReleaseDigest string
+	CanaryOK      bool
+	StressOK      bool
 	// Production.
 	BackendActive string // ActiveState of the backend unit
 	HealthzErr    error
@@ -76,11 +79,14 @@ func PlanPreflight(f Facts) Preflight {
 	if f.CandidateErr != nil {
 		refuse("candidate: %v", f.CandidateErr)
 	}
+	if f.ReleaseDigest != "" && f.Digest != "" && f.ReleaseDigest != f.Digest {
+		refuse("release %s is already installed with build %s, not this build %s: a version names one build; rebuild with a new version stamp", f.CandidateVersion, f.ReleaseDigest, f.Digest)
+	}
 	if f.Pending != nil {
 		refuse("a cutover to %s (snapshot %s) is still pending: confirm it finishes or run `mcpctl rollback`", f.Pending.ToVersion, f.Pending.SnapshotID)
 	}
 	if f.CandidateVersion != "" && f.CandidateVersion == f.CurrentVersion {
-		refuse("version %s is already current: give the candidate a new --version", f.CandidateVersion)
+		refuse("version %s is already current: build the candidate with a new version stamp", f.CandidateVersion)
 	}
 	if strings.TrimSpace(f.SkipCanaryReason) != "" {
 		p.Warnings = append(p.Warnings, "canary and stress checks skipped: "+f.SkipCanaryReason)

@@ -38,6 +38,8 @@ func TestPlanPreflight(t *testing.T) {
 		{name: "skipped with reason", change: func(f *Facts) { f.CanaryOK, f.StressOK, f.SkipCanaryReason = false, false, "hotfix" }, warn: true},
 		{name: "blank reason skips nothing", change: func(f *Facts) { f.CanaryOK, f.SkipCanaryReason = false, "  " }, refusals: []string{"no passing canary"}},
 		{name: "same version", change: func(f *Facts) { f.CandidateVersion = "v1" }, refusals: []string{"already current"}},
+		{name: "release name taken by another build", change: func(f *Facts) { f.ReleaseDigest = "sha256:bb" }, refusals: []string{"release v2 is already installed with build sha256:bb"}},
+		{name: "release already installed as this build", change: func(f *Facts) { f.ReleaseDigest = "sha256:aa" }},
 		{name: "pending", change: func(f *Facts) { f.Pending = &state.Pending{ToVersion: "v9", SnapshotID: "s"} }, refusals: []string{"still pending"}},
 		{name: "backend down", change: func(f *Facts) { f.BackendActive = "failed"; f.HealthzErr = boom }, refusals: []string{`"failed"`, "/healthz"}},
 		{name: "backend not ready", change: func(f *Facts) { f.ReadyzErr = boom }, refusals: []string{"/readyz"}},
