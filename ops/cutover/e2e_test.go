@@ -42,6 +42,45 @@ type site struct {
 	backend string            // http://127.0.0.1:PORT
 }
 
+// build returns a mcp-backend build really stamped with version v (built
+// once per test binary), copied into the site.
+func (s *site) build(v string) string {
+	s.t.Helper()
+	if p, ok := s.builds[v]; ok {
+		return p
+	}
+	p := filepath.Join(s.dir, "bin", "mcp-backend-"+v)
+	nspawntest.CopyExecutable(s.t, nspawntest.BuildBinary(s.t, "./cmd/mcp-backend", v), p)
+	s.builds[v] = p
+	return p
+}
+
+// failures are the "  - " reason lines of a refused or rolled-back cutover.
+func failures(out string) []string {
+	var fs []string
+	for _, l := range strings.Split(out, "\n") {
+		if r, ok := strings.CutPrefix(l, "  - "); ok {
+			fs = append(fs, r)
+		}
+	}
+	return fs
+}
+
+// onlyReason fails the test unless out lists exactly the reasons that all
+// contain want: the injected fault, and nothing else, made it fail.
+func onlyReason(t testing.TB, out, want string) {
+	t.Helper()
+	fs := failures(out)
+	if len(fs) == 0 {
+		t.Fatalf("no reasons listed, want only %q:\n%s", want, out)
+	}
+	for _, f := range fs {
+		if !strings.Contains(f, want) {
+			t.Fatalf("reason %q is not the injected fault %q:\n%s", f, want, out)
+		}
+	}
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -336,6 +375,22 @@ func TestCutoverInSystemd(t *testing.T) {
 			t.Fatalf("second rollback: exit %d, want a no-op:\n%s", code, out)
 		}
 	})
+	t.Run("--version naming another version", func(t *testing.T) {
+		s.t = t
+		snaps, _ := snapshot.List(s.cfg.StateDir)
+		_, inv := s.unit(s.cfg.Backend.Unit)
+		code, out := s.run("cutover", "--build", s.build("v3"), "--version", "v4", "--arm-rollback", "--skip-canary-check", "e2e")
+		if code != 2 || !strings.Contains(out, "the build prints version v3; --version v4") {
+			t.Fatalf("exit %d, want 2 naming both versions:\n%s", code, out)
+		}
+		if after, _ := snapshot.List(s.cfg.StateDir); len(after) != len(snaps) {
+			t.Fatal("a refused cutover took a snapshot")
+		}
+		if _, now := s.unit(s.cfg.Backend.Unit); now != inv || s.current() != "v1" {
+			t.Fatal("a refused cutover changed production")
+		}
+		s.assertNoRollbackArmed()
+	})
 	t.Run("without --arm-rollback", func(t *testing.T) {
 		s.t = t
 		if code, out := s.run("cutover", "--build", s.builds["v2"]); code != 2 || !strings.Contains(out, "--arm-rollback") {
@@ -344,15 +399,14 @@ func TestCutoverInSystemd(t *testing.T) {
 	})
 	t.Run("candidate never ready", func(t *testing.T) {
 		s.t = t
-		wrapper := filepath.Join(s.dir, "bin", "never-ready")
-		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then exec sleep infinity; fi\nexec %s \"$@\"\n", s.builds["v1"])
-		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		code, out := s.run("cutover", "--build", wrapper, "--version", "v3", "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e test")
+		// A genuinely broken v3: it answers --version and check-config, but
+		// its serve never notifies READY.
+		wrapper := writeNeverReady(t, s, s.build("v3"))
+		code, out := s.run("cutover", "--build", wrapper, "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e test")
 		if code != 3 {
 			t.Fatalf("exit %d, want 3:\n%s", code, out)
 		}
+		onlyReason(t, out, "restart "+s.cfg.Backend.Unit)
 		if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
 			t.Fatalf("after rollback production %s current %s, want v1", v, c)
 		}
@@ -398,7 +452,7 @@ func TestCutoverInSystemd(t *testing.T) {
 		s.t = t
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		first := s.mcpctlCmd(ctx, "cutover", "--build", writeLiar(t, s, s.builds["v1"]), "--version", "v5", "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
+		first := s.mcpctlCmd(ctx, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
 		var firstOut strings.Builder
 		first.Stdout, first.Stderr = &firstOut, &firstOut
 		if err := first.Start(); err != nil {
@@ -480,13 +534,27 @@ func holder(t testing.TB, s *site) *state.Holder {
 	return &h
 }
 
-// writeLiar writes a candidate that runs build while claiming another
-// version: verification keeps failing, and retrying, for a third of the
-// deadline, long enough to act on a cutover in the middle.
-func writeLiar(t testing.TB, s *site, build string) string {
+// writeNeverReady writes a broken candidate around build: it answers
+// --version and check-config as build does, but its serve never notifies
+// READY, so the restart waits for a third of the deadline, long enough to act
+// on a cutover in the middle.
+func writeNeverReady(t testing.TB, s *site, build string) string {
 	t.Helper()
-	p := filepath.Join(s.dir, "bin", "liar")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf("#!/bin/sh\nexec %s \"$@\"\n", build)), 0o755); err != nil {
+	p := filepath.Join(s.dir, "bin", "never-ready-"+filepath.Base(build))
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then exec sleep infinity; fi\nexec %s \"$@\"\n", build)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeSlowStart writes a candidate around build whose serve starts build
+// only after delay: a window in which mcpctl waits on the restart.
+func writeSlowStart(t testing.TB, s *site, build string, delay time.Duration) string {
+	t.Helper()
+	p := filepath.Join(s.dir, "bin", "slow-start-"+filepath.Base(build))
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then sleep %d; fi\nexec %s \"$@\"\n", int(delay.Seconds()), build)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -507,13 +575,13 @@ func lastSnapshotManifest(t testing.TB, s *site) *snapshot.Manifest {
 // the armed timer must restore on its own.
 func TestTimerRollsBackAKilledCutover(t *testing.T) {
 	s := newSite(t, 15*time.Second)
-	// Reports v1 while claiming to be v2, so verification keeps failing (and
-	// retrying) long enough to kill mcpctl in the middle of it.
-	wrapper := writeLiar(t, s, s.builds["v1"])
+	// The real v2, slow to start: mcpctl waits on the restart long enough
+	// to be killed in the middle of it.
+	wrapper := writeSlowStart(t, s, s.builds["v2"], 3*time.Second)
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", wrapper, "--version", "v2", "--arm-rollback", "--skip-canary-check", "e2e")
+	cmd := s.mcpctlCmd(ctx, "cutover", "--build", wrapper, "--arm-rollback", "--skip-canary-check", "e2e")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -584,17 +652,18 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 	t.Run("invalid candidate config", func(t *testing.T) {
 		s.t = t
 		bad := filepath.Join(s.dir, "bin", "rejects-config")
-		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = check-config ]; then echo 'listen: not allowed' >&2; exit 1; fi\nexec %s \"$@\"\n", s.builds["v1"])
+		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = check-config ]; then echo 'listen: not allowed' >&2; exit 1; fi\nexec %s \"$@\"\n", s.build("v9"))
 		if err := os.WriteFile(bad, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		files := []string{s.cfg.Backend.Config, filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit), filepath.Join(s.cfg.Install.Root, "current")}
 		before := fileHashes(t, files)
 		_, inv := s.unit(s.cfg.Backend.Unit)
-		code, out := s.run("cutover", "--build", bad, "--version", "v9", "--arm-rollback", "--skip-canary-check", "e2e")
-		if code != 1 || !strings.Contains(out, "check-config") {
+		code, out := s.run("cutover", "--build", bad, "--arm-rollback", "--skip-canary-check", "e2e")
+		if code != 1 {
 			t.Fatalf("exit %d, want 1 naming check-config:\n%s", code, out)
 		}
+		onlyReason(t, out, "check-config")
 		if after := fileHashes(t, files); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("files changed by a refused cutover:\nbefore %v\nafter  %v", before, after)
 		}
@@ -608,17 +677,25 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 	})
 	t.Run("tunnel down during verification", func(t *testing.T) {
 		s.t = t
-		// The candidate stops the first tunnel as it starts serving: the
-		// tunnel is down exactly while the cutover verifies.
-		killer := filepath.Join(s.dir, "bin", "stops-a-tunnel")
-		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then systemctl stop --no-block %s; fi\nexec %s \"$@\"\n", s.cfg.Tunnels[0].Unit, s.builds["v2"])
-		if err := os.WriteFile(killer, []byte(script), 0o755); err != nil {
+		// The real v2 build; a drop-in stops the first tunnel as soon as the
+		// backend runs v2, so the tunnel is down exactly while the cutover
+		// verifies (and not after the rollback to v1).
+		tun := s.cfg.Tunnels[0]
+		dropin := filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit+".d", "fault.conf")
+		if err := os.MkdirAll(filepath.Dir(dropin), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		code, out := s.run("cutover", "--build", killer, "--version", "v7", "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
-		if code != 3 || !strings.Contains(out, s.cfg.Tunnels[0].Name) {
-			t.Fatalf("exit %d, want 3 naming tunnel %s:\n%s", code, s.cfg.Tunnels[0].Name, out)
+		conf := fmt.Sprintf("[Service]\nExecStartPost=/bin/sh -c 'case \"$$(readlink %s)\" in */v2) systemctl stop --no-block %s;; esac'\n",
+			filepath.Join(s.cfg.Install.Root, "current"), tun.Unit)
+		if err := os.WriteFile(dropin, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = os.Remove(dropin) })
+		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
+		if code != 3 {
+			t.Fatalf("exit %d, want 3 naming tunnel %s:\n%s", code, tun.Name, out)
+		}
+		onlyReason(t, out, "tunnel "+tun.Name+" ")
 		if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
 			t.Fatalf("after rollback production %s current %s, want v1", v, c)
 		}
