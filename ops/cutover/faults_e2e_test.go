@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/ops/cutover"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/verify"
@@ -339,4 +340,79 @@ func TestWatchdogInSystemd(t *testing.T) {
 			t.Fatalf("a saturated backend made the watchdog restart units: %v -> %v", before, after)
 		}
 	})
+}
+
+// TestFailedTimerRollbackThenCutover: the armed timer's rollback fails (its
+// snapshot is corrupt) after mcpctl was killed. The failed run must not
+// block what comes next: `rollback status` says a human is needed (pending,
+// not armed), `rollback disarm` clears the marker, and the next cutover runs
+// without anyone running systemctl reset-failed.
+func TestFailedTimerRollbackThenCutover(t *testing.T) {
+	s := newSite(t, 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	cmd := s.mcpctlCmd(ctx, "cutover", "--build", writeSlowStart(t, s, s.build("v3"), 3*time.Second), "--arm-rollback", "--skip-canary-check", "e2e")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Eventually(t, "the backend restarted onto the candidate", func() bool {
+		_, inv := s.unit(s.cfg.Backend.Unit)
+		return inv != inv0 && inv != ""
+	})
+	h := holder(t, s)
+	if h == nil {
+		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
+	}
+	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
+	snap := lastSnapshotManifest(t, s)
+	for _, f := range snap.Files {
+		if f.Role == snapshot.RoleConfig {
+			if err := os.WriteFile(filepath.Join(snap.Dir, f.Stored), []byte(`{"listen":"127.0.0.1:1"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var failed bool
+	for end := time.Now().Add(60 * time.Second); !failed; time.Sleep(200 * time.Millisecond) {
+		events, _ := state.Tail(s.cfg.StateDir, 50)
+		for _, e := range events {
+			failed = failed || e.Action == state.ActionRollbackFailed
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the timer's rollback never failed: %+v", events)
+		}
+	}
+	// The failed run is not left loaded as failed.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if gone, err := s.m.Client.Gone(ctx, cutover.RollbackTimer, cutover.RollbackService); err == nil && gone {
+			break
+		}
+		if time.Now().After(end) {
+			st, _ := s.m.Client.Unit(ctx, cutover.RollbackService)
+			t.Fatalf("the failed rollback run is still loaded: %+v", st)
+		}
+	}
+	code, status := s.run("rollback", "status")
+	if code != 0 || !strings.Contains(status, "NOT ARMED") || !strings.Contains(status, "a human is needed") {
+		t.Fatalf("rollback status: exit %d, want pending, NOT armed:\n%s", code, status)
+	}
+	if code, out := s.run("rollback", "disarm"); code != 0 {
+		t.Fatalf("rollback disarm after a failed timer run: exit %d:\n%s", code, out)
+	}
+	s.waitHTTP(s.backend+"/readyz", 15*time.Second)
+	s.pass(s.builds["v2"])
+	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+		t.Fatalf("the next cutover: exit %d:\n%s", code, out)
+	}
+	if v := s.version(); v != "v2" {
+		t.Fatalf("production %s after the next cutover, want v2", v)
+	}
+	s.assertNoRollbackArmed()
 }
