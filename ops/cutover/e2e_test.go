@@ -375,6 +375,32 @@ func TestCutoverInSystemd(t *testing.T) {
 			t.Fatalf("second rollback: exit %d, want a no-op:\n%s", code, out)
 		}
 	})
+	t.Run("--if-pending by hand restarts production", func(t *testing.T) {
+		s.t = t
+		// Only the boot-time unit (--boot) may leave the backend for systemd
+		// to start; an operator's --if-pending must restart and verify it.
+		nonce, err := state.NewNonce()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := state.WritePending(s.cfg.StateDir, &state.Pending{SnapshotID: snapshotOf(t, s), Nonce: nonce, FromVersion: "v1", ToVersion: "v2",
+			ArmedAt: time.Now(), Deadline: time.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.m.Client.Stop(ctx, s.cfg.Backend.Unit); err != nil {
+			t.Fatal(err)
+		}
+		code, out := s.run("rollback", "--if-pending")
+		if active, _ := s.unit(s.cfg.Backend.Unit); code != 0 || active != "active" {
+			t.Fatalf("exit %d, backend %s; want 0 with production started:\n%s", code, active, out)
+		}
+		if v := s.version(); v != "v1" {
+			t.Fatalf("production %s, want v1", v)
+		}
+		s.assertNoRollbackArmed()
+	})
 	t.Run("--version naming another version", func(t *testing.T) {
 		s.t = t
 		snaps, _ := snapshot.List(s.cfg.StateDir)
