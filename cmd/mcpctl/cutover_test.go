@@ -18,6 +18,7 @@ func TestCutoverRollbackUsage(t *testing.T) {
 		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, exitUsage, "reason"},
 		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, exitUsage, "--snapshot"},
 		{"rollback with a stray argument", []string{"rollback", "now"}, exitUsage, "status or disarm"},
+		{"rollback --boot outside the boot-time check", []string{"rollback", "--boot"}, exitUsage, "--boot: only with --if-pending"},
 		{"verify what", []string{"verify", "everything"}, exitUsage, "backend, tunnels or all"},
 		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, exitUsage, "config"},
 	}

@@ -35,15 +35,15 @@ func rollbackCommand(d *deps) *cli.Command {
 					return usageError("--snapshot: %v", err)
 				}
 			}
+			if c.Bool("boot") && !c.Bool("if-pending") {
+				return usageError("--boot: only with --if-pending (the boot-time check)")
+			}
 			env, closeEnv, err := cutoverEnv(c, d, false)
 			if err != nil {
 				return err
 			}
 			defer closeEnv()
 			wait := time.Duration(0)
-			if c.Bool("boot") && !c.Bool("if-pending") {
-				return usageError("--boot: only with --if-pending (the boot-time check)")
-			}
 			if c.String("nonce") != "" || c.Bool("if-pending") {
 				wait = 2 * time.Minute // unattended: outwait a cutover finishing by itself
 			}
