@@ -23,7 +23,7 @@ func cutoverCommand(d *deps) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary `PATH`", Required: true},
 			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts (required)"},
-			&cli.StringFlag{Name: "version", Usage: "release `V` (default: what the build's --version says)"},
+			&cli.StringFlag{Name: "version", Usage: "release `V`: must equal what the build's --version prints (the default); anything else is refused, exit 2"},
 			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
 			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
 		},
@@ -109,6 +109,8 @@ func humanCutover(w io.Writer, r *cutover.Report, err error) {
 		fmt.Fprintf(w, "warning: %s\n", s)
 	}
 	switch {
+	case err == nil && r.FiredAtDeadline:
+		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s): verified at the deadline; the rollback timer had fired, and its run finds the cutover confirmed and does nothing\n", r.FromVersion, r.ToVersion, r.Duration.Round(time.Millisecond), r.SnapshotID)
 	case err == nil:
 		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s, rollback disarmed)\n", r.FromVersion, r.ToVersion, r.Duration.Round(time.Millisecond), r.SnapshotID)
 	case r.RolledBack:
