@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/unit"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
@@ -34,11 +33,6 @@ type SupervisorReader interface {
 	UnitFileState(ctx context.Context, unit string) (string, error)
 	Strings(ctx context.Context, unit, property string) ([]string, error)
 }
-
-var (
-	_ Systemd          = (*systemd.Client)(nil)
-	_ SupervisorReader = (*systemd.Client)(nil)
-)
 
 // Names of the transient rollback units (DESIGN.md §4).
 const (

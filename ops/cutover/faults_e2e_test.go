@@ -17,8 +17,15 @@ import (
 	"github.com/overdeck/mcp-backend/ops/cutover"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
+)
+
+// The real client is what mcpctl passes; the package itself links no D-Bus.
+var (
+	_ cutover.Systemd          = (*systemd.Client)(nil)
+	_ cutover.SupervisorReader = (*systemd.Client)(nil)
 )
 
 // writeUnit writes a unit (or drop-in, when name has a directory) into the
