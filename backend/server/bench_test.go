@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/backend/tools"
 )
 
 // BenchmarkToolCallHTTP compares system.info through the real handler (one
@@ -23,6 +25,15 @@ func BenchmarkToolCallHTTP(b *testing.B) {
 		mcp.AddTool(srv, &mcp.Tool{Name: "system.info"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, struct{}, error) {
 			return nil, struct{}{}, nil
 		})
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+		benchPost(b, h, body)
+	})
+	// The same tools without this package's layer (guard, request
+	// tracking, admission, budget, per-call log): what system.info itself
+	// costs over a no-op, so the difference to the next line is ours.
+	b.Run("sdk-with-backend-tools", func(b *testing.B) {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "tools-only", Version: "1"}, nil)
+		tools.New(tools.Options{}).Register(srv)
 		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
 		benchPost(b, h, body)
 	})

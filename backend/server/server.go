@@ -269,13 +269,20 @@ type rpcMessage struct {
 // versions) is passed on to the SDK as it is.
 func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 	var m rpcMessage
-	if !json.Valid(body) {
-		return m, -32700, "parse error: the body is not valid JSON"
-	}
 	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+		if !json.Valid(b) {
+			return m, -32700, "parse error: the body is not valid JSON"
+		}
 		return m, 0, ""
 	}
-	if err := json.Unmarshal(body, &m); err != nil || m.JSONRPC != "2.0" {
+	if err := json.Unmarshal(body, &m); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return m, -32700, "parse error: the body is not valid JSON"
+		}
+		return m, -32600, "invalid request: " + err.Error()
+	}
+	if m.JSONRPC != "2.0" {
 		return m, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
 	}
 	return m, 0, ""

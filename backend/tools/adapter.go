@@ -45,6 +45,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 	if err != nil {
 		panic(fmt.Sprintf("tools: resolve input schema of %s: %v", name, err))
 	}
+	emptyErr := resolved.Validate(map[string]any{})
 	out, err := jsonschema.For[Out](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tools: output schema of %s: %v", name, err))
@@ -70,7 +71,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		if req != nil && req.Params != nil {
 			raw = req.Params.Arguments
 		}
-		arg, terr := decodeArgs[In](raw, resolved)
+		arg, terr := decodeArgs[In](raw, resolved, emptyErr)
 		if terr != nil {
 			return toolerr.Result(terr), nil
 		}
@@ -91,12 +92,17 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 }
 
 // decodeArgs validates raw arguments against the resolved input schema and
-// unmarshals them; failures are INVALID_ARGUMENT naming the field.
-func decodeArgs[In any](raw json.RawMessage, resolved *jsonschema.Resolved) (In, *toolerr.Error) {
+// unmarshals them; failures are INVALID_ARGUMENT naming the field. emptyErr
+// is the schema's verdict on {}, computed once: calls without arguments
+// (system.info, process.list) are the most frequent.
+func decodeArgs[In any](raw json.RawMessage, resolved *jsonschema.Resolved, emptyErr error) (In, *toolerr.Error) {
 	var in In
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		raw = []byte("{}")
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
+		if emptyErr != nil {
+			return in, toolerr.New(toolerr.InvalidArgument, "%s", schemaMessage(emptyErr))
+		}
+		return in, nil
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
