@@ -85,7 +85,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("encode overload result: %w", err)
 	}
 	s.shedResult = shed
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: log})
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: sdkLogger(log)})
 	s.tools.Register(s.mcp)
 	s.mcp.AddReceivingMiddleware(s.admit)
 	return s, nil
@@ -196,7 +196,7 @@ func (s *Server) Handler() http.Handler {
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
-		Logger:       s.log,
+		Logger:       sdkLogger(s.log),
 		// allowedHosts decides (checkHost); the SDK's own rebinding check
 		// would refuse the tunnels' public Host names.
 		DisableLocalhostProtection: true,
