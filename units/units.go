@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -71,6 +72,17 @@ func CurrentBinary(cfg *ctlconfig.Config) string {
 	return filepath.Join(cfg.Install.Root, "current", "mcp-backend")
 }
 
+// goMemLimit is the Go runtime's soft memory limit for the backend: 90% of
+// MemoryHigh, in MiB; empty when MemoryHigh is infinity (no limit to stay
+// under) or not a size (Validate reports that).
+func goMemLimit(memoryHigh string) string {
+	n, err := ctlconfig.ParseSize(memoryHigh)
+	if err != nil || n == ^uint64(0) {
+		return ""
+	}
+	return strconv.FormatUint(n/10*9>>20, 10) + "MiB"
+}
+
 // Render renders every unit, in a fixed order: backend, canary (when
 // p.CanaryBinary is set), the tunnels in config order, the watchdog service
 // and timer, and the boot-time pending-rollback check.
@@ -112,14 +124,16 @@ func Render(p Params) ([]Unit, error) {
 	type backendData struct {
 		Header, Description, After, Exec, WatchdogSec string
 		G                                             ctlconfig.Guardrails
+		GoMemLimit                                    string
 		Install                                       bool
 	}
+	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
 	serve := func(bin string, s ctlconfig.ServiceConfig) string {
 		return bin + " serve --config " + s.Config + " --listen " + s.Listen
 	}
 	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService,
-		Exec: serve(CurrentBinary(cfg), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, Install: true,
+		Exec: serve(CurrentBinary(cfg), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
 	}); err != nil {
 		return nil, err
 	}
@@ -130,7 +144,7 @@ func Render(p Params) ([]Unit, error) {
 		// The canary is started by hand (mcpctl canary start), never at boot.
 		if err := add(cfg.Canary.Unit, "backend.service.tmpl", false, backendData{
 			Header: header, Description: "MCP backend (canary)",
-			Exec: serve(p.CanaryBinary, cfg.Canary), WatchdogSec: WatchdogSec, G: cfg.Guardrails,
+			Exec: serve(p.CanaryBinary, cfg.Canary), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
 		}); err != nil {
 			return nil, err
 		}

@@ -283,3 +283,12 @@ func names(us []Unit) []string {
 	}
 	return s
 }
+
+func TestGoMemLimit(t *testing.T) {
+	tests := map[string]string{"6G": "5529MiB", "1G": "921MiB", "512M": "460MiB", "infinity": "", "bogus": ""}
+	for high, want := range tests {
+		if got := goMemLimit(high); got != want {
+			t.Errorf("goMemLimit(%q) = %q, want %q", high, got, want)
+		}
+	}
+}
