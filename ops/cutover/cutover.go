@@ -249,7 +249,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	cancel()
 	step("install+restart", t0)
 	if err != nil {
-		return rollbackNow([]string{fmt.Sprintf("restart %s: %v", cfg.Backend.Unit, err)})
+		return rollbackNow([]string{err.Error()}) // the client names the job and the unit
 	}
 	log.Info("backend restarted", "version", f.CandidateVersion)
 

@@ -150,7 +150,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 			log.Warn("reset-failed", "unit", unit, "err", err)
 		}
 		if err := env.Systemd.Restart(ctx, unit); err != nil {
-			return failed(fmt.Errorf("restart %s with %s: %w", unit, m.Version, err))
+			return failed(fmt.Errorf("back to %s: %w", m.Version, err))
 		}
 		rep.Restarted = true
 		step("restart", t0)

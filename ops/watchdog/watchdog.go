@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		outcome := state.OutcomeOK
 		if err != nil {
 			outcome = state.OutcomeFailed
-			errsOut = append(errsOut, fmt.Errorf("restart %s: %w", units[name], err))
+			errsOut = append(errsOut, err) // names the job and the unit
 		} else {
 			rep.Restarted = append(rep.Restarted, name)
 		}
