@@ -502,7 +502,7 @@ func (s *site) probe(ctx context.Context, baseURL string) (string, error) {
 	if status, _, err := verify.Readyz(ctx, baseURL); err != nil || status != 200 {
 		return "", fmt.Errorf("%s/readyz = %d (%v), want 200", baseURL, status, err)
 	}
-	v, _, err := verify.Default.SystemInfo(ctx, baseURL)
+	v, _, err := (&verify.Client{}).SystemInfo(ctx, baseURL)
 	return v, err
 }
 

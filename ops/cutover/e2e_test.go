@@ -247,7 +247,7 @@ func (s *site) invocations() map[string]string {
 
 func (s *site) version() string {
 	s.t.Helper()
-	v, _, err := verify.Default.SystemInfo(context.Background(), s.backend)
+	v, _, err := (&verify.Client{}).SystemInfo(context.Background(), s.backend)
 	if err != nil {
 		s.t.Fatalf("system.info: %v", err)
 	}

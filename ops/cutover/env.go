@@ -48,7 +48,7 @@ type Env struct {
 	// preflight; the check reports it could not look when nil.
 	Supervisors SupervisorReader
 	// Verify runs every probe (verify.ForBackend builds it with the backend's
-	// bearer token); verify.Default when nil.
+	// bearer token); a zero Client when nil.
 	Verify *verify.Client
 	Logger *slog.Logger
 	// MCPCtl is the absolute path of the mcpctl binary the armed timer runs,
@@ -79,7 +79,7 @@ func (e *Env) verifier() *verify.Client {
 	if e.Verify != nil {
 		return e.Verify
 	}
-	return verify.Default
+	return &verify.Client{}
 }
 
 // info asks the backend at url for its version and build within

@@ -320,7 +320,7 @@ func TestWatchdogInSystemd(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _, _ = verify.Default.CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 120", "timeoutMs": 150000})
+				_, _, _ = (&verify.Client{}).CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 120", "timeoutMs": 150000})
 			}()
 		}
 		status := func(url string) int {

@@ -44,11 +44,6 @@ type Client struct {
 // DefaultCheckTimeout is Client.CheckTimeout when zero.
 const DefaultCheckTimeout = 10 * time.Second
 
-// Default is a zero Client.
-//
-// Deprecated: use a Client value (&Client{} is ready to use) or ForBackend;
-// kept only until its last callers outside this package move off it.
-var Default = &Client{}
 
 func (c *Client) checkTimeout() time.Duration {
 	if c == nil || c.CheckTimeout <= 0 {
