@@ -44,7 +44,6 @@ type Client struct {
 // DefaultCheckTimeout is Client.CheckTimeout when zero.
 const DefaultCheckTimeout = 10 * time.Second
 
-
 func (c *Client) checkTimeout() time.Duration {
 	if c == nil || c.CheckTimeout <= 0 {
 		return DefaultCheckTimeout
