@@ -406,9 +406,14 @@ func (c *Controller) Shed(k Kind) bool {
 }
 
 // Full reports whether the queue is full: the /readyz condition. It is one
-// atomic load.
+// atomic load. With maxQueue 0 there is no queue to fill: it is "full" when
+// new normal work would be refused, so /readyz is not 503 forever.
 func (c *Controller) Full() bool {
-	return queuedTotal(c.state.Load()) >= c.lim.MaxQueue
+	s := c.state.Load()
+	if c.lim.MaxQueue == 0 {
+		return !c.canStart(s, Normal)
+	}
+	return queuedTotal(s) >= c.lim.MaxQueue
 }
 
 func setMax(m *atomic.Int64, v int64) {

@@ -440,12 +440,19 @@ func TestZeroQueueRejectsAtOnce(t *testing.T) {
 	lim := defaults()
 	lim.MaxQueue = 0
 	c := New(lim)
+	if c.Full() {
+		t.Fatal("idle controller with maxQueue 0 reported full")
+	}
 	ps := hold(t, c, Shell, 8)
 	if _, err := c.Acquire(context.Background(), Shell); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("err = %v", err)
 	}
+	if c.Full() {
+		t.Fatal("full although normal work can still start")
+	}
+	ps = append(ps, hold(t, c, Normal, 32)...)
 	if !c.Full() {
-		t.Fatal("a zero queue is always full")
+		t.Fatal("not full with every normal slot taken and no queue")
 	}
 	releaseAll(ps)
 }

@@ -56,6 +56,9 @@ type Counters struct {
 // Snapshot reads the state without taking the scheduler's lock; each number
 // is exact, the set is a moment's view.
 func (c *Controller) Snapshot() Snapshot {
+	// completed before accepted: every completion follows its acceptance,
+	// so the view never shows more completed than accepted.
+	completed := c.completed.Load()
 	st := c.state.Load()
 	qc, qn := int64(field(st, shQControl)), int64(field(st, shQNormal))
 	total, nonControl := int64(field(st, shTotal)), int64(field(st, shNonControl))
@@ -83,7 +86,7 @@ func (c *Controller) Snapshot() Snapshot {
 		},
 		Counters: Counters{
 			Accepted:  c.accepted.Load(),
-			Completed: c.completed.Load(),
+			Completed: completed,
 			Rejected:  c.rejected.Load(),
 			TimedOut:  c.timedOut.Load(),
 			Cancelled: c.cancelled.Load(),

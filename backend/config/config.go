@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"io"
 	"net"
 	"net/netip"
@@ -82,7 +83,14 @@ func Default() Config {
 // their default; unknown keys and trailing data are errors.
 func Parse(r io.Reader) (Config, error) {
 	c := Default()
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	if err := strictjson.CheckKeys(data, Config{}); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -131,6 +139,9 @@ func describeJSONError(err error) error {
 	return err
 }
 
+// responseHeadroom is what a response needs besides a tool's output.
+const responseHeadroom = 64 << 10
+
 // maxLimit bounds maxActive and maxQueue: the admission controller packs its
 // gauges into 12-bit fields.
 const maxLimit = 4095
@@ -177,8 +188,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.ResponseBytes <= 0 {
 		bad("limits.responseBytes", c.Limits.ResponseBytes, "must be > 0")
-	} else if c.Limits.OutputBytes > 0 && c.Limits.ResponseBytes < c.Limits.OutputBytes {
-		bad("limits.responseBytes", c.Limits.ResponseBytes, fmt.Sprintf("must be >= limits.outputBytes (%d)", c.Limits.OutputBytes))
+	} else if c.Limits.OutputBytes > 0 && c.Limits.ResponseBytes < c.Limits.OutputBytes+responseHeadroom {
+		// A result adds fields and an envelope around its output.
+		bad("limits.responseBytes", c.Limits.ResponseBytes, fmt.Sprintf("must be >= limits.outputBytes + %d (%d)", responseHeadroom, c.Limits.OutputBytes+responseHeadroom))
 	}
 	if !strings.HasPrefix(c.Shell.Path, "/") {
 		bad("shell.path", fmt.Sprintf("%q", c.Shell.Path), "must be an absolute path such as /bin/bash")

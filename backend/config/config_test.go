@@ -49,6 +49,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", `{"listn":"x"}`, `unknown key "listn"`},
 		{"unknown nested key", `{"concurrency":{"maxActiv":3}}`, `unknown key "maxActiv"`},
+		{"key in another case", `{"CONCURRENCY":{"maxShell":4}}`, `unknown key "CONCURRENCY"`},
+		{"nested key in another case", `{"concurrency":{"MaxShell":4}}`, `unknown key "MaxShell" (in concurrency`},
 		{"wrong type", `{"concurrency":{"maxActive":"many"}}`, "concurrency.maxActive: wrong type"},
 		{"not JSON", `listen: x`, "invalid JSON"},
 		{"empty", ``, "empty file"},
@@ -76,7 +78,7 @@ func TestValidate(t *testing.T) {
 		{"zero queue wait", `{"concurrency":{"queueWaitMs":0}}`, "concurrency.queueWaitMs = 0: must be > 0"},
 		{"bad listen", `{"listen":"3210"}`, `listen = "3210": must be HOST:PORT`},
 		{"relative shell", `{"shell":{"path":"bash"}}`, `shell.path = "bash": must be an absolute path`},
-		{"response below output", `{"limits":{"outputBytes":100,"responseBytes":10}}`, "limits.responseBytes = 10: must be >= limits.outputBytes (100)"},
+		{"response below output", `{"limits":{"outputBytes":100,"responseBytes":10}}`, "limits.responseBytes = 10: must be >= limits.outputBytes + 65536 (65636)"},
 		{"default timeout above max", `{"shell":{"defaultTimeoutMs":9000,"maxTimeoutMs":1000}}`, "shell.defaultTimeoutMs = 9000"},
 	}
 	for _, tc := range tests {

@@ -15,6 +15,19 @@ import (
 // neither loopback nor an allowed public name, an Origin that is present and
 // not allowed (DNS rebinding), and, with auth on, a missing or wrong token.
 func (s *Server) guard(h http.Handler) http.Handler {
+	return s.hostGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.token != nil && !s.authorized(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
+			http.Error(w, "unauthorized: a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// hostGuard refuses a Host that is neither loopback nor allowed, and an
+// Origin that is present and not allowed (DNS rebinding).
+func (s *Server) hostGuard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hostAllowed(r.Host) {
 			http.Error(w, fmt.Sprintf("forbidden: Host %q is not loopback or in allowedHosts", r.Host), http.StatusForbidden)
@@ -24,18 +37,13 @@ func (s *Server) guard(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("forbidden: Origin %q is not allowed", o), http.StatusForbidden)
 			return
 		}
-		if s.token != nil && !s.authorized(r.Header.Get("Authorization")) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
-			http.Error(w, "unauthorized: a valid bearer token is required", http.StatusUnauthorized)
-			return
-		}
 		h.ServeHTTP(w, r)
 	})
 }
 
 func (s *Server) authorized(header string) bool {
-	tok, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), s.token) == 1

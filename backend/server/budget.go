@@ -9,6 +9,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// truncatedMeta is the _meta key that says the server cut the result.
+const truncatedMeta = "mcp-backend/truncated"
+
 // envelopeSlack covers what the JSON-RPC envelope (jsonrpc, id) and SSE
 // framing add around a result.
 const envelopeSlack = 1024
@@ -44,12 +47,19 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 			b, err = json.Marshal(out.StructuredContent)
 		}
 		if err == nil && json.Unmarshal(b, &v) == nil {
+			// The output schemas forbid unknown keys: flag through the
+			// tool's own keys where it has them, and always in _meta.
 			if m, ok := v.(map[string]any); ok {
-				m["truncated"] = true
-				if _, has := m["outputLimited"]; has {
-					m["outputLimited"] = true
+				for _, k := range []string{"truncated", "outputLimited"} {
+					if _, has := m[k]; has {
+						m[k] = true
+					}
+				}
+				if _, has := m["eof"]; has {
+					m["eof"] = false
 				}
 			}
+			out.Meta = mcp.Meta{truncatedMeta: true}
 			for i := 0; i < 16; i++ {
 				sb, err := json.Marshal(v)
 				if err != nil {

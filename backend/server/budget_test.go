@@ -68,8 +68,11 @@ func TestFitResult(t *testing.T) {
 			if err := json.Unmarshal(raw, &out); err != nil {
 				t.Fatal(err)
 			}
-			if out["truncated"] != true || out["outputLimited"] != true || out["exitCode"] != float64(0) {
-				t.Fatalf("flags or fields lost: %v", out)
+			if out["outputLimited"] != true || out["exitCode"] != float64(0) || got.Meta[truncatedMeta] != true {
+				t.Fatalf("flags or fields lost: %v, _meta %v", out, got.Meta)
+			}
+			if _, added := out["truncated"]; added {
+				t.Fatal("a key the output schema does not have was added")
 			}
 		})
 	}

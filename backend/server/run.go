@@ -104,6 +104,10 @@ func probe(ctx context.Context, c *http.Client, url string) bool {
 // ServeStdio serves the same tools over stdio until the client closes or
 // ctx ends. The process has its own controller, as the spec asks.
 func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
+	// The SDK waits for calls in flight before Run returns: cancel them
+	// (queued calls leave, commands die) as soon as shutdown starts.
+	stop := context.AfterFunc(ctx, s.Close)
+	defer stop()
 	defer s.Close()
 	err := s.mcp.Run(ctx, t)
 	if errors.Is(err, context.Canceled) {

@@ -43,6 +43,9 @@ type Server struct {
 
 	shedResult []byte // the encoded OVERLOADED result of a request shed at once
 
+	down     context.Context // done once Close ran
+	shutdown context.CancelFunc
+
 	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
 	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
@@ -53,9 +56,12 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	down, shutdown := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg,
-		log: log,
+		cfg:      cfg,
+		log:      log,
+		down:     down,
+		shutdown: shutdown,
 		adm: admission.New(admission.Limits{
 			MaxActive:       cfg.Concurrency.MaxActive,
 			ReservedControl: cfg.Concurrency.ReservedControl,
@@ -94,8 +100,12 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 // Admission is the process's controller (for tests and system.info).
 func (s *Server) Admission() *admission.Controller { return s.adm }
 
-// Close kills every running command group.
-func (s *Server) Close() { s.tools.Close() }
+// Close cancels every call in flight (queued calls leave, running commands
+// are killed) and kills every command group. Safe to call more than once.
+func (s *Server) Close() {
+	s.shutdown()
+	s.tools.Close()
+}
 
 // admit is the MCP middleware every tools/call passes through, whatever the
 // transport: it classifies the tool, waits for a slot in the one shared
@@ -119,8 +129,10 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.logCall(tool, kind, wait, 0, string(te.Code))
 			return toolerr.Result(te), nil
 		}
+		// The slot covers trimming the result too, so that work is bounded
+		// like the rest, and a panic cannot strand it.
+		defer permit.Release()
 		res, err := next(ctx, method, req)
-		permit.Release()
 		dur := time.Since(start) - wait
 		if err != nil {
 			s.logCall(tool, kind, wait, dur, "jsonrpc-error")
@@ -143,15 +155,17 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 // a client that goes away cancels a queued or running call.
 func (s *Server) requestContext(ctx context.Context, call *mcp.CallToolRequest) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
+	// Shutdown cancels every call: queued ones leave, running commands die.
+	stopDown := context.AfterFunc(s.down, cancel)
 	if call.Extra == nil || call.Extra.Header == nil {
-		return ctx, cancel
+		return ctx, func() { stopDown(); cancel() }
 	}
 	v, ok := s.requests.Load(call.Extra.Header.Get(reqIDHeader))
 	if !ok {
-		return ctx, cancel
+		return ctx, func() { stopDown(); cancel() }
 	}
 	stop := context.AfterFunc(v.(context.Context), cancel)
-	return ctx, func() { stop(); cancel() }
+	return ctx, func() { stop(); stopDown(); cancel() }
 }
 
 func admissionError(err error, lim admission.Limits) *toolerr.Error {
@@ -207,7 +221,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/mcp", s.guard(streamable)) // GET/DELETE: the SDK answers 405
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", s.guard(http.HandlerFunc(s.metrics)))
+	// /metrics holds counters only: the Host/Origin check applies, the
+	// bearer token does not, so probes and stress need no secret.
+	mux.Handle("GET /metrics", s.hostGuard(http.HandlerFunc(s.metrics)))
 	return mux
 }
 
@@ -254,6 +270,9 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 // encoding overhead fits.
 func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }
 
+// maxIDBytes bounds a request id, which every answer echoes.
+const maxIDBytes = 256
+
 // rpcMessage is what the HTTP layer needs of a JSON-RPC message.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -270,10 +289,9 @@ type rpcMessage struct {
 func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 	var m rpcMessage
 	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
-		if !json.Valid(b) {
-			return m, -32700, "parse error: the body is not valid JSON"
-		}
-		return m, 0, ""
+		// Each answer of a batch would be trimmed to the budget on its
+		// own, not the whole; MCP dropped batching in 2025-06-18.
+		return m, -32600, "invalid request: JSON-RPC batches are not supported; send one message per request"
 	}
 	if err := json.Unmarshal(body, &m); err != nil {
 		var se *json.SyntaxError
@@ -284,6 +302,10 @@ func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 	}
 	if m.JSONRPC != "2.0" {
 		return m, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
+	}
+	if len(m.ID) > maxIDBytes {
+		// The id is echoed in the answer, outside the result's budget.
+		return rpcMessage{}, -32600, fmt.Sprintf("invalid request: id longer than %d bytes", maxIDBytes)
 	}
 	return m, 0, ""
 }

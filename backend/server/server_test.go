@@ -265,7 +265,7 @@ func TestResponseBudgetWithHostileOutput(t *testing.T) {
 			if err := json.Unmarshal(r.Result.StructuredContent, &out); err != nil {
 				t.Fatal(err)
 			}
-			if out["truncated"] != true && out["outputLimited"] != true {
+			if out["outputLimited"] != true {
 				t.Fatalf("large output not flagged: keys %v", keys(out))
 			}
 		})
@@ -283,7 +283,7 @@ func keys(m map[string]any) []string {
 func TestHTTPEdges(t *testing.T) {
 	b := startBackend(t, func(c *config.Config) {
 		c.Limits.OutputBytes = 1 << 20
-		c.Limits.ResponseBytes = 1 << 20
+		c.Limits.ResponseBytes = 2 << 20
 		c.AllowedHosts = []string{"mcp.example.com"}
 	})
 	t.Run("oversized body refused", func(t *testing.T) {
@@ -308,6 +308,27 @@ func TestHTTPEdges(t *testing.T) {
 		var r toolReply
 		if json.Unmarshal(body, &r) != nil || r.Error == nil {
 			t.Fatalf("status %d body %.200s: want a JSON-RPC error", status, body)
+		}
+	})
+	t.Run("batch refused with a JSON-RPC error", func(t *testing.T) {
+		batch := `[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`
+		status, body, err := post(context.Background(), b.url+"/mcp", []byte(batch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r toolReply
+		if json.Unmarshal(body, &r) != nil || r.Error == nil || r.Error.Code != -32600 || status != http.StatusBadRequest {
+			t.Fatalf("status %d body %.200s", status, body)
+		}
+	})
+	t.Run("huge id refused", func(t *testing.T) {
+		id := `"` + strings.Repeat("x", 1000) + `"`
+		status, body, err := post(context.Background(), b.url+"/mcp", []byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"system.info","arguments":{}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != http.StatusBadRequest || len(body) > 1024 {
+			t.Fatalf("status %d, %d bytes", status, len(body))
 		}
 	})
 	hostTests := []struct {
@@ -365,6 +386,7 @@ func TestBearerToken(t *testing.T) {
 		{"none", "", 401},
 		{"wrong", "Bearer nope", 401},
 		{"right", "Bearer s3cret-token-0123456789", 200},
+		{"scheme in any case", "bearer s3cret-token-0123456789", 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,11 +406,73 @@ func TestBearerToken(t *testing.T) {
 			}
 		})
 	}
+	if code := getJSON(t, b.url+"/metrics", nil); code != 200 {
+		t.Fatalf("/metrics = %d: counters need no token", code)
+	}
 	loose := filepath.Join(dir, "loose")
 	os.WriteFile(loose, []byte("s3cret-token-0123456789"), 0o644)
 	cfg := config.Default()
 	cfg.Auth.BearerTokenFile = loose
 	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "group/world") {
 		t.Fatalf("world-readable token accepted: %v", err)
+	}
+}
+
+// TestQueueWaitTimeoutOverHTTP: a call that waits out queueWaitMs gets an
+// OVERLOADED tool result through the middleware (not the early shed), and is
+// counted timedOut.
+func TestQueueWaitTimeoutOverHTTP(t *testing.T) {
+	b := startBackend(t, func(c *config.Config) {
+		c.Concurrency.MaxShell = 1
+		c.Concurrency.QueueWaitMs = 200
+	})
+	g := newGate(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": g.command()})
+	}()
+	proctest.Eventually(t, "one shell running", func() bool { return b.metrics(t).Active.Shell == 1 })
+	cs := newSDKClient(t, b.url)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo late"}})
+	if err != nil {
+		t.Fatalf("OVERLOADED must be a tool result, got %v", err)
+	}
+	if !res.IsError || !strings.Contains(textOf(res), `"code":"OVERLOADED"`) || !strings.Contains(textOf(res), "queue wait") {
+		t.Fatalf("got %s", textOf(res))
+	}
+	if s := b.metrics(t); s.Counters.TimedOut != 1 || s.Counters.Rejected != 0 {
+		t.Fatalf("counters %+v", s.Counters)
+	}
+	g.open(t)
+	<-done
+	assertBalanced(t, b, 2)
+}
+
+// TestCloseCancelsCallsInFlight: shutdown takes queued calls out of the
+// queue and kills running commands, whatever the transport.
+func TestCloseCancelsCallsInFlight(t *testing.T) {
+	b := startBackend(t, func(c *config.Config) { c.Concurrency.MaxShell = 1 })
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	results := make(chan string, 2)
+	go func() {
+		_, body, _ := callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": fmt.Sprintf("echo $$ >> %s; sleep 300", pidFile)})
+		results <- string(body)
+	}()
+	pids := proctest.ReadPids(t, pidFile, 1)
+	go func() {
+		_, body, _ := callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": "echo queued"})
+		results <- string(body)
+	}()
+	proctest.Eventually(t, "second call queued", func() bool { return b.metrics(t).Queued.Total == 1 })
+	b.srv.Close()
+	for i := 0; i < 2; i++ {
+		if r := <-results; !strings.Contains(r, "CANCELLED") && !strings.Contains(r, "UNAVAILABLE") {
+			t.Fatalf("call %d after Close: %.300s", i, r)
+		}
+	}
+	proctest.WaitDead(t, pids...)
+	if s := b.metrics(t); s.Active.Total != 0 || s.Queued.Total != 0 || s.Counters.Cancelled != 1 {
+		t.Fatalf("after Close: %+v", s)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,7 +55,8 @@ func shellExecDescription(o Options) string {
 	return fmt.Sprintf("Run a shell command (%s -c COMMAND) in its own process group. "+
 		"timeoutMs defaults to %d and is capped at %d; stdout+stderr together are limited to %d bytes. "+
 		"Timeout, output limit and cancellation kill the whole group (SIGTERM, SIGKILL after %s); "+
-		"background processes still running when the shell exits are killed too, so this cannot start daemons (use service.control). "+
+		"background processes still running when the shell exits are killed too, including ones that left the group (setsid, set -m) "+
+		"as long as they keep the environment, so this cannot start daemons (use service.control). "+
 		"Output that is not valid UTF-8 has the invalid bytes replaced by U+FFFD.",
 		o.ShellPath, o.DefaultTimeout.Milliseconds(), o.MaxTimeout.Milliseconds(), o.OutputBytes, killGrace)
 }
@@ -103,7 +106,10 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 	out := newCapture(t.opts.OutputBytes, t.encodedBudget())
 	cmd := exec.Command(t.opts.ShellPath, "-c", in.Command)
 	cmd.Dir = in.Cwd
-	cmd.Env = env
+	// A marker every descendant inherits: processes that leave the group
+	// (setsid, job control) are still found by it and killed with it.
+	marker := execMarker()
+	cmd.Env = append(env, marker)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = out.stream(&out.stdout)
 	cmd.Stderr = out.stream(&out.stderr)
@@ -160,6 +166,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 	}
 	// Always sweep the group: descendants may linger after the leader exits.
 	killGroup(pgid, sigKILL)
+	killMarked(marker)
 	<-exited
 	t.untrack(pgid)
 	waitErr := cmd.Wait() // reaps the leader; pipes drained or closed after WaitDelay
@@ -239,9 +246,55 @@ func waitExitedNoReap(pid int) {
 	}
 }
 
+var systemdOnly = map[string]bool{
+	"NOTIFY_SOCKET": true, "WATCHDOG_USEC": true, "WATCHDOG_PID": true,
+	"LISTEN_FDS": true, "LISTEN_PID": true, "LISTEN_FDNAMES": true,
+}
+
+// execMarkerVar names the environment variable that marks a command's
+// descendants. A client-supplied value for it is overwritten.
+const execMarkerVar = "MCP_BACKEND_EXEC"
+
+var execSeq atomic.Uint64
+
+// execMarker returns a NAME=VALUE unique to one command in this process.
+func execMarker() string {
+	return fmt.Sprintf("%s=%d.%d", execMarkerVar, selfPID, execSeq.Add(1))
+}
+
+// killMarked SIGKILLs every process whose environment carries marker: the
+// command's descendants that escaped its process group. It reads
+// /proc/PID/environ of every process, a few milliseconds per command.
+func killMarked(marker string) {
+	needle := []byte(marker + "\x00")
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 || pid == selfPID {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(b, needle) {
+			continue
+		}
+		_ = syscall.Kill(pid, sigKILL)
+	}
+}
+
 // shellEnv is the backend's environment plus extra; later entries win.
 func shellEnv(extra map[string]string) ([]string, error) {
-	env := os.Environ()
+	var env []string
+	for _, kv := range os.Environ() {
+		// systemd's notification and socket-passing variables are the
+		// backend's own, not its commands'.
+		if k, _, _ := strings.Cut(kv, "="); systemdOnly[k] {
+			continue
+		}
+		env = append(env, kv)
+	}
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"env\": invalid variable name %q (non-empty, no '=' or NUL)", k)

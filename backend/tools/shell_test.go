@@ -3,8 +3,10 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -448,4 +450,42 @@ func killPid(pid int) error {
 		return err
 	}
 	return p.Kill()
+}
+
+// TestEscapedDescendantsDie: processes that leave the command's process
+// group (setsid, bash job control) are killed with the command too, on
+// timeout and on a normal exit.
+func TestEscapedDescendantsDie(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("setsid not installed")
+	}
+	tests := []struct {
+		name, cmd string
+		timeoutMs int
+	}{
+		{"set -m job, timeout", "set -m; sleep 300 & echo $! >> %[1]s; sleep 300", 500},
+		{"setsid, normal exit", "setsid sleep 300 & echo $! >> %[1]s; sleep 0.2", 20000},
+		{"setsid double fork, normal exit", "setsid sh -c 'sleep 300 & echo $! >> %[1]s' ; sleep 0.2", 20000},
+	}
+	h := newHarness(t, testOptions())
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tempFile(t, "pids")
+			ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": fmt.Sprintf(tc.cmd, f), "timeoutMs": tc.timeoutMs})
+			pids := proctest.ReadPids(t, f, 1)
+			proctest.WaitDead(t, pids...)
+		})
+	}
+}
+
+// TestSystemdVariablesNotPassedOn: commands do not inherit the backend's
+// NOTIFY_SOCKET and watchdog variables.
+func TestSystemdVariablesNotPassedOn(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "/run/nope")
+	t.Setenv("WATCHDOG_USEC", "1000")
+	h := newHarness(t, testOptions())
+	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": `echo "[$NOTIFY_SOCKET][$WATCHDOG_USEC][$MCP_BACKEND_EXEC]"`})
+	if !strings.HasPrefix(r.Stdout, "[][][") || strings.HasPrefix(r.Stdout, "[][][]") {
+		t.Fatalf("stdout %q: want systemd variables empty and the exec marker set", r.Stdout)
+	}
 }

@@ -48,7 +48,7 @@ const (
 	defaultMaxTimeout     = 600 * time.Second
 	killGrace             = 500 * time.Millisecond // SIGTERM -> SIGKILL
 	pipeWaitDelay         = time.Second            // how long an orphan may hold a pipe after the shell exits
-	closeWait             = 3 * time.Second        // how long Close waits for killed groups to be reaped
+	closeWait             = time.Second            // how long Close waits for killed groups to be reaped: drain (2 s) + this stays well inside TimeoutStopSec=5
 	serviceJobDeadline    = 60 * time.Second
 	defaultProcessLimit   = 200
 	maxProcessLimit       = 5000

@@ -269,3 +269,34 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestStdioSIGTERMWhileRunning: stdio shuts down on SIGTERM even while a
+// command runs, and takes the command with it.
+func TestStdioSIGTERMWhileRunning(t *testing.T) {
+	cfg := writeConfig(t, `{}`)
+	cmd := exec.Command(binary, "stdio", "--config", cfg)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{
+		"command": fmt.Sprintf("echo $$ >> %s; sleep 300", pidFile), "timeoutMs": 600000}})
+	pids := proctest.ReadPids(t, pidFile, 1)
+	cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan struct{})
+	go func() {
+		for proctest.Alive(cmd.Process.Pid) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stdio still running 5 s after SIGTERM with a command in flight")
+	}
+	proctest.WaitDead(t, pids...)
+}

@@ -141,7 +141,7 @@ func TestUnitBadConfigExit2(t *testing.T) {
 		{"duplicate units", func(m map[string]any) {
 			m["tunnels"].([]any)[1].(map[string]any)["unit"] = "mcp-tunnel-overdeck.service"
 		}, `duplicate unit name`},
-		{"unknown key", func(m map[string]any) { m["guardrail"] = map[string]any{} }, `unknown field "guardrail"`},
+		{"unknown key", func(m map[string]any) { m["guardrail"] = map[string]any{} }, `unknown key "guardrail"`},
 		{"deadline", func(m map[string]any) { m["rollback"] = map[string]any{"deadline": "soon"} }, `rollback.deadline = "soon"`},
 	}
 	for _, tc := range tests {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"io"
 	"io/fs"
 	"net"
@@ -148,7 +149,14 @@ func Parse(r io.Reader) (*Config, error) {
 	// A nil slice makes the decoder allocate fresh elements; decoding into the
 	// default slice would merge a file's tunnel with the default at its index.
 	cfg.Tunnels = nil
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read mcpctl config: %w", err)
+	}
+	if err := strictjson.CheckKeys(data, Config{}); err != nil {
+		return nil, fmt.Errorf("parse mcpctl config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(cfg); err != nil {
 		var de *durationError

@@ -84,8 +84,9 @@ func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 	}{
-		{"unknown key", `{"backend":{"unit":"x.service","port":1}}`, `unknown field "port"`},
-		{"unknown top key", `{"bogus":1}`, `unknown field "bogus"`},
+		{"unknown key", `{"backend":{"unit":"x.service","port":1}}`, `unknown key "port" (in backend`},
+		{"unknown top key", `{"bogus":1}`, `unknown key "bogus" (at the top level`},
+		{"key in another case", `{"Backend":{"unit":"x.service"}}`, `unknown key "Backend"`},
 		{"bad deadline", `{"rollback":{"deadline":"soon"}}`, `rollback.deadline = "soon": not a duration`},
 		{"number deadline", `{"rollback":{"deadline":120}}`, `rollback.deadline = 120: not a duration`},
 		{"wrong type", `{"guardrails":{"tasksMax":"512"}}`, `guardrails.tasksMax`},

@@ -1,0 +1,100 @@
+// Package strictjson checks JSON object keys against a Go struct exactly.
+// encoding/json matches keys case-insensitively even with
+// DisallowUnknownFields, so {"CONCURRENCY":{...}} would pass for
+// "concurrency": a config file must spell its keys as documented.
+package strictjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// CheckKeys reports the first key in data that is not spelled exactly like
+// a json tag (or field name) of v's type, naming its path, e.g.
+// `unknown key "Listen" (at the top level)`. Values that do not decode are
+// left to the decoder to report.
+func CheckKeys(data []byte, v any) error {
+	t := reflect.TypeOf(v)
+	var raw any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil // the real decode reports syntax errors
+	}
+	return check(raw, t, "")
+}
+
+func check(raw any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := raw.(map[string]any)
+		if !ok {
+			return nil
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name := f.Name
+			if tag, ok := f.Tag.Lookup("json"); ok {
+				n, _, _ := strings.Cut(tag, ",")
+				if n == "-" {
+					continue
+				}
+				if n != "" {
+					name = n
+				}
+			}
+			fields[name] = f.Type
+		}
+		for k, val := range obj {
+			ft, ok := fields[k]
+			if !ok {
+				where := "at the top level"
+				if path != "" {
+					where = "in " + path
+				}
+				return fmt.Errorf("unknown key %q (%s; keys are case-sensitive)", k, where)
+			}
+			if err := check(val, ft, join(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		arr, ok := raw.([]any)
+		if !ok {
+			return nil
+		}
+		for i, e := range arr {
+			if err := check(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		obj, ok := raw.(map[string]any)
+		if !ok {
+			return nil
+		}
+		for k, e := range obj {
+			if err := check(e, t.Elem(), join(path, k)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
