@@ -87,19 +87,8 @@ func Parse(r io.Reader) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
-	if err := strictjson.CheckKeys(data, Config{}); err != nil {
-		return c, fmt.Errorf("config: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return c, errors.New("config: empty file: want a JSON object such as {}")
-		}
+	if err := strictjson.Decode(data, &c); err != nil {
 		return c, fmt.Errorf("config: %w", describeJSONError(err))
-	}
-	if dec.More() {
-		return c, errors.New("config: trailing data after the JSON object")
 	}
 	if c.AllowedHosts == nil {
 		c.AllowedHosts = []string{}

@@ -7,10 +7,39 @@ package strictjson
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 )
+
+// ErrEmpty is returned by Decode for input without a JSON value.
+var ErrEmpty = errors.New("empty file: want a JSON object such as {}")
+
+// ErrTrailing is returned by Decode for data after the JSON value.
+var ErrTrailing = errors.New("trailing data after the JSON object")
+
+// Decode decodes data into v (over what v already holds) with the rules a
+// config file needs: keys spelled exactly as documented, no unknown keys,
+// nothing after the object.
+func Decode(data []byte, v any) error {
+	if err := CheckKeys(data, v); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return ErrEmpty
+		}
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return ErrTrailing
+	}
+	return nil
+}
 
 // CheckKeys reports the first key in data that is not spelled exactly like
 // a json tag (or field name) of v's type, naming its path, e.g.

@@ -46,3 +46,28 @@ func TestCheckKeys(t *testing.T) {
 		})
 	}
 }
+
+func TestDecode(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"ok over defaults", `{"listen":"y"}`, ""},
+		{"empty", ``, "empty file"},
+		{"trailing", `{} {}`, "trailing data"},
+		{"unknown", `{"nope":1}`, `unknown key "nope"`},
+		{"case", `{"LISTEN":"y"}`, `unknown key "LISTEN"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := outer{Listen: "x", Plain: 7}
+			err := Decode([]byte(tc.in), &v)
+			if tc.want == "" {
+				if err != nil || v.Listen != "y" || v.Plain != 7 {
+					t.Fatalf("err %v, v %+v", err, v)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -153,21 +153,12 @@ func Parse(r io.Reader) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read mcpctl config: %w", err)
 	}
-	if err := strictjson.CheckKeys(data, Config{}); err != nil {
-		return nil, fmt.Errorf("parse mcpctl config: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
+	if err := strictjson.Decode(data, cfg); err != nil {
 		var de *durationError
 		if errors.As(err, &de) {
 			return nil, fmt.Errorf("rollback.deadline = %w", de)
 		}
 		return nil, fmt.Errorf("parse mcpctl config: %w", err)
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("parse mcpctl config: trailing data after the JSON object")
 	}
 	if cfg.Tunnels == nil {
 		cfg.Tunnels = def
