@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -169,4 +170,29 @@ func (g gate) open(t testing.TB) {
 	if err := os.WriteFile(string(g), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// statusOf sends req and returns its HTTP status.
+func statusOf(t testing.TB, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// holdShell occupies one shell slot with a command that waits for g, and
+// returns a channel closed when that call has answered.
+func (b *backend) holdShell(t testing.TB, g gate) <-chan struct{} {
+	t.Helper()
+	before := b.metrics(t).Active.Shell
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": g.command()})
+	}()
+	proctest.Eventually(t, "one more shell running", func() bool { return b.metrics(t).Active.Shell == before+1 })
+	return done
 }

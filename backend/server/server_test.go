@@ -188,12 +188,7 @@ func textOf(r *mcp.CallToolResult) string {
 func TestDisconnectWhileQueued(t *testing.T) {
 	b := startBackend(t, func(c *config.Config) { c.Concurrency.MaxShell = 1 })
 	g := newGate(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": g.command()})
-	}()
-	proctest.Eventually(t, "one shell running", func() bool { return b.metrics(t).Active.Shell == 1 })
+	done := b.holdShell(t, g)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -349,13 +344,8 @@ func TestHTTPEdges(t *testing.T) {
 			if tc.origin != "" {
 				req.Header.Set("Origin", tc.origin)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			if got := statusOf(t, req); got != tc.want {
+				t.Fatalf("status %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -396,13 +386,8 @@ func TestBearerToken(t *testing.T) {
 			if tc.auth != "" {
 				req.Header.Set("Authorization", tc.auth)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			if got := statusOf(t, req); got != tc.want {
+				t.Fatalf("status %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -427,12 +412,7 @@ func TestQueueWaitTimeoutOverHTTP(t *testing.T) {
 		c.Concurrency.QueueWaitMs = 200
 	})
 	g := newGate(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		callRaw(context.Background(), b.url, "shell.exec", map[string]any{"command": g.command()})
-	}()
-	proctest.Eventually(t, "one shell running", func() bool { return b.metrics(t).Active.Shell == 1 })
+	done := b.holdShell(t, g)
 	cs := newSDKClient(t, b.url)
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo late"}})
 	if err != nil {
