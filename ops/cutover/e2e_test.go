@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"net"
 	"net/http"
 	"os"
@@ -547,6 +548,32 @@ func (s *site) assertStatus(version, lastAction string) {
 	}
 }
 
+// killCutoverAfterRestart runs a cutover to build, waits until the backend
+// has restarted (its InvocationID left inv0), SIGKILLs mcpctl inside the
+// container and returns what mcpctl printed until then.
+func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, build, inv0 string) string {
+	t.Helper()
+	cmd := s.mcpctlCmd(ctx, "cutover", "--build", build, "--arm-rollback", "--skip-canary-check", "e2e")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Eventually(t, "the backend restarted onto the candidate", func() bool {
+		_, inv := s.unit(s.cfg.Backend.Unit)
+		return inv != inv0 && inv != ""
+	})
+	h := holder(t, s)
+	if h == nil {
+		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
+	}
+	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return out.String()
+}
+
 func holder(t testing.TB, s *site) *state.Holder {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.cfg.StateDir, state.LockFile))
@@ -607,31 +634,10 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", wrapper, "--arm-rollback", "--skip-canary-check", "e2e")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, inv := s.unit(s.cfg.Backend.Unit); inv != inv0 && inv != "" {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("backend never restarted:\n%s", out.String())
-		}
-	}
-	h := holder(t, s)
-	if h == nil {
-		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
-	}
-	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	out := s.killCutoverAfterRestart(ctx, t, wrapper, inv0)
 	killedAt := time.Now()
 	if s.current() != "v2" {
-		t.Fatalf("current %s right after the kill, want v2 (killed too late?):\n%s", s.current(), out.String())
+		t.Fatalf("current %s right after the kill, want v2 (killed too late?):\n%s", s.current(), out)
 	}
 	for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		p, _ := state.ReadPending(s.cfg.StateDir)

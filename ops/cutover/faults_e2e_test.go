@@ -157,29 +157,12 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	// The real v2 build, slow to start: mcpctl is killed while it waits on
 	// the restart, and v2 then serves with the cutover still pending.
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", writeSlowStart(t, s, s.builds["v2"], 5*time.Second), "--arm-rollback", "--skip-canary-check", "e2e")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	proctest.Eventually(t, "the backend restarted onto the candidate", func() bool {
-		_, inv := s.unit(s.cfg.Backend.Unit)
-		return inv != inv0 && inv != ""
-	})
-	h := holder(t, s)
-	if h == nil {
-		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
-	}
-	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	out := s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.builds["v2"], 5*time.Second), inv0)
 	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
 	p, err := state.ReadPending(s.cfg.StateDir)
 	if err != nil || p == nil || s.current() != "v2" || s.version() != "v2" {
 		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, serving it:\n%s",
-			p, err, s.current(), s.version(), out.String())
+			p, err, s.current(), s.version(), out)
 	}
 
 	s.m.Reboot(t)
@@ -359,24 +342,7 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", writeSlowStart(t, s, s.build("v3"), 3*time.Second), "--arm-rollback", "--skip-canary-check", "e2e")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	proctest.Eventually(t, "the backend restarted onto the candidate", func() bool {
-		_, inv := s.unit(s.cfg.Backend.Unit)
-		return inv != inv0 && inv != ""
-	})
-	h := holder(t, s)
-	if h == nil {
-		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
-	}
-	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.build("v3"), 3*time.Second), inv0)
 	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
 	snap := lastSnapshotManifest(t, s)
 	for _, f := range snap.Files {
