@@ -401,16 +401,10 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err := sd.ArmTransient(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			if _, err := os.Stat(marker); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatal("the armed timer never ran its service")
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		proctest.Eventually(t, "the armed timer to run its service", func() bool {
+			_, err := os.Stat(marker)
+			return err == nil
+		})
 		// RemainAfterElapse=false: once done, both unload by themselves.
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
 			t.Fatal(err)
@@ -429,16 +423,10 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err := sd.ArmTransient(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			if _, err := os.Stat(marker); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatal("the armed timer never ran its service")
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		proctest.Eventually(t, "the armed timer to run its service", func() bool {
+			_, err := os.Stat(marker)
+			return err == nil
+		})
 		// Without CollectMode=inactive-or-failed the failed service stays
 		// loaded and blocks arming until someone runs reset-failed.
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
