@@ -17,6 +17,10 @@ import (
 // TimeoutStopSec=5 even when saturated (hardening spec §2.6).
 const DrainTimeout = 2 * time.Second
 
+// answerGrace is how long, after the drain deadline, the calls still running
+// have to write their UNAVAILABLE answers before the connections close.
+const answerGrace = time.Second
+
 // Serve serves HTTP on ln until ctx ends, then shuts down within
 // DrainTimeout and kills every running command group. It tells systemd
 // READY=1 once listening and keeps its watchdog fed while /healthz answers.
@@ -27,9 +31,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          nil,
+		ConnContext:       connContext,
 	}
+	capped := newCapListener(ln, s.httpLim.MaxConns, s.httpLim.ReserveConns)
+	s.conns.Store(capped)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(capped) }()
 
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		s.log.Warn("sd_notify READY failed", "err", err)
@@ -47,17 +54,28 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	s.log.Info("shutting down", "drain", DrainTimeout.String())
+	// Stop accepting; queued and new calls are answered UNAVAILABLE at
+	// once; running calls have the drain to finish.
+	s.beginStopping()
 	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
 	err := hs.Shutdown(dctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("drain timed out; closing connections")
-		err = hs.Close()
+		// Every call still running is answered UNAVAILABLE on its own
+		// connection; only then do the connections close and the command
+		// groups die.
+		s.log.Warn("drain timed out; answering the calls still running")
+		s.abandonRunning()
+		gctx, gcancel := context.WithTimeout(context.Background(), answerGrace)
+		err = hs.Shutdown(gctx)
+		gcancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			s.log.Warn("answers not written in time; closing connections")
+			err = hs.Close()
+		}
 	}
-	// Closing connections cancels their requests, which kills their
-	// commands; Close makes sure no group outlives the process either way.
 	s.Close()
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
 	return err

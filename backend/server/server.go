@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/memguard"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
@@ -41,10 +41,23 @@ type Server struct {
 	mcp   *mcp.Server
 	token []byte // bearer token; nil when auth is off
 
-	shedResult []byte // the encoded OVERLOADED result of a request shed at once
+	shedResult    []byte // the encoded OVERLOADED result of a request shed at once
+	shedBody      []byte // the encoded OVERLOADED result when the body budget is in use
+	shedMemory    []byte // the encoded OVERLOADED result while the memory guard sheds
+	restartResult []byte // the encoded UNAVAILABLE result of a call cut by a restart
+
+	httpLim HTTPLimits
+	budget  *bodyBudget
+	mem     atomic.Pointer[memguard.Guard]
+	conns   atomic.Pointer[capListener]
 
 	down     context.Context // done once Close ran
 	shutdown context.CancelFunc
+
+	stoppingCtx context.Context // done once shutdown began: queued and new calls get UNAVAILABLE
+	stopping    context.CancelFunc
+	abandonCtx  context.Context // done at the drain deadline: running calls get UNAVAILABLE
+	abandon     context.CancelFunc
 
 	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
 	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
@@ -86,11 +99,31 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:         log,
 		Admission:      func() any { return s.adm.Snapshot() },
 	})
-	shed, err := json.Marshal(toolerr.Result(admissionError(admission.ErrQueueFull, s.adm.Limits())))
-	if err != nil {
-		return nil, fmt.Errorf("encode overload result: %w", err)
+	s.stoppingCtx, s.stopping = context.WithCancel(context.Background())
+	s.abandonCtx, s.abandon = context.WithCancel(context.Background())
+	s.httpLim = defaultHTTPLimits(s.maxBody(), cfg.Concurrency.MaxActive, cfg.Concurrency.MaxQueue)
+	s.budget = &bodyBudget{limit: s.httpLim.BodyBudget}
+	for _, r := range []struct {
+		dst *[]byte
+		err *toolerr.Error
+	}{
+		{&s.shedResult, admissionError(admission.ErrQueueFull, s.adm.Limits())},
+		{&s.shedBody, toolerr.New(toolerr.Overloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget)},
+		{&s.shedMemory, memoryError()},
+		{&s.restartResult, restartError()},
+	} {
+		b, err := json.Marshal(toolerr.Result(r.err))
+		if err != nil {
+			return nil, fmt.Errorf("encode %s result: %w", r.err.Code, err)
+		}
+		*r.dst = b
 	}
-	s.shedResult = shed
+	if g, err := memguard.New(memguard.Options{}); err != nil {
+		log.Info("memory guard off", "reason", err.Error())
+	} else {
+		s.UseMemGuard(g, 0)
+		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: sdkLogger(log)})
 	s.tools.Register(s.mcp)
 	s.mcp.AddReceivingMiddleware(s.admit)
@@ -121,33 +154,57 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		defer cancel()
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
+		if s.stoppingCtx.Err() != nil {
+			s.logCall(tool, kind, 0, 0, string(toolerr.Unavailable))
+			return toolerr.Result(restartError()), nil
+		}
+		if kind != admission.Control && s.mem.Load().Shedding() {
+			s.logCall(tool, kind, 0, 0, string(toolerr.Overloaded))
+			return toolerr.Result(memoryError()), nil
+		}
 		start := time.Now()
-		permit, err := s.adm.Acquire(ctx, kind)
+		// Shutdown takes queued calls out of the queue at once.
+		acqCtx, stopAcq := context.WithCancel(ctx)
+		defer stopAcq()
+		defer context.AfterFunc(s.stoppingCtx, stopAcq)()
+		permit, err := s.adm.Acquire(acqCtx, kind)
 		wait := time.Since(start)
 		if err != nil {
 			te := admissionError(err, s.adm.Limits())
+			if s.stoppingCtx.Err() != nil && ctx.Err() == nil {
+				te = restartError()
+			}
 			s.logCall(tool, kind, wait, 0, string(te.Code))
 			return toolerr.Result(te), nil
 		}
-		// The slot covers trimming the result too, so that work is bounded
-		// like the rest, and a panic cannot strand it.
-		defer permit.Release()
-		res, err := next(ctx, method, req)
-		dur := time.Since(start) - wait
-		if err != nil {
-			s.logCall(tool, kind, wait, dur, "jsonrpc-error")
-			return res, err
-		}
-		if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-			fitted, truncated := fitResult(r, s.cfg.Limits.ResponseBytes)
-			if truncated {
-				s.log.Warn("result truncated to the response budget", "tool", tool, "budget", s.cfg.Limits.ResponseBytes)
+		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
+			// The slot covers trimming the result too, so that work is
+			// bounded like the rest, and a panic cannot strand it.
+			defer permit.Release()
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.CallToolResult); ok && r != nil && err == nil {
+				fitted, truncated := fitResult(r, s.cfg.Limits.ResponseBytes)
+				if truncated {
+					s.log.Warn("result truncated to the response budget", "tool", tool, "budget", s.cfg.Limits.ResponseBytes)
+				}
+				return fitted, nil
 			}
-			s.logCall(tool, kind, wait, dur, outcome(fitted))
-			return fitted, nil
+			return res, err
+		})
+		dur := time.Since(start) - wait
+		switch {
+		case abandoned:
+			s.logCall(tool, kind, wait, dur, "abandoned-at-shutdown")
+		case err != nil:
+			s.logCall(tool, kind, wait, dur, "jsonrpc-error")
+		default:
+			if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+				s.logCall(tool, kind, wait, dur, outcome(r))
+			} else {
+				s.logCall(tool, kind, wait, dur, "ok")
+			}
 		}
-		s.logCall(tool, kind, wait, dur, "ok")
-		return res, nil
+		return res, err
 	}
 }
 
@@ -217,47 +274,70 @@ func (s *Server) Handler() http.Handler {
 		MaxRequestBodyBytes:        s.maxBody(),
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /mcp", s.guard(s.trackRequest(streamable)))
-	mux.Handle("/mcp", s.guard(streamable)) // GET/DELETE: the SDK answers 405
+	mux.Handle("POST /mcp", rpcErrors(s.guard(s.trackRequest(streamable))))
+	mux.Handle("/mcp", rpcErrors(s.guard(streamable))) // GET/DELETE: the SDK answers 405
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics holds counters only: the Host/Origin check applies, the
 	// bearer token does not, so probes and stress need no secret.
 	mux.Handle("GET /metrics", s.hostGuard(http.HandlerFunc(s.metrics)))
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if onReserveConn(r) {
+			// A reserve connection answers once and frees its place.
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // trackRequest checks the body is a JSON-RPC message (a malformed one gets
 // a JSON-RPC error, not plain text) and registers the request's context
 // under a fresh id that the tool middleware finds in the forwarded headers.
 func (s *Server) trackRequest(h http.Handler) http.Handler {
-	limit := s.maxBody()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		reserve := onReserveConn(r)
+		limit := s.maxBody()
+		if reserve {
+			limit = smallBody
+		}
+		body, release, err := s.readBody(w, r, limit)
+		defer release()
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeRPCError(w, http.StatusRequestEntityTooLarge, -32600, fmt.Sprintf("request body over %d bytes", limit))
-				return
+			if errors.Is(err, errBodyTimeout) {
+				s.budget.timeout.Add(1)
 			}
-			writeRPCError(w, http.StatusBadRequest, -32700, "reading request body: "+err.Error())
+			s.refuseBody(w, r, body, limit, err)
 			return
 		}
 		msg, code, why := parseJSONRPC(body)
 		if code != 0 {
-			writeRPCError(w, http.StatusBadRequest, code, why)
+			writeRPCErrorID(w, http.StatusBadRequest, msg.ID, code, why)
 			return
 		}
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
-			if s.adm.Shed(kind) {
+			var shed []byte
+			switch {
+			case s.stoppingCtx.Err() != nil:
+				shed = s.restartResult
+			case reserve && kind != admission.Control:
+				// Past the connection cap only control work is served.
+				shed = s.shedResult
+			case kind != admission.Control && s.mem.Load().Shedding():
+				shed = s.shedMemory
+			case s.adm.Shed(kind):
+				shed = s.shedResult
+			}
+			if shed != nil {
 				s.logCall(msg.Params.Name, kind, 0, 0, string(toolerr.Overloaded))
-				s.writeShed(w, msg.ID)
+				s.writeToolResult(w, msg.ID, shed)
 				return
 			}
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		// The SDK reads its own copy; ours is let go of as soon as it has.
+		r.Body = &dropReader{b: body}
 		r.ContentLength = int64(len(body))
+		body = nil
 		id := strconv.FormatUint(s.nextReq.Add(1), 36)
 		s.requests.Store(id, r.Context())
 		defer s.requests.Delete(id)
@@ -307,30 +387,27 @@ func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 		// The id is echoed in the answer, outside the result's budget.
 		return rpcMessage{}, -32600, fmt.Sprintf("invalid request: id longer than %d bytes", maxIDBytes)
 	}
+	if why := validID(m.ID); why != "" {
+		// Answering under another id than the one sent would be worse
+		// than refusing: the client could match it to another call.
+		return rpcMessage{}, -32600, "invalid request: " + why
+	}
 	return m, 0, ""
 }
 
-// writeShed answers a tools/call the controller refused at once with the
-// same OVERLOADED tool result the middleware would give, without the cost
-// of a server session.
-func (s *Server) writeShed(w http.ResponseWriter, id json.RawMessage) {
+// writeToolResult answers a tools/call at once with an encoded tool result
+// (a shed or a restart), without the cost of a server session.
+func (s *Server) writeToolResult(w http.ResponseWriter, id json.RawMessage, result []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	var buf bytes.Buffer
-	buf.Grow(len(s.shedResult) + len(id) + 40)
+	buf.Grow(len(result) + len(id) + 40)
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.Write(id)
 	buf.WriteString(`,"result":`)
-	buf.Write(s.shedResult)
+	buf.Write(result)
 	buf.WriteString("}\n")
 	_, _ = w.Write(buf.Bytes())
-}
-
-func writeRPCError(w http.ResponseWriter, status, code int, msg string) {
-	writeJSON(w, status, map[string]any{
-		"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": code, "message": msg},
-	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -343,19 +420,31 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	snap := s.adm.Snapshot()
 	body := map[string]any{"status": "ready", "active": snap.Active.Total, "queued": snap.Queued.Total, "maxQueue": snap.Limits.MaxQueue}
 	code := http.StatusOK
-	if s.adm.Full() {
+	mem := s.mem.Load()
+	switch {
+	case s.drainState() != "":
+		body["status"] = s.drainState()
+		code = http.StatusServiceUnavailable
+	case s.adm.Full():
 		body["status"] = "overloaded"
 		code = http.StatusServiceUnavailable
+	case mem.Shedding():
+		body["status"] = "memory"
+		code = http.StatusServiceUnavailable
+	}
+	if mem != nil {
+		m := mem.Last()
+		body["memory"] = map[string]any{"shedding": m.Shedding, "anon": m.Anon, "highWater": m.HighWater}
 	}
 	writeJSON(w, code, body)
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	snap := s.adm.Snapshot()
+	snap := s.metricsSnapshot()
 	if wantsText(r.Header.Get("Accept")) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		writePrometheus(w, snap)
+		writePrometheus(w, snap.Snapshot)
 		return
 	}
 	writeJSON(w, http.StatusOK, snap)

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+// Shutdown happens in two steps, so nothing a client sent is dropped:
+// stopping (new and queued calls are answered UNAVAILABLE at once, running
+// ones go on) and, at the drain deadline, abandoning (every call still
+// running is answered UNAVAILABLE on its own connection; its command group
+// is killed only after that answer is written).
+
+func restartError() *toolerr.Error {
+	return toolerr.New(toolerr.Unavailable, "backend restarting; retry")
+}
+
+// beginStopping answers queued and new calls UNAVAILABLE from now on.
+func (s *Server) beginStopping() { s.stopping() }
+
+// abandonRunning answers every call still running UNAVAILABLE.
+func (s *Server) abandonRunning() { s.abandon() }
+
+// runCall runs a tool call so that the drain can answer it before it ends.
+// The call's own cancellation (client gone, notifications/cancelled,
+// Close) reaches it as before, except once it has been abandoned: then its
+// group dies with Close, after the UNAVAILABLE answer went out.
+func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Result, error)) (mcp.Result, error, bool) {
+	var abandoned atomic.Bool
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopCtx := context.AfterFunc(ctx, func() {
+		if !abandoned.Load() {
+			cancel()
+		}
+	})
+	stopDown := context.AfterFunc(s.down, cancel)
+	type outcome struct {
+		res mcp.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			stopCtx()
+			stopDown()
+			cancel()
+		}()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{toolerr.Result(toolerr.New(toolerr.Internal, "tool panicked: %v", p)), nil}
+			}
+		}()
+		res, err := run(runCtx)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err, false
+	case <-s.abandonCtx.Done():
+		abandoned.Store(true)
+		select {
+		case o := <-done: // finished meanwhile: its own answer wins
+			return o.res, o.err, false
+		default:
+		}
+		return toolerr.Result(restartError()), nil, true
+	}
+}
+
+// drainState is shown in /readyz while shutting down.
+func (s *Server) drainState() string {
+	switch {
+	case s.abandonCtx.Err() != nil:
+		return "abandoning"
+	case s.stoppingCtx.Err() != nil:
+		return "draining"
+	}
+	return ""
+}

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"time"
+
+	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/memguard"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+)
+
+func memoryError() *toolerr.Error {
+	return toolerr.New(toolerr.Overloaded, "backend overloaded: memory use is above its high-water mark; retry later")
+}
+
+// UseMemGuard replaces the memory guard (New installs one reading the
+// process's own cgroup when there is one) and samples it every interval
+// (memguard.DefaultInterval when zero) until Close.
+func (s *Server) UseMemGuard(g *memguard.Guard, interval time.Duration) {
+	s.mem.Store(g)
+	go g.Run(s.down, interval)
+}
+
+// SetHTTPLimits replaces the HTTP limits; call it before Handler or Serve.
+func (s *Server) SetHTTPLimits(l HTTPLimits) {
+	s.httpLim = l
+	s.budget = &bodyBudget{limit: l.BodyBudget}
+}
+
+// HTTPLimits are the limits in force.
+func (s *Server) HTTPLimits() HTTPLimits { return s.httpLim }
+
+// intakeJSON is what /metrics adds about the HTTP intake.
+type intakeJSON struct {
+	BodyBudget       int64 `json:"bodyBudget"`
+	BodyBytesHeld    int64 `json:"bodyBytesHeld"`
+	BodyBytesPeak    int64 `json:"bodyBytesPeak"`
+	BodyRefused      int64 `json:"bodyRefused"`
+	BodyTimedOut     int64 `json:"bodyTimedOut"`
+	MaxConns         int   `json:"maxConns"`
+	ReserveConns     int   `json:"reserveConns"`
+	ConnsOpen        int   `json:"connsOpen"`
+	ReserveConnsOpen int   `json:"reserveConnsOpen"`
+}
+
+// metricsJSON is the pinned admission snapshot with our fields beside it.
+type metricsJSON struct {
+	admission.Snapshot
+	Memory memguard.Sample `json:"memory"`
+	Intake intakeJSON      `json:"intake"`
+}
+
+func (s *Server) metricsSnapshot() metricsJSON {
+	in := intakeJSON{
+		BodyBudget:    s.budget.limit,
+		BodyBytesHeld: s.budget.used.Load(),
+		BodyBytesPeak: s.budget.peak.Load(),
+		BodyRefused:   s.budget.refused.Load(),
+		BodyTimedOut:  s.budget.timeout.Load(),
+		MaxConns:      s.httpLim.MaxConns,
+		ReserveConns:  s.httpLim.ReserveConns,
+	}
+	if l := s.conns.Load(); l != nil {
+		in.ConnsOpen, in.ReserveConnsOpen = l.open()
+	}
+	return metricsJSON{Snapshot: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in}
+}
