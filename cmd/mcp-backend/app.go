@@ -9,7 +9,6 @@ import (
 	"net"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/backend/config"
@@ -89,7 +88,7 @@ func newApp(d *deps) *cli.App {
 					if err != nil {
 						return &exitError{exitUsage, err}
 					}
-					return srv.ServeStdio(c.Context, &mcp.IOTransport{Reader: io.NopCloser(d.stdin), Writer: nopWriteCloser{d.stdout}})
+					return srv.ServeStdio(c.Context, srv.StdioTransport(d.stdin, d.stdout))
 				},
 			},
 			{
@@ -107,10 +106,6 @@ func newApp(d *deps) *cli.App {
 		},
 	}
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // loadConfig reads and validates the config before any socket opens; every
 // failure is a usage error (exit 2).
