@@ -21,8 +21,10 @@ type HTTPLimits struct {
 	// once (read, parsed and decoded by the SDK until the request ends).
 	// Past it a request is refused at once with a structured answer.
 	BodyBudget int64
-	// BodyTimeout bounds the read of one whole body (slowloris).
-	BodyTimeout time.Duration
+	// BodyTimeout bounds the read of one whole body; BodyIdleTimeout the
+	// wait for its next bytes, so a client stalled mid-body (slowloris) is
+	// cut off soon while a slow upload that keeps moving is not.
+	BodyTimeout, BodyIdleTimeout time.Duration
 	// MaxConns caps open connections; ReserveConns more are accepted past
 	// the cap for /healthz, /readyz, /metrics and small control calls only.
 	MaxConns, ReserveConns int
@@ -35,7 +37,7 @@ const (
 	smallBody     = 64 << 10
 	smallReserve  = 4 << 20
 	sniffBytes    = 4 << 10
-	minBodyBudget = 64 << 20
+	minBodyBudget = 128 << 20
 )
 
 // defaultHTTPLimits derives the limits from the largest body: the budget
@@ -43,10 +45,11 @@ const (
 // slot and queue place plus keep-alive connections of idle clients.
 func defaultHTTPLimits(maxBody int64, maxActive, maxQueue int) HTTPLimits {
 	return HTTPLimits{
-		BodyBudget:   max(minBodyBudget, 4*maxBody),
-		BodyTimeout:  30 * time.Second,
-		MaxConns:     max(256, 4*(maxActive+maxQueue)),
-		ReserveConns: 16,
+		BodyBudget:      max(minBodyBudget, 4*maxBody),
+		BodyTimeout:     60 * time.Second,
+		BodyIdleTimeout: 5 * time.Second,
+		MaxConns:        max(256, 4*(maxActive+maxQueue)),
+		ReserveConns:    16,
 	}
 }
 
@@ -99,11 +102,26 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 		return nil, release, errBodyTooBig
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.httpLim.BodyTimeout))
+	end := time.Now().Add(s.httpLim.BodyTimeout)
+	var abandoned atomic.Bool
+	extend := func() {
+		if !abandoned.Load() {
+			d := time.Now().Add(s.httpLim.BodyIdleTimeout)
+			if d.After(end) {
+				d = end
+			}
+			_ = rc.SetReadDeadline(d)
+			if abandoned.Load() { // lost a race with the drain: it wins
+				_ = rc.SetReadDeadline(time.Now())
+			}
+		}
+	}
+	extend()
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	in := &progressReader{r: r.Body, progress: extend}
 	// A drain that gives up on a request still reading its body ends the
 	// read, so the connection is answered and freed.
-	stop := context.AfterFunc(s.abandonCtx, func() { _ = rc.SetReadDeadline(time.Now()) })
+	stop := context.AfterFunc(s.abandonCtx, func() { abandoned.Store(true); _ = rc.SetReadDeadline(time.Now()) })
 	defer stop()
 
 	if n := r.ContentLength; n >= 0 {
@@ -112,7 +130,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 		}
 		held = n
 		body = make([]byte, n)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
+		if _, err := io.ReadFull(in, body); err != nil {
 			return body, release, readErr(err)
 		}
 		return body, release, nil
@@ -131,7 +149,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 			copy(nb, body)
 			body = nb
 		}
-		n, err := r.Body.Read(body[len(body):cap(body)])
+		n, err := in.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		if int64(len(body)) > limit {
 			return nil, release, errBodyTooBig
@@ -150,6 +168,20 @@ func readErr(err error) error {
 		return errBodyTimeout
 	}
 	return fmt.Errorf("reading request body: %w", err)
+}
+
+// progressReader calls progress after every read that returned bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
 }
 
 // refuseBody answers a request whose body was not read. A tools/call whose
@@ -188,7 +220,7 @@ func (s *Server) refuseBody(w http.ResponseWriter, r *http.Request, got []byte, 
 		}
 		writeRPCErrorID(w, http.StatusServiceUnavailable, id, -32000, "backend restarting; retry")
 	case errors.Is(err, errBodyTimeout):
-		writeRPCErrorID(w, http.StatusRequestTimeout, id, -32600, fmt.Sprintf("request body not received within %s", s.httpLim.BodyTimeout))
+		writeRPCErrorID(w, http.StatusRequestTimeout, id, -32600, fmt.Sprintf("request body not received in time (%s without data or %s in all)", s.httpLim.BodyIdleTimeout, s.httpLim.BodyTimeout))
 	default:
 		writeRPCErrorID(w, http.StatusBadRequest, id, -32700, err.Error())
 	}

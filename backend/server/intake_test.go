@@ -163,7 +163,7 @@ func TestBodyBudgetRefusesWithStructuredAnswers(t *testing.T) {
 // TestStalledBodyIsCutOff: a client stalled mid-body is answered and
 // disconnected at the body deadline, and its budget released.
 func TestStalledBodyIsCutOff(t *testing.T) {
-	s := serveBackend(t, nil, func(l *HTTPLimits) { l.BodyTimeout = 300 * time.Millisecond })
+	s := serveBackend(t, nil, func(l *HTTPLimits) { l.BodyIdleTimeout = 300 * time.Millisecond })
 	c := stallBody(t, s.addr, 7, 1<<20)
 	status, body := readAnswer(t, c)
 	if rep := parseReply(t, body); status != http.StatusRequestTimeout || rep.Error == nil {
