@@ -70,14 +70,3 @@ func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Res
 		return toolerr.Result(restartError()), nil, true
 	}
 }
-
-// drainState is shown in /readyz while shutting down.
-func (s *Server) drainState() string {
-	switch {
-	case s.abandonCtx.Err() != nil:
-		return "abandoning"
-	case s.stoppingCtx.Err() != nil:
-		return "draining"
-	}
-	return ""
-}

@@ -317,9 +317,10 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
 			var shed []byte
+			code := toolerr.Overloaded
 			switch {
 			case s.stoppingCtx.Err() != nil:
-				shed = s.restartResult
+				shed, code = s.restartResult, toolerr.Unavailable
 			case reserve && kind != admission.Control:
 				// Past the connection cap only control work is served.
 				shed = s.shedResult
@@ -329,7 +330,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 				shed = s.shedResult
 			}
 			if shed != nil {
-				s.logCall(msg.Params.Name, kind, 0, 0, string(toolerr.Overloaded))
+				s.logCall(msg.Params.Name, kind, 0, 0, string(code))
 				s.writeToolResult(w, msg.ID, shed)
 				return
 			}
@@ -337,7 +338,6 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		// The SDK reads its own copy; ours is let go of as soon as it has.
 		r.Body = &dropReader{b: body}
 		r.ContentLength = int64(len(body))
-		body = nil
 		id := strconv.FormatUint(s.nextReq.Add(1), 36)
 		s.requests.Store(id, r.Context())
 		defer s.requests.Delete(id)
@@ -422,9 +422,6 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	code := http.StatusOK
 	mem := s.mem.Load()
 	switch {
-	case s.drainState() != "":
-		body["status"] = s.drainState()
-		code = http.StatusServiceUnavailable
 	case s.adm.Full():
 		body["status"] = "overloaded"
 		code = http.StatusServiceUnavailable
