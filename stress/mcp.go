@@ -116,8 +116,9 @@ type rpcResponse struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		} `json:"content"`
-		StructuredContent json.RawMessage `json:"structuredContent"`
-		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage            `json:"structuredContent"`
+		IsError           bool                       `json:"isError"`
+		Meta              map[string]json.RawMessage `json:"_meta"`
 	} `json:"result"`
 	Error *struct {
 		Code    int    `json:"code"`
@@ -125,13 +126,21 @@ type rpcResponse struct {
 	} `json:"error"`
 }
 
-// toolErrorEnvelope is the structuredContent of a failed tool call.
+// toolErrorEnvelope is the JSON of a failed tool call, carried in _meta
+// under errorMetaKey and as the text content.
 type toolErrorEnvelope struct {
 	Error *struct {
 		Code      string `json:"code"`
 		Message   string `json:"message"`
 		Retryable bool   `json:"retryable"`
 	} `json:"error"`
+}
+
+// errorMetaKey is the result _meta key of the error envelope.
+const errorMetaKey = "mcp-backend/error"
+
+func decodeEnvelope(b []byte, env *toolErrorEnvelope) bool {
+	return len(b) > 0 && json.Unmarshal(b, env) == nil && env.Error != nil && env.Error.Code != ""
 }
 
 // Classify judges one response to the tools/call with JSON-RPC id wantID.
@@ -178,9 +187,9 @@ func Classify(wantID uint64, status int, transportErr string, contentType string
 			return rep
 		}
 		var env toolErrorEnvelope
-		if len(rep.Structured) == 0 || json.Unmarshal(rep.Structured, &env) != nil || env.Error == nil || env.Error.Code == "" {
+		if !decodeEnvelope(r.Result.Meta[errorMetaKey], &env) && !decodeEnvelope([]byte(rep.Text), &env) {
 			rep.Outcome = OutcomeToolError
-			rep.Detail = "tool error without structured {\"error\":{\"code\"}}: " + snippet([]byte(rep.Text))
+			rep.Detail = "tool error without {\"error\":{\"code\"}}: " + snippet([]byte(rep.Text))
 			return rep
 		}
 		rep.Code = env.Error.Code

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -89,12 +90,7 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 			return &out, true
 		}
 	}
-	return &mcp.CallToolResult{
-		IsError: true,
-		Content: []mcp.Content{&mcp.TextContent{Text: `{"error":{"code":"OUTPUT_LIMIT","message":"result does not fit the response budget","retryable":false}}`}},
-		StructuredContent: map[string]any{"error": map[string]any{
-			"code": "OUTPUT_LIMIT", "message": "result does not fit the response budget", "retryable": false}},
-	}, true
+	return toolerr.Result(toolerr.New(toolerr.OutputLimit, "result does not fit the response budget")), true
 }
 
 // upperBound bounds the encoded size of a result from above without

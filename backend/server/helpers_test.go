@@ -19,6 +19,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
 )
 
 // backend is a real Server behind a real HTTP listener.
@@ -85,8 +86,9 @@ func post(ctx context.Context, url string, body []byte) (int, []byte, error) {
 // toolReply is the parsed JSON-RPC answer of a tools/call.
 type toolReply struct {
 	Result *struct {
-		IsError           bool            `json:"isError"`
-		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool                       `json:"isError"`
+		StructuredContent json.RawMessage            `json:"structuredContent"`
+		Meta              map[string]json.RawMessage `json:"_meta"`
 		Content           []struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
@@ -122,14 +124,20 @@ func (r toolReply) errorCode() string {
 	if r.Result == nil || !r.Result.IsError {
 		return ""
 	}
-	var env struct {
-		Error struct{ Code string } `json:"error"`
+	if len(r.Result.StructuredContent) > 0 {
+		// Strict clients would reject it against the outputSchema.
+		return "STRUCTURED"
 	}
-	_ = json.Unmarshal(r.Result.StructuredContent, &env)
-	if env.Error.Code == "" {
+	e := toolerr.Decode(r.Result.Meta[toolerr.MetaKey])
+	if e == nil {
 		return "UNSTRUCTURED"
 	}
-	return env.Error.Code
+	for _, c := range r.Result.Content {
+		if t := toolerr.Decode([]byte(c.Text)); t == nil || *t != *e {
+			return "TEXT_DIFFERS"
+		}
+	}
+	return string(e.Code)
 }
 
 func getJSON(t testing.TB, url string, v any) int {

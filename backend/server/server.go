@@ -241,14 +241,8 @@ func outcome(r *mcp.CallToolResult) string {
 	if !r.IsError {
 		return "ok"
 	}
-	var env struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	b, err := json.Marshal(r.StructuredContent)
-	if err == nil && json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
-		return env.Error.Code
+	if e := toolerr.FromResult(r); e != nil {
+		return string(e.Code)
 	}
 	return "error"
 }

@@ -151,7 +151,23 @@ func wantToolError(t testing.TB, res *mcp.CallToolResult, code toolerr.Code) *to
 		b, _ := json.Marshal(res.StructuredContent)
 		t.Fatalf("want error %s, got success: %.500s", code, b)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
+	// Strict clients validate structuredContent against the outputSchema
+	// even on errors: an error result must carry none.
+	if res.StructuredContent != nil {
+		t.Fatalf("error result carries structuredContent %v", res.StructuredContent)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("error result has %d contents, want 1", len(res.Content))
+	}
+	tc, isText := res.Content[0].(*mcp.TextContent)
+	if !isText {
+		t.Fatalf("error content is %T, want text", res.Content[0])
+	}
+	b := []byte(tc.Text)
+	meta, _ := json.Marshal(res.Meta[toolerr.MetaKey])
+	if !jsonEqual(t, meta, b) {
+		t.Fatalf("_meta %q differs from the text envelope:\nmeta: %s\ntext: %s", toolerr.MetaKey, meta, b)
+	}
 	var env toolerr.Envelope
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()

@@ -205,7 +205,8 @@ type toolError struct{ code, msg string }
 
 func errResult(e *toolError) *mcp.CallToolResult {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": e.code, "message": e.msg, "retryable": e.code == "OVERLOADED"}})
-	return &mcp.CallToolResult{IsError: true, StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	// The backend's shape: the envelope as text and in _meta, no structuredContent.
+	return &mcp.CallToolResult{IsError: true, Meta: mcp.Meta{"mcp-backend/error": json.RawMessage(b)}, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
 }
 
 // capped keeps the first n bytes and calls over once when more arrive.
