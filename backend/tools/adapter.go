@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -37,6 +38,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 	if err != nil {
 		panic(fmt.Sprintf("tools: input schema of %s: %v", name, err))
 	}
+	dropNullable(in)
 	var zero In
 	if tw, ok := any(&zero).(schemaTweaker); ok {
 		tw.tweakSchema(in)
@@ -89,6 +91,21 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		}, nil
 	}
 	return toolDef{tool: tool, handler: handler}
+}
+
+// dropNullable makes an optional pointer argument (["null","integer"]) a
+// plain type: an omitted argument takes its default, and clients that build
+// a form from the schema (Inspector) send a union type as a string.
+func dropNullable(s *jsonschema.Schema) {
+	for _, p := range s.Properties {
+		if len(p.Types) == 2 && slices.Contains(p.Types, "null") {
+			t := p.Types[0]
+			if t == "null" {
+				t = p.Types[1]
+			}
+			p.Type, p.Types = t, nil
+		}
+	}
 }
 
 // decodeArgs validates raw arguments against the resolved input schema and

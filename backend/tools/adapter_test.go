@@ -100,3 +100,39 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// Optional integer arguments are plain "integer", not ["null","integer"]:
+// form-based clients (Inspector) send a union-typed field as a string, and
+// an omitted argument already takes its default.
+func TestOptionalIntegersArePlainIntegers(t *testing.T) {
+	h := newHarness(t, testOptions())
+	res, err := h.client.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, tool := range res.Tools {
+		b, _ := json.Marshal(tool.InputSchema)
+		var sch jsonschema.Schema
+		if err := json.Unmarshal(b, &sch); err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range sch.Properties {
+			if slices.Contains(p.Types, "null") || p.Type == "null" {
+				t.Errorf("%s: argument %s is nullable: %v", tool.Name, name, p.Types)
+			}
+			if tool.Name == NameShellExec && name == "timeoutMs" {
+				checked++
+				if p.Type != "integer" {
+					t.Errorf("shell.exec timeoutMs: type %q types %v, want integer", p.Type, p.Types)
+				}
+			}
+		}
+	}
+	if checked != 1 {
+		t.Fatalf("shell.exec has no timeoutMs argument")
+	}
+	// null is no longer an accepted value; omitted still is.
+	fails(t, h, NameShellExec, map[string]any{"command": "true", "timeoutMs": nil}, toolerr.InvalidArgument)
+	ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "true"})
+}

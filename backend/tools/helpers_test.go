@@ -74,6 +74,9 @@ func (h *harness) callCtx(ctx context.Context, t testing.TB, name string, args a
 	if !ok {
 		t.Fatalf("%s: content is %T, want text", name, res.Content[0])
 	}
+	if res.IsError {
+		return res // wantToolError checks the error shape
+	}
 	sc, err := json.Marshal(res.StructuredContent)
 	if err != nil {
 		t.Fatalf("%s: structured content: %v", name, err)
