@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -19,12 +20,16 @@ import (
 
 // Config is the whole backend configuration file.
 type Config struct {
-	Listen       string      `json:"listen"`
-	AllowedHosts []string    `json:"allowedHosts"`
-	Auth         Auth        `json:"auth"`
-	Concurrency  Concurrency `json:"concurrency"`
-	Limits       Limits      `json:"limits"`
-	Shell        Shell       `json:"shell"`
+	Listen       string   `json:"listen"`
+	AllowedHosts []string `json:"allowedHosts"`
+	// AllowedOrigins are browser origins (scheme://host[:port], exact)
+	// accepted besides loopback and allowedHosts ones: a hosted or
+	// browser-based client's page.
+	AllowedOrigins []string    `json:"allowedOrigins"`
+	Auth           Auth        `json:"auth"`
+	Concurrency    Concurrency `json:"concurrency"`
+	Limits         Limits      `json:"limits"`
+	Shell          Shell       `json:"shell"`
 }
 
 // Auth configures bearer-token access to /mcp.
@@ -65,8 +70,9 @@ type Shell struct {
 // Default returns the configuration with every default of the spec.
 func Default() Config {
 	return Config{
-		Listen:       "127.0.0.1:3210",
-		AllowedHosts: []string{},
+		Listen:         "127.0.0.1:3210",
+		AllowedHosts:   []string{},
+		AllowedOrigins: []string{},
 		Concurrency: Concurrency{
 			MaxActive:       48,
 			ReservedControl: 8,
@@ -92,6 +98,9 @@ func Parse(r io.Reader) (Config, error) {
 	}
 	if c.AllowedHosts == nil {
 		c.AllowedHosts = []string{}
+	}
+	if c.AllowedOrigins == nil {
+		c.AllowedOrigins = []string{}
 	}
 	return c, nil
 }
@@ -123,7 +132,7 @@ func describeJSONError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if s := err.Error(); strings.HasPrefix(s, "json: unknown field ") {
-		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, auth, concurrency, limits, shell and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
+		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
 	}
 	return err
 }
@@ -150,6 +159,11 @@ func (c Config) Validate() error {
 	for i, h := range c.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/ ") {
 			bad(fmt.Sprintf("allowedHosts[%d]", i), fmt.Sprintf("%q", h), "must be a host name such as mcp.example.com")
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		if !isOrigin(o) {
+			bad(fmt.Sprintf("allowedOrigins[%d]", i), fmt.Sprintf("%q", o), "must be an origin scheme://host[:port] such as https://claude.ai (http or https, no path, no trailing slash)")
 		}
 	}
 	cc := c.Concurrency
@@ -206,4 +220,14 @@ func (c Config) IsLoopback() bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// isOrigin reports whether o is an origin exactly as browsers send it in
+// the Origin header, so that comparing strings is comparing origins.
+func isOrigin(o string) bool {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	return o == u.Scheme+"://"+u.Host && u.User == nil && strings.ToLower(u.Host) == u.Host
 }

@@ -80,6 +80,10 @@ func TestValidate(t *testing.T) {
 		{"relative shell", `{"shell":{"path":"bash"}}`, `shell.path = "bash": must be an absolute path`},
 		{"response below output", `{"limits":{"outputBytes":100,"responseBytes":10}}`, "limits.responseBytes = 10: must be >= limits.outputBytes + 65536 (65636)"},
 		{"default timeout above max", `{"shell":{"defaultTimeoutMs":9000,"maxTimeoutMs":1000}}`, "shell.defaultTimeoutMs = 9000"},
+		{"origin with a path", `{"allowedOrigins":["https://claude.ai/"]}`, `allowedOrigins[0] = "https://claude.ai/": must be an origin scheme://host[:port]`},
+		{"origin without scheme", `{"allowedOrigins":["claude.ai"]}`, `allowedOrigins[0] = "claude.ai"`},
+		{"origin of another scheme", `{"allowedOrigins":["ftp://x.example"]}`, `allowedOrigins[0] = "ftp://x.example"`},
+		{"origin in upper case", `{"allowedOrigins":["https://Claude.ai"]}`, `allowedOrigins[0] = "https://Claude.ai"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,6 +96,12 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+	if err := func() error {
+		c, _ := Parse(strings.NewReader(`{"allowedOrigins":["https://claude.ai","http://localhost:6274"]}`))
+		return c.Validate()
+	}(); err != nil {
+		t.Fatalf("exact origins must be valid: %v", err)
 	}
 	if err := func() error { c, _ := Parse(strings.NewReader(`{"concurrency":{"maxQueue":0}}`)); return c.Validate() }(); err != nil {
 		t.Fatalf("maxQueue 0 must be valid (reject at once): %v", err)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -33,9 +34,14 @@ func (s *Server) hostGuard(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("forbidden: Host %q is not loopback or in allowedHosts", r.Host), http.StatusForbidden)
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
-			http.Error(w, fmt.Sprintf("forbidden: Origin %q is not allowed", o), http.StatusForbidden)
-			return
+		if o := r.Header.Get("Origin"); o != "" {
+			if !s.originAllowed(o) {
+				http.Error(w, fmt.Sprintf("forbidden: Origin %q is not in allowedOrigins and not loopback or in allowedHosts", o), http.StatusForbidden)
+				return
+			}
+			if corsHeaders(w, r, o) {
+				return // a preflight, answered
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -67,11 +73,32 @@ func (s *Server) hostAllowed(hostport string) bool {
 }
 
 func (s *Server) originAllowed(origin string) bool {
+	if slices.Contains(s.cfg.AllowedOrigins, origin) {
+		return true
+	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
 		return false
 	}
 	return s.hostAllowed(u.Host)
+}
+
+// corsHeaders lets a page of an allowed origin (a browser-based client) read
+// the answers, and the session header the cancellation scope travels in. It
+// answers a preflight itself (it carries no token) and reports true then.
+func corsHeaders(w http.ResponseWriter, r *http.Request, origin string) bool {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, WWW-Authenticate")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 func isLoopbackHost(host string) bool {

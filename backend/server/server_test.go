@@ -280,6 +280,7 @@ func TestHTTPEdges(t *testing.T) {
 		c.Limits.OutputBytes = 1 << 20
 		c.Limits.ResponseBytes = 2 << 20
 		c.AllowedHosts = []string{"mcp.example.com"}
+		c.AllowedOrigins = []string{"https://claude.ai"}
 	})
 	t.Run("oversized body refused", func(t *testing.T) {
 		big := bytes.Repeat([]byte("a"), 3<<20)
@@ -336,6 +337,10 @@ func TestHTTPEdges(t *testing.T) {
 		{"unknown host (rebinding)", "evil.example.net", "", 403},
 		{"allowed host, foreign origin", "127.0.0.1", "https://evil.example.net", 403},
 		{"allowed origin", "mcp.example.com", "https://mcp.example.com", 200},
+		{"loopback origin (local Inspector UI)", "127.0.0.1", "http://localhost:6274", 200},
+		{"origin in allowedOrigins (hosted client)", "mcp.example.com", "https://claude.ai", 200},
+		{"allowedOrigins is exact: other scheme", "mcp.example.com", "http://claude.ai", 403},
+		{"allowedOrigins is exact: subdomain", "mcp.example.com", "https://x.claude.ai", 403},
 	}
 	for _, tc := range hostTests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,6 +354,33 @@ func TestHTTPEdges(t *testing.T) {
 			}
 		})
 	}
+	t.Run("browser client of an allowed origin: preflight, then a call it can read", func(t *testing.T) {
+		pre, _ := http.NewRequest(http.MethodOptions, b.url+"/mcp", nil)
+		pre.Header.Set("Origin", "https://claude.ai")
+		pre.Header.Set("Access-Control-Request-Method", "POST")
+		pre.Header.Set("Access-Control-Request-Headers", "authorization, content-type, mcp-session-id")
+		resp, err := http.DefaultClient.Do(pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "https://claude.ai" ||
+			!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Mcp-Session-Id") {
+			t.Fatalf("preflight: status %d headers %v", resp.StatusCode, resp.Header)
+		}
+		req, _ := http.NewRequest(http.MethodPost, b.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"system.info","arguments":{}}}`))
+		req.Header.Set("Origin", "https://claude.ai")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "https://claude.ai" {
+			t.Fatalf("call: status %d headers %v", resp.StatusCode, resp.Header)
+		}
+	})
 	t.Run("prometheus text on Accept text/plain", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, b.url+"/metrics", nil)
 		req.Header.Set("Accept", "text/plain")
