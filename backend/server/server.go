@@ -60,6 +60,7 @@ type Server struct {
 	abandon     context.CancelFunc
 
 	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
+	cancels  *cancelScope  // links HTTP cancel notifications to their calls
 	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
 
@@ -124,6 +125,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: sdkLogger(log)})
 	s.tools.Register(s.mcp)
 	s.mcp.AddReceivingMiddleware(s.admit)
@@ -332,8 +334,10 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		// The SDK reads its own copy; ours is let go of as soon as it has.
 		r.Body = &dropReader{b: body}
 		r.ContentLength = int64(len(body))
+		ctx, forget := s.cancels.begin(w, r, msg)
+		defer forget()
 		id := strconv.FormatUint(s.nextReq.Add(1), 36)
-		s.requests.Store(id, r.Context())
+		s.requests.Store(id, ctx)
 		defer s.requests.Delete(id)
 		r.Header.Set(reqIDHeader, id)
 		h.ServeHTTP(w, r)
@@ -353,7 +357,8 @@ type rpcMessage struct {
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  struct {
-		Name string `json:"name"`
+		Name      string          `json:"name"`
+		RequestID json.RawMessage `json:"requestId"` // of notifications/cancelled
 	} `json:"params"`
 }
 
@@ -436,9 +441,10 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		writePrometheus(w, snap.Snapshot)
+		writeSessionsPrometheus(w, s.cancels.stats())
 		return
 	}
-	writeJSON(w, http.StatusOK, snap)
+	writeJSON(w, http.StatusOK, metricsWithSessions{snap, s.cancels.stats()})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

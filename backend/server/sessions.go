@@ -1,0 +1,226 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sessionHeader is the Streamable HTTP session header.
+const sessionHeader = "Mcp-Session-Id"
+
+// Bounds of the per-client state. In-flight entries live exactly as long
+// as their HTTP request, so admission (maxActive + maxQueue, the rest shed
+// at once) bounds them already; the cap guards against a server that
+// admits more than it should. Early cancels are the state a client can
+// create without a call: capped and expired.
+const (
+	maxEarlyCancels = 1024
+	earlyCancelTTL  = 10 * time.Second
+)
+
+// callKey names one call: request ids are chosen per client and collide
+// across clients, so the client's session id scopes them.
+type callKey struct{ session, id string }
+
+// cancelScope links an MCP notifications/cancelled that arrives in its own
+// HTTP request (the TypeScript SDK sends one per AbortSignal) to the call it
+// names. The SDK serves each request of a stateless server in a fresh
+// session and cannot do it: the call's request is another session.
+//
+// A session id is 128 random bits issued in the answer to initialize; the
+// server keeps no table of sessions, so nothing about a session dies with
+// the process: after a restart the client's id is accepted as it is and
+// keeps scoping its calls. An id scopes cancellation only, grants nothing
+// (admission, auth and the tool checks apply to every request), and one
+// client cannot name another's calls without knowing its id.
+type cancelScope struct {
+	mu       sync.Mutex
+	inflight map[callKey]context.CancelFunc
+	early    map[callKey]time.Time // cancels that came before their call, with their expiry
+	maxCalls int
+
+	issued       atomic.Int64 // session ids issued at initialize
+	notices      atomic.Int64 // notifications/cancelled received with a session id
+	delivered    atomic.Int64 // of those, cancelled a call in flight (at once or when it arrived)
+	earlyDropped atomic.Int64 // early cancels expired or evicted unused
+	untracked    atomic.Int64 // calls not tracked because the in-flight cap was reached
+}
+
+func newCancelScope(maxCalls int) *cancelScope {
+	return &cancelScope{
+		inflight: make(map[callKey]context.CancelFunc),
+		early:    make(map[callKey]time.Time),
+		maxCalls: maxCalls,
+	}
+}
+
+// SessionStats is the "sessions" object of /metrics.
+type SessionStats struct {
+	Issued          int64 `json:"issued"`
+	InFlight        int   `json:"inFlight"`
+	InFlightCap     int   `json:"inFlightCap"`
+	Untracked       int64 `json:"untracked"`
+	CancelNotices   int64 `json:"cancelNotifications"`
+	CancelDelivered int64 `json:"cancelsDelivered"`
+	EarlyCancels    int   `json:"earlyCancels"`
+	EarlyCancelCap  int   `json:"earlyCancelCap"`
+	EarlyCancelTTL  int64 `json:"earlyCancelTtlMs"`
+	EarlyDropped    int64 `json:"earlyCancelsDropped"`
+}
+
+func (c *cancelScope) stats() SessionStats {
+	c.mu.Lock()
+	inflight, early := len(c.inflight), len(c.early)
+	c.mu.Unlock()
+	return SessionStats{
+		Issued:          c.issued.Load(),
+		InFlight:        inflight,
+		InFlightCap:     c.maxCalls,
+		Untracked:       c.untracked.Load(),
+		CancelNotices:   c.notices.Load(),
+		CancelDelivered: c.delivered.Load(),
+		EarlyCancels:    early,
+		EarlyCancelCap:  maxEarlyCancels,
+		EarlyCancelTTL:  earlyCancelTTL.Milliseconds(),
+		EarlyDropped:    c.earlyDropped.Load(),
+	}
+}
+
+// begin is the HTTP layer's hook for one JSON-RPC message: it issues a
+// session id in the answer to initialize, delivers a cancel notification,
+// and returns the context a tools/call runs under (cancelled by a later
+// notification naming it) with the function that forgets the call.
+func (c *cancelScope) begin(w http.ResponseWriter, r *http.Request, msg rpcMessage) (context.Context, func()) {
+	session := r.Header.Get(sessionHeader)
+	switch {
+	case msg.Method == "initialize" && len(msg.ID) > 0:
+		// The SDK in stateless mode sets no session header; the client
+		// sends this one back on every request.
+		w.Header().Set(sessionHeader, c.newSession())
+	case msg.Method == "notifications/cancelled" && session != "":
+		c.cancel(callKey{session, rawID(msg.Params.RequestID)})
+	case msg.Method == "tools/call" && session != "" && len(msg.ID) > 0:
+		return c.track(r.Context(), callKey{session, rawID(msg.ID)})
+	}
+	return r.Context(), func() {}
+}
+
+func (c *cancelScope) newSession() string {
+	var b [16]byte
+	_, _ = io.ReadFull(rand.Reader, b[:]) // crypto/rand does not fail on Linux
+	c.issued.Add(1)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// track registers a call; a cancel that came first cancels it at once.
+func (c *cancelScope) track(parent context.Context, k callKey) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exp, ok := c.early[k]; ok {
+		delete(c.early, k)
+		if time.Now().Before(exp) {
+			c.delivered.Add(1)
+			cancel()
+			return ctx, cancel
+		}
+		c.earlyDropped.Add(1)
+	}
+	if _, dup := c.inflight[k]; dup || len(c.inflight) >= c.maxCalls {
+		// A duplicate id in one session is the client's error; an entry
+		// over the cap would be state past the bounds. Either way the
+		// call still runs and still ends with its HTTP request.
+		c.untracked.Add(1)
+		return ctx, cancel
+	}
+	c.inflight[k] = cancel
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.inflight, k)
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// cancel cancels the call k names, or remembers the cancel for a while when
+// the call has not arrived yet (the two requests race on separate
+// connections).
+func (c *cancelScope) cancel(k callKey) {
+	c.notices.Add(1)
+	if k.id == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cancel, ok := c.inflight[k]; ok {
+		delete(c.inflight, k)
+		c.delivered.Add(1)
+		cancel()
+		return
+	}
+	now := time.Now()
+	if len(c.early) >= maxEarlyCancels {
+		c.expireEarly(now)
+	}
+	if len(c.early) >= maxEarlyCancels {
+		return // the notification is advisory; dropping one is allowed
+	}
+	c.early[k] = now.Add(earlyCancelTTL)
+}
+
+// expireEarly drops expired early cancels and, when none had expired, the
+// one closest to expiry. Called with mu held, only when the map is full.
+func (c *cancelScope) expireEarly(now time.Time) {
+	var oldest callKey
+	var oldestExp time.Time
+	for k, exp := range c.early {
+		if now.After(exp) {
+			delete(c.early, k)
+			c.earlyDropped.Add(1)
+			continue
+		}
+		if oldestExp.IsZero() || exp.Before(oldestExp) {
+			oldest, oldestExp = k, exp
+		}
+	}
+	if len(c.early) >= maxEarlyCancels {
+		delete(c.early, oldest)
+		c.earlyDropped.Add(1)
+	}
+}
+
+// rawID is a JSON-RPC id in a canonical form: 7 and "7" stay distinct ids,
+// spacing does not matter.
+func rawID(id json.RawMessage) string {
+	var b bytes.Buffer
+	if len(id) == 0 || json.Compact(&b, id) != nil || b.String() == "null" {
+		return ""
+	}
+	return b.String()
+}
+
+// metricsWithSessions is /metrics: the snapshot with the cancellation
+// scope's state beside it.
+type metricsWithSessions struct {
+	metricsJSON
+	Sessions SessionStats `json:"sessions"`
+}
+
+// writeSessionsPrometheus appends the cancellation scope's state to the
+// Prometheus text of /metrics.
+func writeSessionsPrometheus(w io.Writer, st SessionStats) {
+	fmt.Fprintf(w, "# HELP mcp_sessions_issued_total Session ids issued at initialize.\n# TYPE mcp_sessions_issued_total counter\nmcp_sessions_issued_total %d\n", st.Issued)
+	fmt.Fprintf(w, "# HELP mcp_sessions_inflight Calls a cancel notification can reach.\n# TYPE mcp_sessions_inflight gauge\nmcp_sessions_inflight %d\n", st.InFlight)
+	fmt.Fprintf(w, "# HELP mcp_sessions_cancel_notifications_total notifications/cancelled received over HTTP with a session id.\n# TYPE mcp_sessions_cancel_notifications_total counter\nmcp_sessions_cancel_notifications_total %d\n", st.CancelNotices)
+	fmt.Fprintf(w, "# HELP mcp_sessions_cancels_delivered_total Cancel notifications that cancelled a call.\n# TYPE mcp_sessions_cancels_delivered_total counter\nmcp_sessions_cancels_delivered_total %d\n", st.CancelDelivered)
+	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancels Cancels held for a call not yet arrived.\n# TYPE mcp_sessions_early_cancels gauge\nmcp_sessions_early_cancels %d\n", st.EarlyCancels)
+}
