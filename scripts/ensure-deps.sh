@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
-# Installs the system packages the demo and the real-systemd tests need, only
-# when they are missing: systemd-nspawn (systemd-container) and socat.
+# Installs what the demo and the tests need, only when it is missing: the
+# system packages systemd-nspawn (systemd-container), socat, nodejs and npm,
+# and the pinned MCP clients of testdata/clients (npm ci, again whenever
+# package-lock.json changed since the last install).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 missing=()
 command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
-[ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "ensure-deps: missing ${missing[*]} and cannot apt-get install here (need root on Debian); real-systemd tests will skip" >&2
-  exit 0
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: missing ${missing[*]} and cannot apt-get install here (need root on Debian); the tests needing them will skip (fail under CI=true)" >&2
+  else
+    echo "ensure-deps: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${missing[@]}" >&2
+  fi
 fi
-echo "ensure-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq "${missing[@]}" >&2
+
+# The clients carry their own Node (>= 22, the conformance suite needs it)
+# in node_modules; the system's node and npm only install them.
+clients=testdata/clients
+stamp=$clients/node_modules/.package-lock.sha256
+want=$(sha256sum "$clients/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "ensure-deps: no npm: cannot install $clients; the client conformance tests will skip (fail under CI=true)" >&2
+    exit 0
+  fi
+  echo "ensure-deps: npm ci in $clients" >&2
+  (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  echo "$want" >"$stamp"
+fi
