@@ -1,6 +1,7 @@
 package stress
 
 import (
+	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
@@ -9,9 +10,14 @@ import (
 
 func TestClassify(t *testing.T) {
 	okResult := `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{}"}],"structuredContent":{"stdout":"S 1\nE 2\n"}}}`
+	// The backend's error shape: the envelope in _meta and as the text.
 	toolErr := func(code string) string {
-		return `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"x"}],"structuredContent":{"error":{"code":"` + code + `","message":"m","retryable":true}}}}`
+		env := `{"error":{"code":"` + code + `","message":"m","retryable":true}}`
+		text, _ := json.Marshal(env)
+		return `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":` + string(text) + `}],"_meta":{"mcp-backend/error":` + env + `}}}`
 	}
+	// A client reading only the text content gets the same.
+	textOnly := `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"{\"error\":{\"code\":\"OVERLOADED\",\"message\":\"m\",\"retryable\":true}}"}]}}`
 	tests := []struct {
 		name      string
 		status    int
@@ -29,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{"overloaded", 200, "", "application/json", toolErr("OVERLOADED"), OutcomeOverloaded, "OVERLOADED"},
 		{"cancelled over sse", 200, "", "text/event-stream", "data: " + toolErr("CANCELLED") + "\n\n", OutcomeCancelled, "CANCELLED"},
 		{"other tool error", 200, "", "application/json", toolErr("TIMEOUT"), OutcomeToolError, "TIMEOUT"},
+		{"overloaded, envelope only in the text", 200, "", "application/json", textOnly, OutcomeOverloaded, "OVERLOADED"},
 		{"unstructured tool error", 200, "", "application/json",
 			`{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"OVERLOADED"}]}}`, OutcomeToolError, ""},
 		{"json-rpc error", 200, "", "application/json",
