@@ -121,7 +121,11 @@ func TestBackendFailsOnTheRightCheck(t *testing.T) {
 		{"file.list tool error", rewriteTool(real, "file.list", func(m map[string]any) {
 			res := m["result"].(map[string]any)
 			res["isError"] = true
-			res["structuredContent"] = map[string]any{"error": map[string]any{"code": "PERMISSION_DENIED", "message": "no"}}
+			// The backend's error shape: no structuredContent, the envelope as text.
+			delete(res, "structuredContent")
+			env := `{"error":{"code":"PERMISSION_DENIED","message":"no","retryable":false}}`
+			res["content"] = []any{map[string]any{"type": "text", "text": env}}
+			res["_meta"] = map[string]any{"mcp-backend/error": json.RawMessage(env)}
 		}), Expect{}, CheckFileList, "PERMISSION_DENIED"},
 		{"mcp 500", override(real, "/mcp", status(500)), Expect{}, CheckSystemInfo, "HTTP 500"},
 	}
