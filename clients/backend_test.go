@@ -3,6 +3,7 @@ package clients
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -190,7 +191,11 @@ func stdioCommand(t testing.TB, cfgJSON string) []string {
 // stderr and the exit error.
 func runNode(t testing.TB, env []string, onLine func(line string, stdin io.Writer), args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.Command(node(t), args...)
+	// A client that hangs must not hold the test until go test's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node(t), args...)
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Dir = clientsDir
 	// The pinned node first on PATH: the clients spawn "node" themselves.
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(clientsDir, "node_modules", ".bin")+":"+os.Getenv("PATH"), "NO_COLOR=1")
