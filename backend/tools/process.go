@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/user"
 	"sort"
@@ -65,6 +66,8 @@ type ProcessKillInput struct {
 
 func (*ProcessKillInput) tweakSchema(s *jsonschema.Schema) {
 	s.Properties["signal"].Types = []string{"string", "integer"}
+	// kill(2) takes a 32-bit pid_t: a wider number must never reach it.
+	s.Properties["pid"].Maximum = new(float64(maxPID))
 }
 
 // ProcessKillResult is the result of process.kill.
@@ -261,30 +264,107 @@ func resolveUser(s string) (int, error) {
 	return uid, nil
 }
 
+// maxPID is the largest value of pid_t. The kernel's pid_max is lower, but
+// this is the bound of the type the syscall takes: anything above it would
+// wrap (2^32+N is pid N, 2^32-1 is -1: every process).
+const maxPID = math.MaxInt32
+
+// checkPID range-checks a pid argument in the type kill(2) takes, before
+// any syscall sees it. Refusals of pids that are valid numbers but must not
+// be signalled are PERMISSION_DENIED; numbers that are no pid at all are
+// INVALID_ARGUMENT.
+func checkPID(pid int) error {
+	switch {
+	case pid > maxPID:
+		return toolerr.New(toolerr.InvalidArgument, "argument \"pid\": %d is not a process id (at most %d)", pid, maxPID)
+	case pid <= 1:
+		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", pid)
+	case pid == selfPID:
+		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", pid)
+	}
+	return nil
+}
+
 func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKillResult, error) {
 	var res ProcessKillResult
 	sig, err := parseSignal(in.Signal)
 	if err != nil {
 		return res, err
 	}
-	switch {
-	case in.PID <= 1:
-		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", in.PID)
-	case in.PID == selfPID:
-		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", in.PID)
+	if err := checkPID(in.PID); err != nil {
+		return res, err
 	}
 	name := signalName(sig)
-	if err := syscall.Kill(in.PID, sig); err != nil {
-		switch {
-		case errors.Is(err, syscall.ESRCH):
-			return res, toolerr.New(toolerr.NotFound, "argument \"pid\": no process %d", in.PID)
-		case errors.Is(err, syscall.EPERM):
-			return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": not permitted to signal pid %d", in.PID)
-		}
-		return res, fmt.Errorf("kill %d %s: %w", in.PID, name, err)
+	// A pidfd pins the process: the checks below and the signal are about
+	// the same process even if the pid is reused meanwhile. pidfd_open also
+	// refuses thread ids, which kill(2) would turn into their whole process
+	// (a backend thread id would signal the backend).
+	fd, err := unix.PidfdOpen(in.PID, 0)
+	if err != nil {
+		return res, killError(in.PID, name, err)
+	}
+	defer unix.Close(fd)
+	if isAncestor(in.PID) {
+		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d, an ancestor of the backend", in.PID)
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return res, killError(in.PID, name, err)
 	}
 	t.log.Info("tools: signal sent", "pid", in.PID, "signal", name)
 	return ProcessKillResult{PID: in.PID, Signal: name, Sent: true}, nil
+}
+
+func killError(pid int, name string, err error) error {
+	switch {
+	case isThread(pid):
+		// pidfd_open refuses a thread that leads no thread group (EINVAL,
+		// ENOENT on newer kernels).
+		return toolerr.New(toolerr.InvalidArgument, "argument \"pid\": %d is a thread id, not a process id", pid)
+	case errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.ENOENT):
+		return toolerr.New(toolerr.NotFound, "argument \"pid\": no process %d", pid)
+	case errors.Is(err, syscall.EPERM):
+		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": not permitted to signal pid %d", pid)
+	}
+	return fmt.Errorf("kill %d %s: %w", pid, name, err)
+}
+
+// isThread reports whether id is a thread that is not its process's main
+// thread (its Tgid differs).
+func isThread(id int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(id) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			tgid, err := strconv.Atoi(strings.TrimSpace(rest))
+			return err == nil && tgid != id
+		}
+	}
+	return false
+}
+
+// isAncestor reports whether pid is the backend's parent, grandparent and
+// so on: signalling the supervisor (a shell, systemd's child, the test
+// runner) takes the backend with it. Read fresh each time, since the
+// backend can be reparented.
+func isAncestor(pid int) bool {
+	cur := selfPID
+	for range 4096 { // bounded: a corrupt chain must not loop
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(cur) + "/stat")
+		if err != nil {
+			return false
+		}
+		s, ok := parseStat(b)
+		if !ok || s.PPID <= 0 {
+			return false
+		}
+		if s.PPID == pid {
+			return true
+		}
+		cur = s.PPID
+	}
+	return false
 }
 
 // parseSignal accepts nil (TERM), a name with or without SIG, or a number

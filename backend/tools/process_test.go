@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"os/user"
@@ -162,5 +164,60 @@ func TestProcessKill(t *testing.T) {
 		if !strings.Contains(e.Message, "signal") {
 			t.Fatalf("signal %v: message %q", sig, e.Message)
 		}
+	}
+}
+
+// TestProcessKillPIDRange: pids are checked in the 32-bit type kill(2)
+// takes. Wider numbers used to wrap: 2^32+N signalled pid N, 2^32-1 and
+// 2^63-1 became kill(-1) (every process). Threads of the backend and its
+// ancestors are refused too. Every case sends signal 0, so a regression
+// only probes instead of killing the host.
+func TestProcessKillPIDRange(t *testing.T) {
+	h := newHarness(t, testOptions())
+	child := startSleeper(t, "3003")
+	self := os.Getpid()
+	var thread int
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if tid, _ := strconv.Atoi(e.Name()); tid != 0 && tid != self {
+			thread = tid
+			break
+		}
+	}
+	if thread == 0 {
+		t.Fatal("the test process has no second thread")
+	}
+	tests := []struct {
+		name string
+		pid  any
+		code toolerr.Code
+	}{
+		{"2^32 plus a child", 1<<32 + int64(child.Process.Pid), toolerr.InvalidArgument},
+		{"2^32 plus one (init)", int64(1<<32 + 1), toolerr.InvalidArgument},
+		{"2^32 plus the backend", 1<<32 + int64(self), toolerr.InvalidArgument},
+		{"2^32 minus one (-1)", int64(1<<32 - 1), toolerr.InvalidArgument},
+		{"2^31 (negative int32)", int64(1 << 31), toolerr.InvalidArgument},
+		{"2^63 minus one", json.Number("9223372036854775807"), toolerr.InvalidArgument},
+		{"2^64 plus one", json.Number("18446744073709551617"), toolerr.InvalidArgument},
+		{"minus 2^32 plus a child", -1<<32 + int64(child.Process.Pid), toolerr.PermissionDenied},
+		{"a thread of the backend", thread, toolerr.InvalidArgument},
+		{"the backend's parent", os.Getppid(), toolerr.PermissionDenied},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := fails(t, h, NameProcessKill, map[string]any{"pid": tc.pid, "signal": 0}, tc.code)
+			if !strings.Contains(e.Message, "pid") {
+				t.Fatalf("message %q does not name pid", e.Message)
+			}
+		})
+	}
+	// The largest pid_t is still a pid: it is looked up, not refused.
+	fails(t, h, NameProcessKill, map[string]any{"pid": math.MaxInt32, "signal": 0}, toolerr.NotFound)
+	r := ok[ProcessKillResult](t, h, NameProcessKill, map[string]any{"pid": child.Process.Pid, "signal": 0})
+	if !r.Sent || r.Signal != "0" {
+		t.Fatalf("probe of the child: %+v", r)
 	}
 }
