@@ -166,7 +166,9 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 	}
 	// Always sweep the group: descendants may linger after the leader exits.
 	killGroup(pgid, sigKILL)
-	killMarked(marker)
+	if left := killMarked(marker); left > 0 {
+		t.log.Warn("tools: marked descendants still running after the group kill", "processes", left, "rounds", killMarkedRounds)
+	}
 	<-exited
 	t.untrack(pgid)
 	waitErr := cmd.Wait() // reaps the leader; pipes drained or closed after WaitDelay
@@ -262,26 +264,66 @@ func execMarker() string {
 	return fmt.Sprintf("%s=%d.%d", execMarkerVar, selfPID, execSeq.Add(1))
 }
 
+// killMarkedRounds bounds how often killMarked rescans /proc. A marked
+// process can fork between the listing of /proc and its own kill; every
+// round kills what the last one missed, and a process that is SIGKILLed
+// forks no more, so the rounds run out only under a pid flood.
+const killMarkedRounds = 200
+
 // killMarked SIGKILLs every process whose environment carries marker: the
-// command's descendants that escaped its process group. It reads
-// /proc/PID/environ of every process, a few milliseconds per command.
-func killMarked(marker string) {
+// command's descendants that escaped its process group. One pass is not
+// enough: a marked process may fork after /proc was listed, so the scan
+// repeats until a whole pass finds no marked process left. It reads
+// /proc/PID/environ of every process, a few milliseconds per pass. It
+// returns how many marked processes a final pass still found (0 when all
+// are gone).
+func killMarked(marker string) int {
 	needle := []byte(marker + "\x00")
+	left := 0
+	for range killMarkedRounds {
+		if left = killMarkedOnce(needle); left == 0 {
+			return 0
+		}
+	}
+	return left
+}
+
+// killMarkedOnce kills the marked processes of one /proc listing and
+// returns how many it found. A process already dying (SIGKILLed, memory
+// not yet released) is found again: the next round sees it gone.
+func killMarkedOnce(needle []byte) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return
+		return 0
 	}
+	found := 0
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 1 || pid == selfPID {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(b, needle) {
+		if !hasMarker(pid, needle) {
 			continue
 		}
-		_ = syscall.Kill(pid, sigKILL)
+		found++
+		// Through a pidfd, and the marker read again once it is held: a
+		// pid that exited and was reused between the read and the kill is
+		// never signalled.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if hasMarker(pid, needle) {
+			_ = unix.PidfdSendSignal(fd, sigKILL, nil, 0)
+		}
+		unix.Close(fd)
 	}
+	return found
+}
+
+func hasMarker(pid int, needle []byte) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return err == nil && bytes.Contains(b, needle)
 }
 
 // shellEnv is the backend's environment plus extra; later entries win.

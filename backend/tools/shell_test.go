@@ -7,6 +7,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -239,14 +240,16 @@ func flags(r ShellExecResult) map[string]any {
 	return map[string]any{"exit": deref(r.ExitCode), "signal": deref(r.Signal), "timedOut": r.TimedOut, "outputLimited": r.OutputLimited}
 }
 
+// waitUntracked waits (bounded) until no command group is tracked. A
+// cancelled client returns as soon as it sends the cancellation, before the
+// server has killed and untracked the group: wait on the condition itself.
 func waitUntracked(t testing.TB, tl *Tools) {
 	t.Helper()
-	tl.mu.Lock()
-	n := len(tl.groups)
-	tl.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d command groups still tracked after the call returned", n)
-	}
+	proctest.Eventually(t, "no command group tracked", func() bool {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		return len(tl.groups) == 0
+	})
 }
 
 // The handler itself answers CANCELLED when its context is cancelled.
@@ -488,4 +491,68 @@ func TestSystemdVariablesNotPassedOn(t *testing.T) {
 	if !strings.HasPrefix(r.Stdout, "[][][") || strings.HasPrefix(r.Stdout, "[][][]") {
 		t.Fatalf("stdout %q: want systemd variables empty and the exec marker set", r.Stdout)
 	}
+}
+
+// TestForkingSpawnerLeavesNoSurvivors: a spawner that left the group
+// (setsid) and keeps forking setsid'd children while the call ends. A single
+// pass over /proc missed the children forked after it listed /proc; every
+// run must leave no process of the command behind.
+func TestForkingSpawnerLeavesNoSurvivors(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Fatal("setsid not installed")
+	}
+	h := newHarness(t, testOptions())
+	for run := range 8 {
+		t.Run(fmt.Sprint("run ", run), func(t *testing.T) {
+			// A unique sleep length names every process of this run.
+			tag := fmt.Sprintf("1000.%d%d", os.Getpid(), run)
+			t.Cleanup(func() {
+				for _, p := range taggedProcesses(tag) {
+					_ = killPid(p)
+				}
+			})
+			started := tempFile(t, "started")
+			cmd := fmt.Sprintf("setsid sh -c 'while :; do setsid sleep %[1]s & echo $! >> %[2]s; done' & "+
+				"until [ -s %[2]s ]; do sleep 0.01; done; exit 0", tag, started)
+			r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": cmd, "timeoutMs": 30000})
+			if r.ExitCode == nil || *r.ExitCode != 0 {
+				t.Fatalf("want exit 0, got %+v", flags(r))
+			}
+			forked := len(strings.Fields(readFile(t, started)))
+			proctest.Eventually(t, "no process of the command left", func() bool {
+				left := taggedProcesses(tag)
+				if len(left) > 0 {
+					t.Logf("%d of %d+ forked processes still alive: %v", len(left), forked, left)
+				}
+				return len(left) == 0
+			})
+		})
+	}
+}
+
+// taggedProcesses returns the live (not zombie) processes whose command
+// line contains tag.
+func taggedProcesses(tag string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), tag) && proctest.Alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func readFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
