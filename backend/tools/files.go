@@ -6,9 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"golang.org/x/sys/unix"
 )
 
 // Content encodings of file.read and file.write.
@@ -139,7 +141,7 @@ func fsError(field string, err error) error {
 	return toolerr.New(toolerr.Internal, "argument %q: %s", field, msg)
 }
 
-func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, error) {
+func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult, error) {
 	var res FileReadResult
 	p, err := absPath("path", in.Path)
 	if err != nil {
@@ -155,38 +157,58 @@ func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, e
 		}
 		length = min(*in.Length, t.opts.OutputBytes)
 	}
-	// O_NONBLOCK: opening a FIFO must not hang the call; it is refused below.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	return runFileOp(ctx, t, NameFileRead, func(ctx context.Context) (FileReadResult, error) {
+		return t.readFile(ctx, p, in.Offset, length)
+	})
+}
+
+// readFile reads up to length bytes of the regular file p from offset. The
+// read never waits for data: the file is opened O_NONBLOCK and kept so
+// (raw syscalls, no poller), and a stream with nothing to give (/proc/kmsg)
+// answers what it has, or UNAVAILABLE when that is nothing.
+func (t *Tools) readFile(ctx context.Context, p string, offset, length int64) (FileReadResult, error) {
+	var res FileReadResult
+	fd, st, err := openRegular(p)
 	if err != nil {
-		return res, fsError("path", err)
+		return res, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return res, fsError("path", err)
-	}
-	if fi.IsDir() {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory (use file.list)", p)
-	}
-	if !fi.Mode().IsRegular() {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
-	}
-	if in.Offset > 0 {
-		if _, err := f.Seek(in.Offset, io.SeekStart); err != nil {
-			return res, fsError("path", err)
+	defer unix.Close(fd)
+	if offset > 0 {
+		if _, err := unix.Seek(fd, offset, io.SeekStart); err != nil {
+			return res, fsError("path", &fs.PathError{Op: "seek", Path: p, Err: err})
 		}
 	}
 	// One byte more than asked tells whether the end was reached without
 	// trusting st_size (which is 0 for most /proc files).
 	buf := make([]byte, length+1)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return res, fsError("path", err)
+	n, wouldBlock := 0, false
+	for n < len(buf) {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			wouldBlock = true
+			break
+		}
+		if err != nil {
+			return res, fsError("path", &fs.PathError{Op: "read", Path: p, Err: err})
+		}
+		if m == 0 {
+			break
+		}
+		n += m
 	}
-	eof := int64(n) <= length
+	if wouldBlock && n == 0 {
+		return res, toolerr.New(toolerr.Unavailable, "argument \"path\": %s has no data to read now, and file.read does not wait for it", p)
+	}
+	eof := int64(n) <= length && !wouldBlock
 	data := buf[:min(int64(n), length)]
 
-	res = FileReadResult{Path: p, Offset: in.Offset, Size: fi.Size(), EOF: eof, Encoding: encodingUTF8}
+	res = FileReadResult{Path: p, Offset: offset, Size: st.Size, EOF: eof, Encoding: encodingUTF8}
 	if !eof {
 		// A chunk boundary may split a rune: hand back the whole runes and
 		// let the next read start at the split rune.
@@ -216,6 +238,63 @@ func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, e
 	return res, nil
 }
 
+// openRegular opens p (symlinks followed) for reading, O_NONBLOCK, and only
+// when it is a regular file. The path is resolved with O_PATH, which opens
+// nothing: opening a device or FIFO can block or act (a watchdog starts, a
+// tape rewinds), so the type is decided by fstat of that handle first, and
+// the same inode is then opened through /proc/self/fd.
+func openRegular(p string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, fsError("path", &fs.PathError{Op: "open", Path: p, Err: err})
+	}
+	defer unix.Close(pfd)
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return -1, st, fsError("path", &fs.PathError{Op: "stat", Path: p, Err: err})
+	}
+	if err := requireRegular(p, st.Mode, "file.list"); err != nil {
+		return -1, st, err
+	}
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, fsError("path", &fs.PathError{Op: "open", Path: p, Err: err})
+	}
+	return fd, st, nil
+}
+
+// requireRegular refuses directories (pointing at the tool that lists them)
+// and every special file: FIFOs, devices, sockets.
+func requireRegular(p string, mode uint32, dirTool string) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFDIR:
+		if dirTool != "" {
+			return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory (use %s)", p, dirTool)
+		}
+		return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
+	}
+	return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, specialType(mode))
+}
+
+// specialType names a non-regular file type.
+func specialType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return "other"
+}
+
 // isText reports whether b can travel as a UTF-8 JSON string unchanged.
 func isText(b []byte) bool {
 	return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
@@ -236,7 +315,7 @@ func splitRuneTail(b []byte) int {
 	return 0
 }
 
-func (t *Tools) fileWrite(_ context.Context, in FileWriteInput) (FileWriteResult, error) {
+func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResult, error) {
 	var res FileWriteResult
 	p, err := absPath("path", in.Path)
 	if err != nil {
@@ -265,81 +344,142 @@ func (t *Tools) fileWrite(_ context.Context, in FileWriteInput) (FileWriteResult
 		}
 		mode = os.FileMode(m)
 	}
-
-	// Writing through a symlink replaces its target, not the link.
-	created := false
-	switch fi, err := os.Lstat(p); {
-	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
-		target, err := filepath.EvalSymlinks(p)
+	return runFileOp(ctx, t, NameFileWrite, func(context.Context) (FileWriteResult, error) {
+		tg, err := resolveWrite(p, in.CreateParents)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				return res, fsError("path", err)
-			}
-			// Dangling link: create its target.
-			target, err = danglingTarget(p)
-			if err != nil {
-				return res, fsError("path", err)
-			}
-			created = true
+			return res, err
 		}
-		p = target
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
-		}
-	case err == nil && fi.IsDir():
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
-	case err == nil && !fi.Mode().IsRegular():
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
-	case errors.Is(err, fs.ErrNotExist):
-		created = true
-	case err != nil:
-		return res, fsError("path", err)
-	}
-
-	dir := filepath.Dir(p)
-	if in.CreateParents {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		defer tg.dir.Close()
+		if err := tg.writeAtomic(data, mode); err != nil {
 			return res, fsError("path", err)
 		}
-	}
-	if err := writeAtomic(p, data, mode); err != nil {
-		return res, fsError("path", err)
-	}
-	return FileWriteResult{Path: p, BytesWritten: int64(len(data)), Mode: octalMode(mode), Created: created}, nil
+		return FileWriteResult{Path: tg.path(), BytesWritten: int64(len(data)), Mode: octalMode(mode), Created: !tg.exists}, nil
+	})
 }
 
-// danglingTarget resolves the final path a dangling symlink points to.
-func danglingTarget(link string) (string, error) {
-	dest, err := os.Readlink(link)
-	if err != nil {
-		return "", err
+// maxSymlinkHops is how many symlinks file.write follows, as the kernel's
+// own limit (ELOOP after 40).
+const maxSymlinkHops = 40
+
+// writeTarget is where file.write puts its file: a name in an open
+// directory. Every check and the final rename use the directory handle,
+// so what was checked is what gets replaced, whatever the path does later.
+type writeTarget struct {
+	dir     *os.File
+	dirPath string
+	base    string
+	exists  bool // a regular file is there now
+}
+
+func (w writeTarget) path() string { return filepath.Join(w.dirPath, w.base) }
+
+// resolveWrite follows symlinks of the last component (writing through a
+// link replaces its target; a dangling link creates it) and refuses
+// anything at the end that is not a regular file or nothing: FIFOs,
+// devices, sockets and directories are never replaced.
+func resolveWrite(p string, createParents bool) (writeTarget, error) {
+	for range maxSymlinkHops + 1 {
+		dirPath, base := filepath.Dir(p), filepath.Base(p)
+		dir, err := openDir(dirPath)
+		if errors.Is(err, fs.ErrNotExist) && createParents {
+			if err := os.MkdirAll(dirPath, 0o755); err != nil {
+				return writeTarget{}, fsError("path", err)
+			}
+			dir, err = openDir(dirPath)
+		}
+		if err != nil {
+			return writeTarget{}, fsError("path", err)
+		}
+		tg := writeTarget{dir: dir, dirPath: dirPath, base: base}
+		var st unix.Stat_t
+		err = unix.Fstatat(int(dir.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case err == unix.ENOENT:
+			return tg, nil
+		case err != nil:
+			dir.Close()
+			return writeTarget{}, fsError("path", &fs.PathError{Op: "stat", Path: p, Err: err})
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			dest, err := readlinkAt(int(dir.Fd()), base)
+			dir.Close()
+			if err != nil {
+				return writeTarget{}, fsError("path", &fs.PathError{Op: "readlink", Path: p, Err: err})
+			}
+			if !filepath.IsAbs(dest) {
+				dest = filepath.Join(dirPath, dest)
+			}
+			p = filepath.Clean(dest)
+			continue
+		}
+		if err := requireRegular(tg.path(), st.Mode, ""); err != nil {
+			dir.Close()
+			return writeTarget{}, err
+		}
+		tg.exists = true
+		return tg, nil
 	}
-	if !filepath.IsAbs(dest) {
-		dest = filepath.Join(filepath.Dir(link), dest)
+	return writeTarget{}, toolerr.New(toolerr.InvalidArgument, "argument \"path\": more than %d symbolic links to follow", maxSymlinkHops)
+}
+
+// openDir opens a directory for the *at calls; O_DIRECTORY refuses
+// anything else before it is opened (a FIFO would block the open).
+func openDir(p string) (*os.File, error) {
+	return os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+}
+
+func readlinkAt(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
 	}
-	return filepath.Clean(dest), nil
 }
 
 // writeAtomic writes data to a temp file next to p, fsyncs it, renames it
 // over p and fsyncs the directory. On failure the temp file is removed and
-// p is untouched.
-func writeAtomic(p string, data []byte, mode os.FileMode) (err error) {
-	dir, base := filepath.Split(p)
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+// p is untouched. Special files at p are refused, as file.write does.
+func writeAtomic(p string, data []byte, mode os.FileMode) error {
+	tg, err := resolveWrite(p, false)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
+	defer tg.dir.Close()
+	return tg.writeAtomic(data, mode)
+}
+
+// writeAtomic writes data to a temp file in the target's directory, fsyncs
+// it and moves it into place. An existing file is swapped with the temp
+// file in one step (RENAME_EXCHANGE) and what was swapped out is checked
+// before it is removed: if a FIFO, device, socket or directory took the
+// regular file's place since the check, it is swapped back and the write
+// refused. A new name is taken only if it is still free (RENAME_NOREPLACE).
+// On failure the temp file is removed and the target is untouched.
+func (w writeTarget) writeAtomic(data []byte, mode os.FileMode) (err error) {
+	dirfd := int(w.dir.Fd())
+	tmp := "." + w.base + ".tmp-" + strconv.FormatUint(rand.Uint64(), 36)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &fs.PathError{Op: "create", Path: filepath.Join(w.dirPath, tmp), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(w.dirPath, tmp))
+	placed := false
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(tmp)
+			if !placed {
+				_ = unix.Unlinkat(dirfd, tmp, 0)
+			}
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
-	if err = f.Chmod(mode); err != nil { // exact mode: CreateTemp uses 0600 and umask would apply
+	if err = f.Chmod(mode); err != nil { // exact mode: the temp file is 0600 and umask would apply
 		return err
 	}
 	if err = f.Sync(); err != nil {
@@ -348,17 +488,66 @@ func writeAtomic(p string, data []byte, mode os.FileMode) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, p); err != nil {
+	if err = w.place(dirfd, tmp); err != nil {
 		return err
 	}
-	if d, derr := os.Open(dir); derr == nil { // make the rename durable; best effort
-		_ = d.Sync()
-		d.Close()
+	placed = true
+	_ = unix.Fsync(dirfd) // make the rename durable; best effort
+	return nil
+}
+
+// place moves the finished temp file onto the target name.
+func (w writeTarget) place(dirfd int, tmp string) error {
+	target := w.path()
+	if !w.exists {
+		err := unix.Renameat2(dirfd, tmp, dirfd, w.base, unix.RENAME_NOREPLACE)
+		switch {
+		case err == nil:
+			return nil
+		case err == unix.EEXIST:
+			return toolerr.New(toolerr.Unavailable, "argument \"path\": %s appeared while it was being written; retry", target)
+		case err != unix.EINVAL && err != unix.ENOSYS && err != unix.EOPNOTSUPP:
+			return &fs.PathError{Op: "rename", Path: target, Err: err}
+		}
+		// The filesystem cannot do it atomically: a plain rename.
+		return renameChecked(dirfd, tmp, w.base, target)
+	}
+	err := unix.Renameat2(dirfd, tmp, dirfd, w.base, unix.RENAME_EXCHANGE)
+	switch {
+	case err == unix.EINVAL || err == unix.ENOSYS || err == unix.EOPNOTSUPP:
+		return renameChecked(dirfd, tmp, w.base, target)
+	case err != nil:
+		return &fs.PathError{Op: "rename", Path: target, Err: err}
+	}
+	// tmp now names what was at the target: a regular file is removed;
+	// anything else (or what cannot be checked) goes back in its place.
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, tmp, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return nil
+	}
+	if err := unix.Renameat2(dirfd, tmp, dirfd, w.base, unix.RENAME_EXCHANGE); err != nil {
+		return &fs.PathError{Op: "restore", Path: target, Err: err}
+	}
+	return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
+}
+
+// renameChecked is the fallback of filesystems without renameat2 flags:
+// the target is checked once more on the directory handle just before a
+// plain rename.
+func renameChecked(dirfd int, tmp, base, target string) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		return &fs.PathError{Op: "rename", Path: target, Err: err}
 	}
 	return nil
 }
 
-func (t *Tools) fileList(_ context.Context, in FileListInput) (FileListResult, error) {
+func (t *Tools) fileList(ctx context.Context, in FileListInput) (FileListResult, error) {
 	var res FileListResult
 	p, err := absPath("path", in.Path)
 	if err != nil {
@@ -371,14 +560,19 @@ func (t *Tools) fileList(_ context.Context, in FileListInput) (FileListResult, e
 	case limit < 0 || limit > maxFileListLimit:
 		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxFileListLimit, limit)
 	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return res, fsError("path", err)
-	}
-	if !fi.IsDir() {
+	return runFileOp(ctx, t, NameFileList, func(ctx context.Context) (FileListResult, error) {
+		return listDir(ctx, p, limit)
+	})
+}
+
+// listDir lists up to limit entries of directory p.
+func listDir(ctx context.Context, p string, limit int) (FileListResult, error) {
+	var res FileListResult
+	// O_DIRECTORY: a FIFO or device at p is refused without being opened.
+	d, err := openDir(p)
+	if errors.Is(err, syscall.ENOTDIR) {
 		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
 	}
-	d, err := os.Open(p)
 	if err != nil {
 		return res, fsError("path", err)
 	}
@@ -390,6 +584,9 @@ func (t *Tools) fileList(_ context.Context, in FileListInput) (FileListResult, e
 	sort.Strings(names)
 	res = FileListResult{Path: p, Entries: make([]FileEntry, 0, min(len(names), limit))}
 	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		full := filepath.Join(p, name)
 		li, err := os.Lstat(full)
 		if err != nil {
@@ -442,4 +639,54 @@ func octalMode(m fs.FileMode) string {
 		v |= 0o1000
 	}
 	return fmt.Sprintf("%04o", v)
+}
+
+// maxStrandedFileOps bounds the file operations the kernel still holds after
+// their calls gave up on them. Each holds an OS thread and its buffer until
+// the kernel returns; beyond the bound, file tools are refused rather than
+// letting stuck reads pile up.
+const maxStrandedFileOps = 16
+
+// runFileOp runs op, the filesystem work of one file tool call, where the
+// call can leave it: most blocking is avoided up front (O_NONBLOCK,
+// O_DIRECTORY, special files refused before they are opened), but a read
+// or write can still sleep in the kernel where no signal or deadline
+// reaches it (a hung network or FUSE filesystem). When ctx ends or the
+// file timeout passes, the call answers CANCELLED or TIMEOUT at once, and
+// with it releases its admission slot; op finishes in the background.
+func runFileOp[R any](ctx context.Context, t *Tools, name string, op func(context.Context) (R, error)) (R, error) {
+	var zero R
+	if n := t.stranded.Load(); n >= maxStrandedFileOps {
+		return zero, toolerr.New(toolerr.Unavailable, "%s: %d earlier file operations are still blocked in the kernel; retry later", name, n)
+	}
+	opCtx, cancel := context.WithTimeout(ctx, t.opts.FileTimeout)
+	type result struct {
+		r   R
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		r, err := op(opCtx)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-opCtx.Done():
+	}
+	select {
+	case res := <-done: // finished just as the context ended: keep its answer
+		return res.r, res.err
+	default:
+	}
+	t.stranded.Add(1)
+	go func() {
+		<-done
+		t.stranded.Add(-1)
+	}()
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%s: gave up on the file operation (it may still complete): %w", name, err)
+	}
+	return zero, toolerr.New(toolerr.Timeout, "%s: the filesystem did not answer within %s (the operation may still complete)", name, t.opts.FileTimeout)
 }

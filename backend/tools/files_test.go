@@ -2,18 +2,25 @@ package tools
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"golang.org/x/sys/unix"
 )
 
 func TestFileRoundTrip(t *testing.T) {
@@ -358,5 +365,191 @@ func TestFileReadEncodedBudget(t *testing.T) {
 	}
 	if got.String() != content {
 		t.Fatalf("read back %d bytes, want %d", got.Len(), len(content))
+	}
+}
+
+// callHandler runs one tool call through its handler and waits, bounded,
+// for the answer: a call stuck in the kernel fails the test instead of
+// hanging it.
+func callHandler(ctx context.Context, t testing.TB, tl *Tools, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	return startHandler(ctx, t, tl, name, args)(t)
+}
+
+// startHandler starts one tool call through its handler and returns how to
+// wait (bounded) for its answer.
+func startHandler(ctx context.Context, t testing.TB, tl *Tools, name string, args map[string]any) func(testing.TB) *mcp.CallToolResult {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	h := handlerOf(t, tl, name)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := h(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: name, Arguments: raw}})
+		done <- res
+	}()
+	return func(t testing.TB) *mcp.CallToolResult {
+		t.Helper()
+		var res *mcp.CallToolResult
+		proctest.Eventually(t, name+" to answer", func() bool {
+			select {
+			case res = <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		return res
+	}
+}
+
+// TestFileCallsLeaveAStalledFilesystem: a filesystem that never answers (a
+// real FUSE mount whose server stalls) holds the kernel side of a file
+// operation forever. The calls answer anyway, on timeout and on
+// cancellation, so their admission slots are released; the operations left
+// in the kernel are bounded, and counted until the kernel lets them go.
+func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
+	opts := testOptions()
+	opts.FileTimeout = 300 * time.Millisecond
+	tl := New(opts)
+	defer tl.Close()
+	stall := newStallingFS(t)
+	normal := tempFile(t, "normal")
+	if err := os.WriteFile(normal, []byte("fine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	timeouts := []struct {
+		tool string
+		args map[string]any
+	}{
+		{NameFileRead, map[string]any{"path": stall.dir + "/f"}},
+		{NameFileWrite, map[string]any{"path": stall.dir + "/f", "content": "x"}},
+		{NameFileList, map[string]any{"path": stall.dir}},
+	}
+	for _, tc := range timeouts {
+		t.Run(tc.tool+" times out", func(t *testing.T) {
+			wantToolError(t, callHandler(context.Background(), t, tl, tc.tool, tc.args), toolerr.Timeout)
+		})
+	}
+
+	t.Run("file.read is cancelled", func(t *testing.T) {
+		slow := opts
+		slow.FileTimeout = time.Hour // only the cancellation can end it
+		tl2 := New(slow)
+		defer tl2.Close()
+		before := stall.requests.Load()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		wait := startHandler(ctx, t, tl2, NameFileRead, map[string]any{"path": stall.dir + "/cancelled"})
+		proctest.Eventually(t, "the read to reach the filesystem", func() bool { return stall.requests.Load() > before })
+		cancel()
+		wantToolError(t, wait(t), toolerr.Cancelled)
+	})
+
+	t.Run("operations left in the kernel are bounded", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := tl.stranded.Load(); i < maxStrandedFileOps; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wantToolError(t, callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": fmt.Sprintf("%s/f%d", stall.dir, i)}), toolerr.Timeout)
+			}()
+		}
+		wg.Wait()
+		if n := tl.stranded.Load(); n != maxStrandedFileOps {
+			t.Fatalf("%d operations counted in the kernel, want %d", n, maxStrandedFileOps)
+		}
+		e := wantToolError(t, callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal}), toolerr.Unavailable)
+		t.Logf("at the bound: %s", e.Message)
+	})
+
+	t.Run("released when the kernel lets go", func(t *testing.T) {
+		stall.abort()
+		proctest.Eventually(t, "no operation left in the kernel", func() bool { return tl.stranded.Load() == 0 })
+		res := callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal})
+		if res.IsError {
+			t.Fatalf("read after the abort failed: %v", res.Content)
+		}
+	})
+}
+
+// TestFileWriteNeverReplacesSpecialFiles: a FIFO, a character device and a
+// socket are refused whether named directly or through symlinks (relative,
+// absolute, chained, dangling-then-swapped), and every node survives as it
+// was. Writing through a symlink used to follow it and rename a regular
+// file over the device.
+func TestFileWriteNeverReplacesSpecialFiles(t *testing.T) {
+	h := newHarness(t, testOptions())
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The same device numbers as /dev/null: a real character device node.
+	dev := filepath.Join(dir, "null-dev")
+	nullRdev := int(unix.Mkdev(1, 3))
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, nullRdev); err != nil {
+		t.Fatalf("mknod (needs root): %v", err)
+	}
+	sock := filepath.Join(dir, "sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	links := map[string]string{
+		"to-fifo":     "fifo",
+		"to-dev":      dev,
+		"to-sock":     "./sock",
+		"chain":       "to-dev",
+		"chain-twice": "chain",
+		"loop-a":      "loop-b",
+		"loop-b":      "loop-a",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"fifo", "null-dev", "sock", "to-fifo", "to-dev", "to-sock", "chain", "chain-twice", "loop-a"} {
+		t.Run(name, func(t *testing.T) {
+			want := "regular"
+			if strings.HasPrefix(name, "loop") {
+				want = "symbolic links"
+			}
+			e := fails(t, h, NameFileWrite, map[string]any{"path": filepath.Join(dir, name), "content": "replaced"}, toolerr.InvalidArgument)
+			if !strings.Contains(e.Message, want) {
+				t.Fatalf("message %q does not say %q", e.Message, want)
+			}
+		})
+	}
+
+	checks := []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{fifo, fs.ModeNamedPipe}, {dev, fs.ModeDevice | fs.ModeCharDevice}, {sock, fs.ModeSocket},
+	}
+	for _, c := range checks {
+		fi, err := os.Lstat(c.path)
+		if err != nil || fi.Mode().Type() != c.mode {
+			t.Fatalf("%s: %v, type %v: want %v", c.path, err, fi.Mode().Type(), c.mode)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil || st.Rdev != uint64(nullRdev) {
+		t.Fatalf("device node changed: rdev %d (%v)", st.Rdev, err)
+	}
+	for name := range links {
+		if fi, err := os.Lstat(filepath.Join(dir, name)); err != nil || fi.Mode().Type() != fs.ModeSymlink {
+			t.Fatalf("link %s replaced: %v", name, err)
+		}
+	}
+	onlyEntries(t, dir)
+
+	// Reading through the same links is refused too, without blocking on
+	// the FIFO or opening the device.
+	for _, name := range []string{"to-fifo", "to-dev", "to-sock", "chain-twice"} {
+		fails(t, h, NameFileRead, map[string]any{"path": filepath.Join(dir, name)}, toolerr.InvalidArgument)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
@@ -46,6 +47,7 @@ const (
 	defaultShellPath      = "/bin/bash"
 	defaultTimeout        = 60 * time.Second
 	defaultMaxTimeout     = 600 * time.Second
+	defaultFileTimeout    = 30 * time.Second
 	killGrace             = 500 * time.Millisecond // SIGTERM -> SIGKILL
 	pipeWaitDelay         = time.Second            // how long an orphan may hold a pipe after the shell exits
 	closeWait             = time.Second            // how long Close waits for killed groups to be reaped: drain (2 s) + this stays well inside TimeoutStopSec=5
@@ -65,6 +67,7 @@ type Options struct {
 	ShellPath      string        // shell.path: shell.exec runs ShellPath -c COMMAND
 	DefaultTimeout time.Duration // shell.defaultTimeoutMs
 	MaxTimeout     time.Duration // shell.maxTimeoutMs (cap on timeoutMs)
+	FileTimeout    time.Duration // how long file.read, file.write and file.list wait for the filesystem
 	Logger         *slog.Logger
 	Admission      func() any                                      // snapshot included in system.info under "admission"; may be nil
 	SystemdBus     func(ctx context.Context) (*sddbus.Conn, error) // how service.* connect; nil = the system bus
@@ -83,7 +86,9 @@ type Tools struct {
 	closing chan struct{}    // closed by Close; running shell.exec calls watch it
 	groups  map[int]struct{} // process group ids of running commands, not yet reaped
 	running sync.WaitGroup   // one per running shell.exec
-	once    sync.Once
+
+	stranded atomic.Int64 // file operations still in the kernel after their calls gave up on them
+	once     sync.Once
 }
 
 // encodedBudget is how many encoded JSON bytes a tool's output may take: a
@@ -111,6 +116,9 @@ func New(opts Options) *Tools {
 	}
 	if opts.MaxTimeout <= 0 {
 		opts.MaxTimeout = defaultMaxTimeout
+	}
+	if opts.FileTimeout <= 0 {
+		opts.FileTimeout = defaultFileTimeout
 	}
 	if opts.DefaultTimeout > opts.MaxTimeout {
 		opts.DefaultTimeout = opts.MaxTimeout
@@ -141,7 +149,8 @@ func New(opts Options) *Tools {
 		define(t, NameServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
 			destructive(), t.serviceControl),
 		define(t, NameShellExec, shellExecDescription(opts), destructive(), t.shellExec),
-		define(t, NameFileRead, "Read part of a file (absolute path). Text comes back as utf-8, binary content as base64.",
+		define(t, NameFileRead, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
+			"Never waits for data: a stream with nothing to read now (like /proc/kmsg) answers UNAVAILABLE.",
 			readOnly(), t.fileRead),
 		define(t, NameFileWrite, "Write a file atomically (temp file in the same directory, fsync, rename). Absolute path; owner, ACLs and xattrs of a replaced file are not preserved.",
 			destructive(), t.fileWrite),
