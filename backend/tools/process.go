@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"golang.org/x/sys/unix"
 )
@@ -55,7 +56,17 @@ type ProcessInfo struct {
 type ProcessListResult struct {
 	Processes []ProcessInfo `json:"processes"`
 	Total     int           `json:"total" jsonschema:"processes matching the filters"`
-	Truncated bool          `json:"truncated"`
+	Truncated bool          `json:"truncated" jsonschema:"true when the limit or the response budget cut the list"`
+}
+
+// processOverhead bounds the encoded bytes of one ProcessInfo beside its
+// strings: keys, punctuation and seven numbers of up to 20 digits.
+const processOverhead = 320
+
+// encodedProcessMax bounds the encoded JSON size of p from above.
+func encodedProcessMax(p ProcessInfo) int {
+	return processOverhead + jsonsize.Max(p.User) + jsonsize.Max(p.State) + jsonsize.Max(p.Name) +
+		jsonsize.Max(p.Command) + jsonsize.Max(p.StartTime)
 }
 
 // ProcessKillInput is the input of process.kill.
@@ -110,6 +121,10 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 	boot := bootTime()
 	users := map[int]string{}
 	res.Processes = []ProcessInfo{}
+	// Command lines of control bytes encode six times larger: the list is
+	// cut (and flagged) where its encoding would leave the response
+	// budget, so the caller gets the first processes rather than no data.
+	budget, used, full := t.encodedBudget(), 0, false
 	for _, pid := range pids {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -125,7 +140,7 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 			continue
 		}
 		res.Total++
-		if len(res.Processes) >= limit {
+		if full || len(res.Processes) >= limit {
 			res.Truncated = true
 			continue
 		}
@@ -135,6 +150,12 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 			users[p.UID] = u
 		}
 		p.User = u
+		size := encodedProcessMax(p)
+		if used+size > budget {
+			res.Truncated, full = true, true
+			continue
+		}
+		used += size
 		res.Processes = append(res.Processes, p)
 	}
 	return res, nil

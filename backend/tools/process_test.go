@@ -221,3 +221,47 @@ func TestProcessKillPIDRange(t *testing.T) {
 		t.Fatalf("probe of the child: %+v", r)
 	}
 }
+
+// TestProcessListControlBytesWithinBudget: command lines of control bytes
+// encode six times larger. The list used to grow past the response budget
+// (the server then had only OUTPUT_LIMIT to answer); now it is cut where
+// the budget ends, flagged, and still holds the first processes.
+func TestProcessListControlBytesWithinBudget(t *testing.T) {
+	opts := testOptions()
+	opts.ResponseBytes = 128 << 10
+	h := newHarness(t, opts)
+	tag := "ctlproc" + strconv.Itoa(os.Getpid())
+	const procs = 12
+	argv0 := strings.Repeat("\x01\x1b", 2000) + tag // ~24 KB once encoded
+	for range procs {
+		cmd := exec.Command("sleep", "3004")
+		cmd.Args[0] = argv0
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	res := h.call(t, NameProcessList, map[string]any{"name": tag})
+	if res.IsError {
+		t.Fatalf("process.list failed: %v", res.Content)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if len(b) > int(opts.ResponseBytes) {
+		t.Fatalf("result encodes to %d bytes, over the %d budget", len(b), opts.ResponseBytes)
+	}
+	var r ProcessListResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Total != procs || !r.Truncated || len(r.Processes) == 0 || len(r.Processes) >= procs {
+		t.Fatalf("total %d, %d processes, truncated %v: want all %d counted, some listed, flagged", r.Total, len(r.Processes), r.Truncated, procs)
+	}
+	for _, p := range r.Processes {
+		if !strings.Contains(p.Command, tag) {
+			t.Fatalf("listed %+v", p)
+		}
+	}
+}

@@ -2,8 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -129,5 +133,50 @@ func releaseKmsgReaders() {
 	defer f.Close()
 	for range 16 {
 		f.WriteString("mcp-backend server test: waking blocked /proc/kmsg readers after a failure\n")
+	}
+}
+
+// TestProcessListControlBytesOverHTTP: many command lines of control bytes
+// used to get OUTPUT_LIMIT and no data through the real server; now the
+// list comes back cut to the response budget and flagged.
+func TestProcessListControlBytesOverHTTP(t *testing.T) {
+	b := startBackend(t, func(c *config.Config) {
+		c.Limits.OutputBytes = 64 << 10
+		c.Limits.ResponseBytes = 192 << 10
+	})
+	tag := fmt.Sprintf("ctlhttp%d", os.Getpid())
+	const procs = 40 // ~1 MB of encoded command lines
+	for range procs {
+		cmd := exec.Command("sleep", "3005")
+		cmd.Args[0] = strings.Repeat("\x01\x1b", 2000) + tag
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	status, body, err := callRaw(context.Background(), b.url, "process.list", map[string]any{"name": tag, "limit": 5000})
+	if err != nil || status != 200 {
+		t.Fatalf("status %d: %v", status, err)
+	}
+	if len(body) > 192<<10 {
+		t.Fatalf("response of %d bytes over the budget", len(body))
+	}
+	r := parseReply(t, body)
+	if code := r.errorCode(); code != "" {
+		t.Fatalf("process.list answered %s", code)
+	}
+	var res struct {
+		Processes []struct{ Command string } `json:"processes"`
+		Total     int                        `json:"total"`
+		Truncated bool                       `json:"truncated"`
+	}
+	if err := json.Unmarshal(r.Result.StructuredContent, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != procs || !res.Truncated || len(res.Processes) == 0 {
+		t.Fatalf("total %d, %d processes, truncated %v", res.Total, len(res.Processes), res.Truncated)
 	}
 }
