@@ -147,18 +147,12 @@ func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult,
 	if err != nil {
 		return res, err
 	}
-	if in.Offset < 0 {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"offset\": must be >= 0 (got %d)", in.Offset)
-	}
-	length := t.opts.OutputBytes
-	if in.Length != nil {
-		if *in.Length < 0 {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"length\": must be >= 0 (got %d)", *in.Length)
-		}
-		length = min(*in.Length, t.opts.OutputBytes)
+	offset, length, err := readRange(in.Offset, in.Length, t.opts.OutputBytes)
+	if err != nil {
+		return res, err
 	}
 	return runFileOp(ctx, t, NameFileRead, func(ctx context.Context) (FileReadResult, error) {
-		return t.readFile(ctx, p, in.Offset, length)
+		return t.readFile(ctx, p, offset, length)
 	})
 }
 
@@ -324,25 +318,13 @@ func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResu
 	if p == "/" {
 		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": / is a directory")
 	}
-	var data []byte
-	switch in.Encoding {
-	case "", encodingUTF8:
-		data = []byte(in.Content)
-	case encodingBase64:
-		data, err = base64.StdEncoding.DecodeString(in.Content)
-		if err != nil {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"content\": invalid base64: %v", err)
-		}
-	default:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"encoding\": must be %q or %q (got %q)", encodingUTF8, encodingBase64, in.Encoding)
+	data, err := writeContent(in.Content, in.Encoding)
+	if err != nil {
+		return res, err
 	}
-	mode := os.FileMode(0o644)
-	if in.Mode != "" {
-		m, err := strconv.ParseUint(in.Mode, 8, 32)
-		if err != nil || m > 0o777 {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"mode\": must be octal permission bits 000..777, e.g. \"0644\" (got %q)", in.Mode)
-		}
-		mode = os.FileMode(m)
+	mode, err := writeMode(in.Mode)
+	if err != nil {
+		return res, err
 	}
 	return runFileOp(ctx, t, NameFileWrite, func(context.Context) (FileWriteResult, error) {
 		tg, err := resolveWrite(p, in.CreateParents)
@@ -553,12 +535,9 @@ func (t *Tools) fileList(ctx context.Context, in FileListInput) (FileListResult,
 	if err != nil {
 		return res, err
 	}
-	limit := in.Limit
-	switch {
-	case limit == 0:
-		limit = defaultFileListLimit
-	case limit < 0 || limit > maxFileListLimit:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxFileListLimit, limit)
+	limit, err := checkLimit(in.Limit, defaultFileListLimit, maxFileListLimit)
+	if err != nil {
+		return res, err
 	}
 	return runFileOp(ctx, t, NameFileList, func(ctx context.Context) (FileListResult, error) {
 		return listDir(ctx, p, limit)

@@ -90,12 +90,9 @@ type ProcessKillResult struct {
 
 func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessListResult, error) {
 	var res ProcessListResult
-	limit := in.Limit
-	switch {
-	case limit == 0:
-		limit = defaultProcessLimit
-	case limit < 0 || limit > maxProcessLimit:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxProcessLimit, limit)
+	limit, err := checkLimit(in.Limit, defaultProcessLimit, maxProcessLimit)
+	if err != nil {
+		return res, err
 	}
 	wantUID := -1
 	if in.User != "" {

@@ -80,18 +80,10 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 	if strings.IndexByte(in.Command, 0) >= 0 {
 		return res, toolerr.New(toolerr.InvalidArgument, "argument \"command\": must not contain NUL bytes")
 	}
-	timeout := t.opts.DefaultTimeout
-	if in.TimeoutMs != nil {
-		if *in.TimeoutMs <= 0 {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"timeoutMs\": must be > 0 (got %d)", *in.TimeoutMs)
-		}
-		// Capped rather than refused: DESIGN.md says timeoutMs is capped by
-		// shell.maxTimeoutMs. Compare in ms to avoid Duration overflow.
-		if *in.TimeoutMs >= t.opts.MaxTimeout.Milliseconds() {
-			timeout = t.opts.MaxTimeout
-		} else {
-			timeout = time.Duration(*in.TimeoutMs) * time.Millisecond
-		}
+	// Capped rather than refused: timeoutMs is capped by shell.maxTimeoutMs.
+	timeout, err := execTimeout(in.TimeoutMs, t.opts.DefaultTimeout, t.opts.MaxTimeout)
+	if err != nil {
+		return res, err
 	}
 	env, err := shellEnv(in.Env)
 	if err != nil {
