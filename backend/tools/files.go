@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -151,7 +152,7 @@ func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult,
 	if err != nil {
 		return res, err
 	}
-	return runFileOp(ctx, t, NameFileRead, func(ctx context.Context) (FileReadResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, NameFileRead, func(ctx context.Context) (FileReadResult, error) {
 		return t.readFile(ctx, p, offset, length)
 	})
 }
@@ -326,7 +327,7 @@ func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResu
 	if err != nil {
 		return res, err
 	}
-	return runFileOp(ctx, t, NameFileWrite, func(context.Context) (FileWriteResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, NameFileWrite, func(context.Context) (FileWriteResult, error) {
 		tg, err := resolveWrite(p, in.CreateParents)
 		if err != nil {
 			return res, err
@@ -539,7 +540,7 @@ func (t *Tools) fileList(ctx context.Context, in FileListInput) (FileListResult,
 	if err != nil {
 		return res, err
 	}
-	return runFileOp(ctx, t, NameFileList, func(ctx context.Context) (FileListResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, NameFileList, func(ctx context.Context) (FileListResult, error) {
 		return listDir(ctx, p, limit)
 	})
 }
@@ -620,23 +621,25 @@ func octalMode(m fs.FileMode) string {
 	return fmt.Sprintf("%04o", v)
 }
 
-// maxStrandedFileOps bounds the file operations the kernel still holds after
-// their calls gave up on them. Each holds an OS thread and its buffer until
-// the kernel returns; beyond the bound, file tools are refused rather than
-// letting stuck reads pile up.
-const maxStrandedFileOps = 16
+// maxStrandedOps bounds the operations the kernel still holds after their
+// calls gave up on them, per counter (file tools, process.list: stuck
+// normal work must not refuse a control tool). Each holds an OS thread and
+// its buffer until the kernel returns; beyond the bound, such calls are
+// refused rather than letting stuck reads pile up.
+const maxStrandedOps = 16
 
-// runFileOp runs op, the filesystem work of one file tool call, where the
-// call can leave it: most blocking is avoided up front (O_NONBLOCK,
-// O_DIRECTORY, special files refused before they are opened), but a read
-// or write can still sleep in the kernel where no signal or deadline
-// reaches it (a hung network or FUSE filesystem). When ctx ends or the
-// file timeout passes, the call answers CANCELLED or TIMEOUT at once, and
-// with it releases its admission slot; op finishes in the background.
-func runFileOp[R any](ctx context.Context, t *Tools, name string, op func(context.Context) (R, error)) (R, error) {
+// runKernelOp runs op, the filesystem work of one call (file tools, the
+// /proc scan of process.list), where the call can leave it: most blocking
+// is avoided up front (O_NONBLOCK, O_DIRECTORY, special files refused before
+// they are opened), but a read can still sleep in the kernel where no signal
+// or deadline reaches it (a hung network or FUSE filesystem, a process
+// stuck with its memory map locked). When ctx ends or Options.FileTimeout
+// passes, the call answers CANCELLED or TIMEOUT at once, and with it
+// releases its admission slot; op finishes in the background.
+func runKernelOp[R any](ctx context.Context, t *Tools, stranded *atomic.Int64, name string, op func(context.Context) (R, error)) (R, error) {
 	var zero R
-	if n := t.stranded.Load(); n >= maxStrandedFileOps {
-		return zero, toolerr.New(toolerr.Unavailable, "%s: %d earlier file operations are still blocked in the kernel; retry later", name, n)
+	if n := stranded.Load(); n >= maxStrandedOps {
+		return zero, toolerr.New(toolerr.Unavailable, "%s: %d earlier operations are still blocked in the kernel; retry later", name, n)
 	}
 	opCtx, cancel := context.WithTimeout(ctx, t.opts.FileTimeout)
 	type result struct {
@@ -659,13 +662,13 @@ func runFileOp[R any](ctx context.Context, t *Tools, name string, op func(contex
 		return res.r, res.err
 	default:
 	}
-	t.stranded.Add(1)
+	stranded.Add(1)
 	go func() {
 		<-done
-		t.stranded.Add(-1)
+		stranded.Add(-1)
 	}()
 	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("%s: gave up on the file operation (it may still complete): %w", name, err)
+		return zero, fmt.Errorf("%s: gave up on the operation (it may still complete): %w", name, err)
 	}
-	return zero, toolerr.New(toolerr.Timeout, "%s: the filesystem did not answer within %s (the operation may still complete)", name, t.opts.FileTimeout)
+	return zero, toolerr.New(toolerr.Timeout, "%s: the kernel did not answer within %s (the operation may still complete)", name, t.opts.FileTimeout)
 }

@@ -448,7 +448,7 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 
 	t.Run("operations left in the kernel are bounded", func(t *testing.T) {
 		var wg sync.WaitGroup
-		for i := tl.stranded.Load(); i < maxStrandedFileOps; i++ {
+		for i := tl.strandedFiles.Load(); i < maxStrandedOps; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -456,16 +456,20 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if n := tl.stranded.Load(); n != maxStrandedFileOps {
-			t.Fatalf("%d operations counted in the kernel, want %d", n, maxStrandedFileOps)
+		if n := tl.strandedFiles.Load(); n != maxStrandedOps {
+			t.Fatalf("%d operations counted in the kernel, want %d", n, maxStrandedOps)
 		}
 		e := wantToolError(t, callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal}), toolerr.Unavailable)
 		t.Logf("at the bound: %s", e.Message)
+		// Stuck normal work does not refuse a control tool.
+		if res := callHandler(context.Background(), t, tl, NameProcessList, map[string]any{"limit": 1}); res.IsError {
+			t.Fatalf("process.list refused while file operations are stuck: %v", res.Content)
+		}
 	})
 
 	t.Run("released when the kernel lets go", func(t *testing.T) {
 		stall.abort()
-		proctest.Eventually(t, "no operation left in the kernel", func() bool { return tl.stranded.Load() == 0 })
+		proctest.Eventually(t, "no operation left in the kernel", func() bool { return tl.strandedFiles.Load() == 0 })
 		res := callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal})
 		if res.IsError {
 			t.Fatalf("read after the abort failed: %v", res.Content)

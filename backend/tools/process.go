@@ -103,7 +103,18 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 		wantUID = uid
 	}
 	name := strings.ToLower(in.Name)
+	// Reading a command line takes the process's memory map lock, which a
+	// process stuck in the kernel can hold: the scan runs where the call
+	// can leave it.
+	return runKernelOp(ctx, t, &t.strandedScans, NameProcessList, func(ctx context.Context) (ProcessListResult, error) {
+		return t.scanProcesses(ctx, name, wantUID, limit)
+	})
+}
 
+// scanProcesses lists the processes of /proc matching name and wantUID
+// (-1: any), at most limit, within the encoded response budget.
+func (t *Tools) scanProcesses(ctx context.Context, name string, wantUID, limit int) (ProcessListResult, error) {
+	var res ProcessListResult
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return res, toolerr.New(toolerr.Unavailable, "read /proc: %v", err)

@@ -67,7 +67,7 @@ type Options struct {
 	ShellPath      string        // shell.path: shell.exec runs ShellPath -c COMMAND
 	DefaultTimeout time.Duration // shell.defaultTimeoutMs
 	MaxTimeout     time.Duration // shell.maxTimeoutMs (cap on timeoutMs)
-	FileTimeout    time.Duration // how long file.read, file.write and file.list wait for the filesystem
+	FileTimeout    time.Duration // how long file tools and process.list wait for the kernel before leaving the operation
 	Logger         *slog.Logger
 	Admission      func() any                                      // snapshot included in system.info under "admission"; may be nil
 	SystemdBus     func(ctx context.Context) (*sddbus.Conn, error) // how service.* connect; nil = the system bus
@@ -87,8 +87,9 @@ type Tools struct {
 	groups  map[int]struct{} // process group ids of running commands, not yet reaped
 	running sync.WaitGroup   // one per running shell.exec
 
-	stranded atomic.Int64 // file operations still in the kernel after their calls gave up on them
-	once     sync.Once
+	// Operations still in the kernel after their calls gave up on them.
+	strandedFiles, strandedScans atomic.Int64
+	once                         sync.Once
 }
 
 // encodedBudget is how many encoded JSON bytes a tool's output may take: a
