@@ -145,7 +145,7 @@ func New(opts Options) *Tools {
 			readOnly(), t.processList),
 		define(t, NameServiceStatus, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.",
 			readOnly(), t.serviceStatus),
-		define(t, NameProcessKill, "Send a signal (default TERM) to a process. Refuses pid 1 and the backend itself.",
+		define(t, NameProcessKill, "Send a signal (default TERM) to a process (pid 2..2147483647). Refuses pid 1, the backend itself, its ancestors and thread ids.",
 			destructive(), t.processKill),
 		define(t, NameServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
 			destructive(), t.serviceControl),
@@ -153,7 +153,7 @@ func New(opts Options) *Tools {
 		define(t, NameFileRead, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
 			"Never waits for data: a stream with nothing to read now (like /proc/kmsg) answers UNAVAILABLE.",
 			readOnly(), t.fileRead),
-		define(t, NameFileWrite, "Write a file atomically (temp file in the same directory, fsync, rename). Absolute path; owner, ACLs and xattrs of a replaced file are not preserved.",
+		define(t, NameFileWrite, "Write a regular file atomically (temp file in the same directory, fsync, rename). Absolute path; a symlink is followed to its target; FIFOs, devices and sockets are never replaced; owner, ACLs and xattrs of a replaced file are not preserved.",
 			destructive(), t.fileWrite),
 		define(t, NameFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
 			readOnly(), t.fileList),
