@@ -265,15 +265,20 @@ const killMarkedRounds = 200
 // killMarked SIGKILLs every process whose environment carries marker: the
 // command's descendants that escaped its process group. One pass is not
 // enough: a marked process may fork after /proc was listed, so the scan
-// repeats until a whole pass finds no marked process left. It reads
-// /proc/PID/environ of every process, a few milliseconds per pass. It
-// returns how many marked processes a final pass still found (0 when all
-// are gone).
+// repeats until two passes in a row find no marked process (a process in
+// the middle of execve shows an empty environment for a moment; the second
+// pass sees it again). It reads /proc/PID/environ of every process, a few
+// milliseconds per pass. It returns how many marked processes the last
+// pass still found (0 when all are gone).
 func killMarked(marker string) int {
 	needle := []byte(marker + "\x00")
-	left := 0
+	left, clean := 0, 0
 	for range killMarkedRounds {
-		if left = killMarkedOnce(needle); left == 0 {
+		if left = killMarkedOnce(needle); left > 0 {
+			clean = 0
+			continue
+		}
+		if clean++; clean == 2 {
 			return 0
 		}
 	}
