@@ -9,9 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/template"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 )
@@ -80,7 +84,13 @@ func goMemLimit(memoryHigh string) string {
 	if err != nil || n == ^uint64(0) {
 		return ""
 	}
-	return strconv.FormatUint(n/10*9>>20, 10) + "MiB"
+	mib := n / 10 * 9 >> 20
+	if mib == 0 {
+		// GOMEMLIMIT=0 would make the runtime collect without pause; no
+		// limit is the lesser harm (Validate refuses such sizes anyway).
+		return ""
+	}
+	return strconv.FormatUint(mib, 10) + "MiB"
 }
 
 // Render renders every unit, in a fixed order: backend, canary (when
@@ -104,16 +114,19 @@ func Render(p Params) ([]Unit, error) {
 	if err := checkExecPath("mcpctl binary", mcpctl); err != nil {
 		return nil, err
 	}
-	mcpctlCmd := mcpctl
+	mcpctlCmd := execLine(mcpctl)
 	if p.MCPCtlConfig != "" {
 		if err := checkExecPath("mcpctl config", p.MCPCtlConfig); err != nil {
 			return nil, err
 		}
-		mcpctlCmd += " --config " + p.MCPCtlConfig
+		mcpctlCmd = execLine(mcpctl, "--config", p.MCPCtlConfig)
 	}
 
 	var out []Unit
 	add := func(name, tmpl string, enable bool, data any) error {
+		if err := checkValues(name, data); err != nil {
+			return err
+		}
 		var b bytes.Buffer
 		if err := templates.ExecuteTemplate(&b, tmpl, data); err != nil {
 			return fmt.Errorf("render %s: %w", name, err)
@@ -129,7 +142,7 @@ func Render(p Params) ([]Unit, error) {
 	}
 	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
 	serve := func(bin string, s ctlconfig.ServiceConfig) string {
-		return bin + " serve --config " + s.Config + " --listen " + s.Listen
+		return execLine(bin, "serve", "--config", s.Config, "--listen", s.Listen)
 	}
 	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService,
@@ -150,6 +163,9 @@ func Render(p Params) ([]Unit, error) {
 		}
 	}
 	for i, t := range cfg.Tunnels {
+		if hasControl(t.Exec) {
+			return nil, fmt.Errorf("tunnels[%d].exec = %q: must be a single line without control characters", i, t.Exec)
+		}
 		if strings.HasSuffix(strings.TrimSpace(t.Exec), `\`) {
 			return nil, fmt.Errorf("tunnels[%d].exec = %q: must not end in a backslash (it would continue the line)", i, t.Exec)
 		}
@@ -177,6 +193,50 @@ func Render(p Params) ([]Unit, error) {
 	return out, nil
 }
 
+// checkValues refuses template data with a string that could break out of
+// its line: Validate already refuses such values, and rendering checks again
+// so that no caller can produce a unit with a directive of its own making.
+func checkValues(unit string, data any) error {
+	v := reflect.ValueOf(data)
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		if f.Kind() == reflect.String && hasControl(f.String()) {
+			return fmt.Errorf("render %s: %s = %q: must not contain control characters", unit, v.Type().Field(i).Name, f.String())
+		}
+		if f.Kind() == reflect.Struct {
+			if err := checkValues(unit, f.Interface()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hasControl reports control characters (C0, DEL, C1) or invalid UTF-8.
+func hasControl(s string) bool {
+	return !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// execLine writes a command line in systemd's ExecStart syntax: each
+// argument stays one argument, whatever it holds. Plain words go as they are
+// (so the usual paths and addresses read naturally); anything else is
+// double-quoted with backslash escapes, and % and $ are doubled so systemd
+// expands neither specifiers nor variables in it.
+func execLine(args ...string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if plainArg.MatchString(a) {
+			out[i] = a
+			continue
+		}
+		q := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "%", "%%", "$", "$$").Replace(a)
+		out[i] = `"` + q + `"`
+	}
+	return strings.Join(out, " ")
+}
+
+var plainArg = regexp.MustCompile(`^[A-Za-z0-9/._:,=@+\[\]-]+$`)
+
 // escape keeps systemd from expanding specifiers (%n, %i, ...) in free text.
 func escape(s string) string { return strings.ReplaceAll(s, "%", "%%") }
 
@@ -188,6 +248,8 @@ func checkExecPath(what, p string) error {
 	switch {
 	case !filepath.IsAbs(p):
 		return fmt.Errorf("%s = %q: must be an absolute path", what, p)
+	case hasControl(p):
+		return fmt.Errorf("%s = %q: must not contain control characters", what, p)
 	case strings.ContainsAny(p, " \t\n\r\"'\\%$;"):
 		return fmt.Errorf("%s = %q: must not contain whitespace, quotes, backslashes, %%, $ or ;", what, p)
 	}

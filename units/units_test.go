@@ -204,6 +204,15 @@ func TestRenderRejects(t *testing.T) {
 		{"tunnel exec continues", func(p *Params) { p.Config.Tunnels[0].Exec = `/bin/x \` }, `must not end in a backslash`},
 		{"relative mcpctl", func(p *Params) { p.MCPCtl = "mcpctl" }, `mcpctl binary = "mcpctl": must be an absolute path`},
 		{"canary with space", func(p *Params) { p.CanaryBinary = "/opt/a b/mcp-backend" }, `canary binary = "/opt/a b/mcp-backend"`},
+		// Values that would add directives or ExecStart arguments.
+		{"listen injecting directives", func(p *Params) { p.Config.Backend.Listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210" }, `backend.listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210": must be IP:PORT`},
+		{"listen adding arguments", func(p *Params) { p.Config.Canary.Listen = "127.0.0.1 --config /tmp/x:3211" }, `canary.listen = "127.0.0.1 --config /tmp/x:3211": must be IP:PORT`},
+		{"tunnel name injecting a directive", func(p *Params) { p.Config.Tunnels[0].Name = "x\x0bExecStartPre=/bin/x" }, `tunnels[0].name`},
+		{"tunnel exec with a form feed", func(p *Params) { p.Config.Tunnels[0].Exec = "/bin/tunnel\fUser=root" }, `tunnels[0].exec`},
+		{"mcpctl with a form feed", func(p *Params) { p.MCPCtl = "/opt/bin/mcpctl\fUser=root" }, `mcpctl binary = "/opt/bin/mcpctl\fUser=root": must not contain control characters`},
+		{"mcpctl config with NEL", func(p *Params) { p.MCPCtlConfig = "/etc/x\u0085y.json" }, `mcpctl config = "/etc/x\u0085y.json": must not contain control characters`},
+		{"canary with escape", func(p *Params) { p.CanaryBinary = "/opt/x\x1b[2J/mcp-backend" }, `must not contain control characters`},
+		{"memoryHigh of 1K", func(p *Params) { p.Config.Guardrails.MemoryHigh = "1K" }, `guardrails.memoryHigh = "1K": must be at least 64M`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,10 +294,70 @@ func names(us []Unit) []string {
 }
 
 func TestGoMemLimit(t *testing.T) {
-	tests := map[string]string{"6G": "5529MiB", "1G": "921MiB", "512M": "460MiB", "infinity": "", "bogus": ""}
+	tests := map[string]string{"6G": "5529MiB", "1G": "921MiB", "512M": "460MiB", "64M": "57MiB", "infinity": "", "bogus": "",
+		"1K": "", "1M": ""} // never GOMEMLIMIT=0MiB
 	for high, want := range tests {
 		if got := goMemLimit(high); got != want {
 			t.Errorf("goMemLimit(%q) = %q, want %q", high, got, want)
 		}
+	}
+}
+
+// TestRenderChecksValuesItself: rendering refuses a value with a control
+// character even if it got past Validate, so no caller can write a unit with
+// a directive of its own making.
+func TestRenderChecksValuesItself(t *testing.T) {
+	type inner struct{ MemoryHigh string }
+	tests := []struct {
+		name string
+		data any
+		want string
+	}{
+		{"clean", struct {
+			Exec string
+			G    inner
+		}{"/bin/x --listen 127.0.0.1:1", inner{"6G"}}, ""},
+		{"newline", struct{ Exec string }{"/bin/x\nUser=root"}, `Exec = "/bin/x\nUser=root": must not contain control characters`},
+		{"in a nested struct", struct{ G inner }{inner{"6G\nMemoryMax=infinity"}}, `MemoryHigh = "6G\nMemoryMax=infinity"`},
+		{"invalid UTF-8", struct{ Name string }{"a\xffb"}, `must not contain control characters`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkValues("x.service", tc.data)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestExecLine: each argument stays one ExecStart argument. Plain words go
+// unquoted (the golden units keep their look); the rest is quoted so that a
+// space cannot add an argument and %/$ expand nothing.
+func TestExecLine(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"plain", []string{"/opt/mcp-backend/current/mcp-backend", "serve", "--config", "/etc/mcp-backend/config.json", "--listen", "[::1]:3210"},
+			"/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen [::1]:3210"},
+		{"space", []string{"/bin/x", "--listen", "127.0.0.1 --config /tmp/evil:1"}, `/bin/x --listen "127.0.0.1 --config /tmp/evil:1"`},
+		{"quote and backslash", []string{"/bin/x", `a"b\c`}, `/bin/x "a\"b\\c"`},
+		{"specifier and variable", []string{"/bin/x", "%n$HOME"}, `/bin/x "%%n$$HOME"`},
+		{"empty", []string{"/bin/x", ""}, `/bin/x ""`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := execLine(tc.args...); got != tc.want {
+				t.Fatalf("execLine = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ var (
 	ErrQueueFull    = errors.New("admission queue is full")      // OVERLOADED, counted rejected
 	ErrQueueTimeout = errors.New("admission queue wait expired") // OVERLOADED, counted timedOut
 	ErrCancelled    = errors.New("cancelled while queued")       // CANCELLED, counted cancelled
+	// ErrPreempted: a queued non-control operation gave its place to a
+	// control operation that found the queue full. It is a queue-full
+	// refusal (errors.Is ErrQueueFull: OVERLOADED, counted rejected) and is
+	// also counted preempted.
+	ErrPreempted = fmt.Errorf("%w: its place went to a control operation", ErrQueueFull)
 )
 
 // Limits are the configured bounds.
@@ -101,8 +107,9 @@ func (l Limits) Validate() error {
 // the controller's mutex.
 type waiter struct {
 	kind       Kind
-	ready      chan struct{} // closed when granted
+	ready      chan struct{} // closed when granted or evicted
 	granted    bool
+	evicted    bool // removed from the queue for a control operation
 	prev, next *waiter
 }
 
@@ -186,6 +193,7 @@ type Controller struct {
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
+	preempted                                          atomic.Int64
 }
 
 // New returns a controller for lim. It panics on invalid limits: config
@@ -343,6 +351,22 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 			continue
 		}
 		if queuedTotal(s) >= c.lim.MaxQueue {
+			if v := c.normalQ.tail; k == Control && v != nil {
+				// Control work is never refused because normal work
+				// filled the queue: it takes the place of the youngest
+				// queued normal operation, which is refused at once.
+				n := s - queuedDelta(v.kind) + queuedDelta(Control)
+				if !c.state.CompareAndSwap(s, n) {
+					continue
+				}
+				c.normalQ.remove(v)
+				v.evicted = true
+				close(v.ready)
+				c.rejected.Add(1)
+				c.preempted.Add(1)
+				w = &waiter{kind: k, ready: make(chan struct{})}
+				break
+			}
 			c.mu.Unlock()
 			c.rejected.Add(1)
 			return nil, ErrQueueFull
@@ -364,6 +388,9 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 	var failure error
 	select {
 	case <-w.ready:
+		if w.evicted { // set before ready closed; counted by the evictor
+			return nil, ErrPreempted
+		}
 		c.accepted.Add(1)
 		return &Permit{c: c, kind: k}, nil
 	case <-ctx.Done():
@@ -373,6 +400,12 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 	}
 
 	c.mu.Lock()
+	if w.evicted {
+		// The eviction raced the cancellation or timeout: it already left
+		// the queue and was counted rejected.
+		c.mu.Unlock()
+		return nil, ErrPreempted
+	}
 	if w.granted {
 		// The grant raced the cancellation or timeout: hand the slot on
 		// instead of stranding it.
@@ -392,13 +425,14 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 }
 
 // Shed reports whether an operation of kind k would be refused at once
-// because it can neither start nor queue now, and if so counts it as
+// because it can neither start nor queue now (control work can queue while
+// normal work is queued: it takes its place), and if so counts it as
 // rejected. A transport uses it to answer OVERLOADED before spending work on
 // a request the controller would refuse anyway: under overload most requests
 // are such, and shedding them cheaply keeps latency low for the rest.
 func (c *Controller) Shed(k Kind) bool {
 	s := c.state.Load()
-	if c.canStart(s, k) || queuedTotal(s) < c.lim.MaxQueue {
+	if c.canStart(s, k) || queuedTotal(s) < c.lim.MaxQueue || (k == Control && field(s, shQNormal) > 0) {
 		return false
 	}
 	c.rejected.Add(1)

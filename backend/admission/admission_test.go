@@ -45,13 +45,22 @@ type result struct {
 // enqueue starts an Acquire in the background and waits until it is queued.
 func enqueue(t testing.TB, ctx context.Context, c *Controller, k Kind) <-chan result {
 	t.Helper()
-	before := c.Snapshot().Queued.Total
+	// Per class: a control operation may take a normal one's place, which
+	// leaves the total as it was.
+	queued := func() int64 {
+		if q := c.Snapshot().Queued; k == Control {
+			return q.Control
+		} else {
+			return q.NonControl
+		}
+	}
+	before := queued()
 	ch := make(chan result, 1)
 	go func() {
 		p, err := c.Acquire(ctx, k)
 		ch <- result{p, err}
 	}()
-	waitFor(t, func() bool { return c.Snapshot().Queued.Total > before }, "operation queued")
+	waitFor(t, func() bool { return queued() > before }, "operation queued")
 	return ch
 }
 
@@ -204,16 +213,18 @@ func TestQueueBoundRejectsAtOnce(t *testing.T) {
 	if _, err := c.Acquire(context.Background(), Normal); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("err = %v, want ErrQueueFull", err)
 	}
-	// Control work that cannot start is queued in the same bounded queue.
-	_ = hold(t, c, Control, 8)
-	if _, err := c.Acquire(context.Background(), Control); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("control err = %v, want ErrQueueFull", err)
+	// Control work that cannot start is queued in the same bounded queue;
+	// when normal work filled it, control takes the youngest one's place.
+	controls := hold(t, c, Control, 8)
+	ctl := enqueue(t, ctx, c, Control)
+	if r := get(t, chs[2]); !errors.Is(r.err, ErrQueueFull) || !errors.Is(r.err, ErrPreempted) {
+		t.Fatalf("youngest normal: err = %v, want ErrPreempted (an ErrQueueFull)", r.err)
 	}
-	if got := c.Snapshot().Counters.Rejected; got != 2 {
-		t.Fatalf("rejected = %d, want 2", got)
+	if got := c.Snapshot().Counters; got.Rejected != 2 || got.Preempted != 1 {
+		t.Fatalf("counters %+v, want rejected 2, preempted 1", got)
 	}
 	cancel()
-	for _, ch := range chs {
+	for _, ch := range []<-chan result{chs[0], chs[1], ctl} {
 		if r := get(t, ch); !errors.Is(r.err, ErrCancelled) {
 			t.Fatalf("err = %v", r.err)
 		}
@@ -222,6 +233,161 @@ func TestQueueBoundRejectsAtOnce(t *testing.T) {
 		t.Fatal("queue still full after cancellations")
 	}
 	releaseAll(ps)
+	releaseAll(controls)
+	assertIdle(t, c)
+}
+
+// TestControlPreemptsYoungestNormal: a control operation arriving at a queue
+// full of normal and shell work takes the place of the youngest of them,
+// which is refused at once; the older ones keep their place and order. Only
+// a queue full of control work refuses control work.
+func TestControlPreemptsYoungestNormal(t *testing.T) {
+	lim := Limits{MaxActive: 4, ReservedControl: 1, MaxShell: 1, MaxQueue: 3, QueueWait: time.Minute}
+	c := New(lim)
+	ps := hold(t, c, Normal, 3)
+	ps = append(ps, hold(t, c, Control, 1)...)
+	ctx := context.Background()
+	oldest := enqueue(t, ctx, c, Shell)
+	middle := enqueue(t, ctx, c, Normal)
+	youngest := enqueue(t, ctx, c, Shell)
+
+	c1 := enqueue(t, ctx, c, Control) // takes youngest's place
+	if r := get(t, youngest); !errors.Is(r.err, ErrPreempted) || r.p != nil {
+		t.Fatalf("youngest: %+v, want ErrPreempted", r)
+	}
+	c2 := enqueue(t, ctx, c, Control) // takes middle's place
+	if r := get(t, middle); !errors.Is(r.err, ErrPreempted) {
+		t.Fatalf("middle: %+v, want ErrPreempted", r)
+	}
+	pending(t, oldest)
+	c3 := enqueue(t, ctx, c, Control) // takes oldest's place
+	if r := get(t, oldest); !errors.Is(r.err, ErrPreempted) {
+		t.Fatalf("oldest: %+v, want ErrPreempted", r)
+	}
+	// The queue holds only control work now: control is refused too.
+	if c.Shed(Control) == false {
+		t.Fatal("Shed(Control) = false with a queue full of control work")
+	}
+	if _, err := c.Acquire(ctx, Control); !errors.Is(err, ErrQueueFull) || errors.Is(err, ErrPreempted) {
+		t.Fatalf("control at a queue full of control: %v, want ErrQueueFull", err)
+	}
+	s := c.Snapshot()
+	if s.Counters.Preempted != 3 || s.Counters.Rejected != 5 || s.Queued.Control != 3 || s.Queued.NonControl != 0 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	// Slots freed go to the control waiters in order.
+	for _, ch := range []<-chan result{c1, c2, c3} {
+		ps[0].Release()
+		ps = ps[1:]
+		r := get(t, ch)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		ps = append(ps, r.p)
+	}
+	releaseAll(ps)
+	assertIdle(t, c)
+	// accepted: 4 held + 3 control; rejected: 3 preempted + the control
+	// refused by Acquire + the one refused by Shed.
+	if s := c.Snapshot().Counters; s.Accepted != 7 || s.Rejected != 5 || s.Preempted != 3 {
+		t.Fatalf("counters %+v, want accepted 7, rejected 5, preempted 3", s)
+	}
+}
+
+// TestShedControlWithNormalQueued: Shed never refuses control work that
+// Acquire would queue in a normal operation's place.
+func TestShedControlWithNormalQueued(t *testing.T) {
+	lim := Limits{MaxActive: 2, ReservedControl: 1, MaxShell: 1, MaxQueue: 1, QueueWait: time.Minute}
+	c := New(lim)
+	ps := append(hold(t, c, Normal, 1), hold(t, c, Control, 1)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := enqueue(t, ctx, c, Normal)
+	if !c.Shed(Normal) {
+		t.Fatal("normal not shed at a full queue")
+	}
+	if c.Shed(Control) {
+		t.Fatal("control shed although it would take a normal operation's place")
+	}
+	ctl := enqueue(t, ctx, c, Control)
+	if r := get(t, n); !errors.Is(r.err, ErrPreempted) {
+		t.Fatalf("normal: %+v", r)
+	}
+	cancel()
+	if r := get(t, ctl); !errors.Is(r.err, ErrCancelled) {
+		t.Fatalf("control: %+v", r)
+	}
+	releaseAll(ps)
+	assertIdle(t, c)
+}
+
+// TestPreemptRace: control work preempting queued normal work while grants,
+// cancellations and timeouts race it. No slot or queue place is stranded,
+// every operation ends in exactly one outcome, control work is refused only
+// by a queue full of control work, and preemption really happened.
+func TestPreemptRace(t *testing.T) {
+	lim := Limits{MaxActive: 4, ReservedControl: 1, MaxShell: 1, MaxQueue: 4, QueueWait: 3 * time.Millisecond}
+	c := New(lim)
+	const workers, perWorker = 32, 300
+	var ok, full, preempted, timeout, cancelled atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			for i := 0; i < perWorker; i++ {
+				k := Kind(rng.IntN(3))
+				ctx, cancel := context.WithCancel(context.Background())
+				if rng.IntN(3) == 0 {
+					time.AfterFunc(time.Duration(rng.IntN(300))*time.Microsecond, cancel)
+				}
+				p, err := c.Acquire(ctx, k)
+				switch {
+				case err == nil:
+					ok.Add(1)
+					if rng.IntN(2) == 0 {
+						time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+					}
+					p.Release()
+				case errors.Is(err, ErrPreempted):
+					if k == Control {
+						t.Errorf("control operation preempted")
+					}
+					preempted.Add(1)
+					full.Add(1)
+				case errors.Is(err, ErrQueueFull):
+					full.Add(1)
+				case errors.Is(err, ErrQueueTimeout):
+					timeout.Add(1)
+				case errors.Is(err, ErrCancelled):
+					cancelled.Add(1)
+				default:
+					t.Errorf("unexpected error %v", err)
+				}
+				cancel()
+			}
+		}(uint64(g))
+	}
+	wg.Wait()
+	s := c.Snapshot()
+	assertIdle(t, c)
+	if got := ok.Load() + full.Load() + timeout.Load() + cancelled.Load(); got != workers*perWorker {
+		t.Fatalf("outcomes %d != operations %d", got, workers*perWorker)
+	}
+	if s.Counters.Accepted != ok.Load() || s.Counters.Rejected != full.Load() || s.Counters.Preempted != preempted.Load() ||
+		s.Counters.TimedOut != timeout.Load() || s.Counters.Cancelled != cancelled.Load() {
+		t.Fatalf("counters %+v vs ok=%d full=%d preempted=%d timeout=%d cancelled=%d", s.Counters, ok.Load(), full.Load(), preempted.Load(), timeout.Load(), cancelled.Load())
+	}
+	if s.Peak.Active > int64(lim.MaxActive) || s.Peak.Queued > int64(lim.MaxQueue) || s.Peak.NonControl > int64(lim.MaxNonControl()) {
+		t.Fatalf("peaks %+v exceed limits", s.Peak)
+	}
+	releaseAll(hold(t, c, Normal, lim.MaxNonControl()))
+	releaseAll(hold(t, c, Control, lim.MaxActive))
+	t.Logf("counters %+v", s.Counters)
+	if preempted.Load() == 0 || timeout.Load() == 0 || cancelled.Load() == 0 {
+		t.Fatalf("the race test must exercise preemption, timeouts and cancellations: %+v", s.Counters)
+	}
 }
 
 func TestQueueWaitTimeout(t *testing.T) {

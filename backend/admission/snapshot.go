@@ -44,13 +44,15 @@ type Peak struct {
 
 // Counters count outcomes since start. accepted: got a slot; completed:
 // released it; rejected: queue full; timedOut: queue wait expired;
-// cancelled: cancelled while queued.
+// cancelled: cancelled while queued. preempted: the part of rejected that
+// was queued and gave its place to a control operation.
 type Counters struct {
 	Accepted  int64 `json:"accepted"`
 	Completed int64 `json:"completed"`
 	Rejected  int64 `json:"rejected"`
 	TimedOut  int64 `json:"timedOut"`
 	Cancelled int64 `json:"cancelled"`
+	Preempted int64 `json:"preempted"`
 }
 
 // Snapshot reads the state without taking the scheduler's lock; each number
@@ -90,6 +92,7 @@ func (c *Controller) Snapshot() Snapshot {
 			Rejected:  c.rejected.Load(),
 			TimedOut:  c.timedOut.Load(),
 			Cancelled: c.cancelled.Load(),
+			Preempted: c.preempted.Load(),
 		},
 	}
 }

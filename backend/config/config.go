@@ -1,4 +1,4 @@
-// Package config holds mcp-backend's configuration (DESIGN.md §3):
+// Package config holds mcp-backend's configuration:
 // Default() -> Parse(io.Reader) -> Validate(). Every key is optional, unknown
 // keys are errors, and a file without "concurrency" gets the spec defaults.
 package config
@@ -13,7 +13,8 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -37,7 +38,7 @@ type Auth struct {
 	BearerTokenFile string `json:"bearerTokenFile"`
 }
 
-// Concurrency holds the admission limits (hardening spec §2.1).
+// Concurrency holds the admission limits.
 type Concurrency struct {
 	MaxActive       int `json:"maxActive"`
 	ReservedControl int `json:"reservedControl"`
@@ -89,7 +90,7 @@ func Default() Config {
 // their default; unknown keys and trailing data are errors.
 func Parse(r io.Reader) (Config, error) {
 	c := Default()
-	data, err := io.ReadAll(r)
+	data, err := strictjson.ReadAll(r)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
@@ -107,7 +108,7 @@ func Parse(r io.Reader) (Config, error) {
 
 // Load reads, parses and validates the file at path.
 func Load(path string) (Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := strictjson.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
@@ -144,6 +145,20 @@ const responseHeadroom = 64 << 10
 // gauges into 12-bit fields.
 const maxLimit = 4095
 
+// Upper bounds of the values the program turns into durations and buffers.
+// Below time.Duration's range (~292 years) by far; above any sane setting.
+const (
+	// maxQueueWaitMs: a call queued longer than an hour has no client left.
+	maxQueueWaitMs = 3600000
+	// maxShellTimeoutMs: a day; shell.exec is not a job scheduler.
+	maxShellTimeoutMs = 86400000
+	// maxOutputBytes: file.read allocates this per call and JSON escaping
+	// makes the response up to six times larger, times maxActive calls.
+	maxOutputBytes = 64 << 20
+	// maxResponseBytes leaves outputBytes its headroom at the top.
+	maxResponseBytes = maxOutputBytes + 64<<20
+)
+
 // Validate checks every value and returns an error naming the first bad key,
 // its value and what is allowed.
 func (c Config) Validate() error {
@@ -151,19 +166,22 @@ func (c Config) Validate() error {
 	bad := func(key string, val any, want string) {
 		errs = append(errs, fmt.Errorf("%s = %v: %s", key, val, want))
 	}
-	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
-		if _, _, herr := net.SplitHostPort(c.Listen); herr != nil || c.Listen == "" {
-			bad("listen", fmt.Sprintf("%q", c.Listen), "must be HOST:PORT, e.g. 127.0.0.1:3210")
-		}
+	if err := checkListen(c.Listen); err != nil {
+		bad("listen", fmt.Sprintf("%q", c.Listen), err.Error())
 	}
 	for i, h := range c.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, "/ ") {
+		if !isHost(h) {
 			bad(fmt.Sprintf("allowedHosts[%d]", i), fmt.Sprintf("%q", h), "must be a host name such as mcp.example.com")
 		}
 	}
 	for i, o := range c.AllowedOrigins {
 		if !isOrigin(o) {
 			bad(fmt.Sprintf("allowedOrigins[%d]", i), fmt.Sprintf("%q", o), "must be an origin scheme://host[:port] such as https://claude.ai (http or https, no path, no trailing slash)")
+		}
+	}
+	if f := c.Auth.BearerTokenFile; f != "" {
+		if err := checkPath(f); err != nil {
+			bad("auth.bearerTokenFile", fmt.Sprintf("%q", f), err.Error())
 		}
 	}
 	cc := c.Concurrency
@@ -183,30 +201,97 @@ func (c Config) Validate() error {
 	if cc.MaxQueue < 0 || cc.MaxQueue > maxLimit {
 		bad("concurrency.maxQueue", cc.MaxQueue, "must be 0..4095")
 	}
-	if cc.QueueWaitMs <= 0 {
-		bad("concurrency.queueWaitMs", cc.QueueWaitMs, "must be > 0")
+	if cc.QueueWaitMs <= 0 || cc.QueueWaitMs > maxQueueWaitMs {
+		bad("concurrency.queueWaitMs", cc.QueueWaitMs, fmt.Sprintf("must be 1..%d (1 h)", maxQueueWaitMs))
 	}
-	if c.Limits.OutputBytes <= 0 {
-		bad("limits.outputBytes", c.Limits.OutputBytes, "must be > 0")
+	outputOK := c.Limits.OutputBytes > 0 && c.Limits.OutputBytes <= maxOutputBytes
+	if !outputOK {
+		bad("limits.outputBytes", c.Limits.OutputBytes, fmt.Sprintf("must be 1..%d (64 MiB)", maxOutputBytes))
 	}
-	if c.Limits.ResponseBytes <= 0 {
-		bad("limits.responseBytes", c.Limits.ResponseBytes, "must be > 0")
-	} else if c.Limits.OutputBytes > 0 && c.Limits.ResponseBytes < c.Limits.OutputBytes+responseHeadroom {
+	if c.Limits.ResponseBytes <= 0 || c.Limits.ResponseBytes > maxResponseBytes {
+		bad("limits.responseBytes", c.Limits.ResponseBytes, fmt.Sprintf("must be 1..%d (128 MiB)", maxResponseBytes))
+	} else if outputOK && c.Limits.ResponseBytes < c.Limits.OutputBytes+responseHeadroom {
 		// A result adds fields and an envelope around its output.
 		bad("limits.responseBytes", c.Limits.ResponseBytes, fmt.Sprintf("must be >= limits.outputBytes + %d (%d)", responseHeadroom, c.Limits.OutputBytes+responseHeadroom))
 	}
-	if !strings.HasPrefix(c.Shell.Path, "/") {
-		bad("shell.path", fmt.Sprintf("%q", c.Shell.Path), "must be an absolute path such as /bin/bash")
+	if err := checkPath(c.Shell.Path); err != nil {
+		bad("shell.path", fmt.Sprintf("%q", c.Shell.Path), err.Error()+" such as /bin/bash")
 	}
-	if c.Shell.DefaultTimeoutMs <= 0 {
-		bad("shell.defaultTimeoutMs", c.Shell.DefaultTimeoutMs, "must be > 0")
+	if c.Shell.DefaultTimeoutMs <= 0 || c.Shell.DefaultTimeoutMs > maxShellTimeoutMs {
+		bad("shell.defaultTimeoutMs", c.Shell.DefaultTimeoutMs, fmt.Sprintf("must be 1..%d (24 h)", maxShellTimeoutMs))
 	}
-	if c.Shell.MaxTimeoutMs <= 0 {
-		bad("shell.maxTimeoutMs", c.Shell.MaxTimeoutMs, "must be > 0")
+	if c.Shell.MaxTimeoutMs <= 0 || c.Shell.MaxTimeoutMs > maxShellTimeoutMs {
+		bad("shell.maxTimeoutMs", c.Shell.MaxTimeoutMs, fmt.Sprintf("must be 1..%d (24 h)", maxShellTimeoutMs))
 	} else if c.Shell.DefaultTimeoutMs > c.Shell.MaxTimeoutMs {
 		bad("shell.defaultTimeoutMs", c.Shell.DefaultTimeoutMs, fmt.Sprintf("must be <= shell.maxTimeoutMs (%d)", c.Shell.MaxTimeoutMs))
 	}
 	return errors.Join(errs...)
+}
+
+// checkListen accepts what net.Listen("tcp", ...) takes and nothing that
+// could mean something else: a host that is empty (every interface), an IP
+// literal or a DNS name, and a decimal port 0..65535.
+func checkListen(s string) error {
+	const want = "must be HOST:PORT with an IP address or host name and a port 0..65535, e.g. 127.0.0.1:3210"
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New(want)
+	}
+	if host != "" && !isHost(host) {
+		return errors.New(want)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || port != strconv.FormatUint(p, 10) {
+		return errors.New(want)
+	}
+	return nil
+}
+
+// isHost reports whether s is an IP literal or a DNS name.
+func isHost(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil || isHostName(s)
+}
+
+// isHostName reports whether s is a DNS name: labels of letters, digits and
+// inner hyphens (underscores tolerated), at most 253 bytes, the last one not
+// all digits (that would be a malformed IP address).
+func isHostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return false
+	}
+	for _, label := range labels {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			b := label[i]
+			if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkPath accepts absolute, clean paths without control bytes: the
+// program hands them to open(2) and exec(2), where a NUL or a relative path
+// would only fail (or resolve elsewhere) at the first use.
+func checkPath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return errors.New("must be an absolute path")
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("must not contain control characters")
+	case path.Clean(p) != p:
+		return fmt.Errorf("must be a clean path (%s)", path.Clean(p))
+	}
+	return nil
 }
 
 // IsLoopback reports whether the listen address is a loopback one.

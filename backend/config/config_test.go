@@ -1,8 +1,13 @@
 package config
 
 import (
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -75,7 +80,23 @@ func TestValidate(t *testing.T) {
 		{"zero maxActive", `{"concurrency":{"maxActive":0}}`, "concurrency.maxActive = 0: must be 1..4095"},
 		{"negative queue", `{"concurrency":{"maxQueue":-1}}`, "concurrency.maxQueue = -1: must be 0..4095"},
 		{"huge queue", `{"concurrency":{"maxQueue":5000}}`, "concurrency.maxQueue = 5000: must be 0..4095"},
-		{"zero queue wait", `{"concurrency":{"queueWaitMs":0}}`, "concurrency.queueWaitMs = 0: must be > 0"},
+		{"zero queue wait", `{"concurrency":{"queueWaitMs":0}}`, "concurrency.queueWaitMs = 0: must be 1..3600000"},
+		{"queue wait overflowing a duration", `{"concurrency":{"queueWaitMs":9300000000000}}`, "concurrency.queueWaitMs = 9300000000000: must be 1..3600000"},
+		{"output of a TiB", `{"limits":{"outputBytes":1099511627776,"responseBytes":1099511693312}}`, "limits.outputBytes = 1099511627776: must be 1..67108864"},
+		{"output overflowing the budget sum", `{"limits":{"outputBytes":9223372036854775807}}`, "limits.outputBytes = 9223372036854775807: must be 1..67108864"},
+		{"response of max int64", `{"limits":{"responseBytes":9223372036854775807}}`, "limits.responseBytes = 9223372036854775807: must be 1..134217728"},
+		{"zero output", `{"limits":{"outputBytes":0}}`, "limits.outputBytes = 0: must be 1..67108864"},
+		{"shell timeout overflowing a duration", `{"shell":{"maxTimeoutMs":9300000000000}}`, "shell.maxTimeoutMs = 9300000000000: must be 1..86400000"},
+		{"default shell timeout too long", `{"shell":{"defaultTimeoutMs":86400001}}`, "shell.defaultTimeoutMs = 86400001: must be 1..86400000"},
+		{"listen with a newline", `{"listen":"127.0.0.1\nExecStartPre=/bin/x:3210"}`, `listen = "127.0.0.1\nExecStartPre=/bin/x:3210": must be HOST:PORT`},
+		{"listen with a space", `{"listen":"127.0.0.1 --x:3210"}`, `listen = "127.0.0.1 --x:3210": must be HOST:PORT`},
+		{"listen port out of range", `{"listen":"127.0.0.1:70000"}`, `listen = "127.0.0.1:70000": must be HOST:PORT with an IP address or host name and a port 0..65535`},
+		{"listen named port", `{"listen":"127.0.0.1:http"}`, `listen = "127.0.0.1:http"`},
+		{"listen bad IP", `{"listen":"999.0.0.1:80"}`, `listen = "999.0.0.1:80"`},
+		{"allowed host with a control byte", `{"allowedHosts":["a.example\u0000"]}`, `allowedHosts[0] = "a.example\x00"`},
+		{"shell path with a NUL", `{"shell":{"path":"/bin/bash\u0000x"}}`, `shell.path = "/bin/bash\x00x": must not contain control characters`},
+		{"shell path unclean", `{"shell":{"path":"/bin/../bin/bash"}}`, `shell.path = "/bin/../bin/bash": must be a clean path (/bin/bash)`},
+		{"token file relative", `{"auth":{"bearerTokenFile":"token"}}`, `auth.bearerTokenFile = "token": must be an absolute path`},
 		{"bad listen", `{"listen":"3210"}`, `listen = "3210": must be HOST:PORT`},
 		{"relative shell", `{"shell":{"path":"bash"}}`, `shell.path = "bash": must be an absolute path`},
 		{"response below output", `{"limits":{"outputBytes":100,"responseBytes":10}}`, "limits.responseBytes = 10: must be >= limits.outputBytes + 65536 (65636)"},
@@ -103,7 +124,117 @@ func TestValidate(t *testing.T) {
 	}(); err != nil {
 		t.Fatalf("exact origins must be valid: %v", err)
 	}
-	if err := func() error { c, _ := Parse(strings.NewReader(`{"concurrency":{"maxQueue":0}}`)); return c.Validate() }(); err != nil {
-		t.Fatalf("maxQueue 0 must be valid (reject at once): %v", err)
+	for _, ok := range []string{
+		`{"concurrency":{"maxQueue":0}}`, // reject at once
+		`{"listen":"[::1]:3210"}`, `{"listen":"localhost:3210"}`, `{"listen":":3210"}`, `{"listen":"0.0.0.0:0"}`,
+		`{"allowedHosts":["mcp.example.com","10.0.0.5","::1","tunnel_1.example."]}`,
+		`{"concurrency":{"queueWaitMs":3600000},"shell":{"defaultTimeoutMs":86400000,"maxTimeoutMs":86400000}}`,
+		`{"limits":{"outputBytes":67108864,"responseBytes":134217728}}`,
+		`{"auth":{"bearerTokenFile":"/etc/mcp-backend/token"}}`,
+	} {
+		c, err := Parse(strings.NewReader(ok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s must be valid: %v", ok, err)
+		}
+	}
+}
+
+// TestLoadRefusesWhatIsNotAConfigFile: reading is bounded and only regular
+// files are read, so a wrong path fails at once instead of hanging or
+// eating memory. (/dev/zero itself is tried on the real binary, under a
+// memory rlimit, in cmd/mcp-backend.)
+func TestLoadRefusesWhatIsNotAConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO with a writer that never stops (up to 64 MiB, so a reader
+	// without a cap fails this test instead of the machine).
+	stream := filepath.Join(dir, "stream")
+	if err := syscall.Mkfifo(stream, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(stream, os.O_RDWR, 0) // O_RDWR: no wait for a reader
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Close()
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 1024; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Close() })
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"listen":"127.0.0.1:3210"`+strings.Repeat(" ", 2<<20)+`}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, path, want string }{
+		{"FIFO without a writer", fifo, "is a FIFO, want a regular file"},
+		{"endless FIFO", stream, "is a FIFO, want a regular file"},
+		{"directory", dir, "is a directory, want a regular file"},
+		{"over the size cap", big, "larger than 1048576 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := Load(tc.path); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute): // a hang is the bug; the bound only ends the test
+				t.Fatalf("Load(%s) still blocked", tc.path)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Fatalf("err = %v, want it to name %s and contain %q", err, tc.path, tc.want)
+			}
+		})
+	}
+	t.Run("Parse of an endless reader", func(t *testing.T) {
+		r := &endless{t: t}
+		_, err := Parse(r)
+		if err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// endless is a reader without end; past 64 MiB it fails the test, since a
+// bounded reader stops long before.
+type endless struct {
+	t testing.TB
+	n int
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n += len(p); e.n > 64<<20 {
+		e.t.Errorf("read %d bytes of an endless stream: the read is not bounded", e.n)
+		return 0, io.ErrUnexpectedEOF
+	}
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// TestValidConfigIsUsable: at every bound Validate accepts, the values the
+// program derives from the config stay in range.
+func TestValidConfigIsUsable(t *testing.T) {
+	c := Default()
+	c.Concurrency.QueueWaitMs = maxQueueWaitMs
+	c.Shell.DefaultTimeoutMs, c.Shell.MaxTimeoutMs = maxShellTimeoutMs, maxShellTimeoutMs
+	c.Limits.OutputBytes, c.Limits.ResponseBytes = maxOutputBytes, maxResponseBytes
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := usable(c); err != nil {
+		t.Fatal(err)
 	}
 }

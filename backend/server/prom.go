@@ -61,4 +61,5 @@ func writePrometheus(w io.Writer, s admission.Snapshot) {
 	lab("mcp_admission_operations_total", s.Counters.Rejected, `outcome="rejected"`)
 	lab("mcp_admission_operations_total", s.Counters.TimedOut, `outcome="timedOut"`)
 	lab("mcp_admission_operations_total", s.Counters.Cancelled, `outcome="cancelled"`)
+	fmt.Fprintf(w, "# HELP mcp_admission_preempted_total Queued non-control operations refused to make room for control ones (also counted rejected).\n# TYPE mcp_admission_preempted_total counter\nmcp_admission_preempted_total %d\n", s.Counters.Preempted)
 }

@@ -88,6 +88,68 @@ func TestCheckConfig(t *testing.T) {
 			t.Fatalf("exit %d stderr %s", code, errb.String())
 		}
 	})
+	// Configs check-config used to accept and serve could not run (a
+	// duration overflow panicked serve; a TiB buffer is a fatal OOM at the
+	// first file.read): both commands now refuse them with exit 2.
+	for _, tc := range []struct{ name, body, want string }{
+		{"queue wait overflowing a duration", `{"concurrency":{"queueWaitMs":9300000000000}}`, "concurrency.queueWaitMs = 9300000000000: must be 1..3600000"},
+		{"output of a TiB", `{"limits":{"outputBytes":1099511627776,"responseBytes":1099511693312}}`, "limits.outputBytes = 1099511627776: must be 1..67108864"},
+		{"output of max int64", `{"limits":{"outputBytes":9223372036854775807}}`, "limits.outputBytes = 9223372036854775807"},
+		{"shell timeout overflowing a duration", `{"shell":{"maxTimeoutMs":9300000000000}}`, "shell.maxTimeoutMs = 9300000000000: must be 1..86400000"},
+	} {
+		for _, cmd := range []string{"check-config", "serve"} {
+			t.Run(cmd+" refuses "+tc.name, func(t *testing.T) {
+				addr := proctest.FreeAddr(t)
+				body := strings.Replace(tc.body, "{", fmt.Sprintf(`{"listen":%q,`, addr), 1)
+				var errb syncBuffer
+				c := exec.Command(binary, cmd, "--config", writeConfig(t, body))
+				c.Stderr = &errb
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				exited := make(chan struct{})
+				go func() { c.Wait(); close(exited) }()
+				t.Cleanup(func() { c.Process.Kill(); <-exited })
+				// A serve that accepted the config would answer /healthz:
+				// stop it and fail rather than wait for it.
+				proctest.Eventually(t, "exit or a listening server", func() bool {
+					select {
+					case <-exited:
+						return true
+					default:
+					}
+					if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+						resp.Body.Close()
+						return true
+					}
+					return false
+				})
+				select {
+				case <-exited:
+				default:
+					c.Process.Kill()
+					<-exited
+					t.Fatalf("%s started serving with an invalid config: %s", cmd, errb.String())
+				}
+				code := c.ProcessState.ExitCode()
+				if code != 2 || !strings.Contains(errb.String(), tc.want) || strings.Contains(errb.String(), "panic") {
+					t.Fatalf("exit %d, want 2 and %q; stderr %s", code, tc.want, errb.String())
+				}
+			})
+		}
+	}
+	t.Run("check-config of /dev/zero fails at once", func(t *testing.T) {
+		// Under a 2 GiB address-space limit, so an unbounded read fails
+		// this test with an out-of-memory instead of taking the machine.
+		c := exec.Command("/bin/sh", "-c", `ulimit -v 2097152 && exec "$0" "$@"`, binary, "check-config", "--config", "/dev/zero")
+		var errb bytes.Buffer
+		c.Stderr = &errb
+		c.Run()
+		code := c.ProcessState.ExitCode()
+		if code != 2 || !strings.Contains(errb.String(), "/dev/zero") || !strings.Contains(errb.String(), "is a character device, want a regular file") {
+			t.Fatalf("exit %d, stderr %.500s", code, errb.String())
+		}
+	})
 	t.Run("missing --config is a usage error", func(t *testing.T) {
 		code := run(context.Background(), []string{"mcp-backend", "check-config"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
 		if code != 2 {
@@ -299,4 +361,22 @@ func TestStdioSIGTERMWhileRunning(t *testing.T) {
 		t.Fatal("stdio still running 5 s after SIGTERM with a command in flight")
 	}
 	proctest.WaitDead(t, pids...)
+}
+
+// syncBuffer is a bytes.Buffer a child process and the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

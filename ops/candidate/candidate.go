@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
@@ -108,17 +110,50 @@ func Check(ctx context.Context, path string, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// runCandidate runs the build with a timeout and returns its stdout; the
-// error carries the exit status and the start of stderr.
+// Output the checks keep of a run: `--version` prints one line and
+// check-config a line or an error; anything far beyond is not mcp-backend,
+// and buffering it would let a candidate size our heap (600 MB of output
+// once cost 2 GB).
+const (
+	maxStdout = 64 << 10
+	maxStderr = 16 << 10
+)
+
+// errTooMuchOutput ends a run whose stdout passed maxStdout.
+var errTooMuchOutput = fmt.Errorf("printed more than %d bytes on stdout: not an mcp-backend", maxStdout)
+
+// runCandidate runs the build in a process group of its own, with a timeout,
+// and returns its stdout; the error carries the exit status and the start of
+// stderr. The whole group is killed when the run ends, however it ends, so a
+// candidate's children never outlive the check.
 func runCandidate(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx, overflow := context.WithCancelCause(ctx)
+	defer overflow(nil)
 	cmd := exec.CommandContext(ctx, path, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	killGroup := func() error {
+		// pgid == pid with Setpgid; ESRCH once everyone is gone.
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	}
+	cmd.Cancel = killGroup
+	stdout := &capped{max: maxStdout, over: func() { overflow(errTooMuchOutput) }}
+	stderr := &capped{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = time.Second // a child holding the pipes open must not hang us
-	err := cmd.Run()
-	if ctx.Err() == context.DeadlineExceeded {
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	err := cmd.Wait()
+	killGroup() // children the candidate left behind, even after a clean exit
+	switch {
+	case context.Cause(ctx) == errTooMuchOutput:
+		return "", errTooMuchOutput
+	case ctx.Err() == context.DeadlineExceeded:
 		return "", fmt.Errorf("no answer within %s", timeout)
 	}
 	if err != nil {
@@ -132,4 +167,34 @@ func runCandidate(ctx context.Context, timeout time.Duration, path string, args 
 		return "", err
 	}
 	return stdout.String(), nil
+}
+
+// capped keeps the first max bytes written and drops the rest; over, when
+// set, is called once when the cap is passed.
+type capped struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	max   int
+	total int
+	over  func()
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(len(p), room)])
+	}
+	was := c.total
+	c.total += len(p)
+	if was <= c.max && c.total > c.max && c.over != nil {
+		c.over()
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
 }

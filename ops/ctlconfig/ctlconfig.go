@@ -11,14 +11,15 @@ import (
 	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"io"
 	"io/fs"
-	"net"
+	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultPath is where mcpctl looks for its config when none is named.
@@ -149,7 +150,7 @@ func Parse(r io.Reader) (*Config, error) {
 	// A nil slice makes the decoder allocate fresh elements; decoding into the
 	// default slice would merge a file's tunnel with the default at its index.
 	cfg.Tunnels = nil
-	data, err := io.ReadAll(r)
+	data, err := strictjson.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("read mcpctl config: %w", err)
 	}
@@ -170,7 +171,7 @@ func Parse(r io.Reader) (*Config, error) {
 // named by the operator (--config or MCPCTL_CONFIG): then a missing file is an
 // error, while a missing file at the default path means all defaults.
 func Load(path string, explicit bool) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := strictjson.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !explicit:
 		cfg := Default()
@@ -199,8 +200,14 @@ var FixedUnits = []string{
 }
 
 // unitNameRE is a conservative subset of systemd unit names: no instances,
-// no escaping, only services.
-var unitNameRE = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+\.service$`)
+// no escaping (a backslash would be one more thing to quote in a unit file),
+// only services, at most 255 bytes (systemd's limit).
+var unitNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9:_.-]{0,246}\.service$`)
+
+// MinMemory is the smallest memoryHigh/memoryMax accepted: below it the
+// backend cannot hold its own runtime plus one response, and the Go memory
+// limit derived from memoryHigh would round to nothing.
+const MinMemory = 64 << 20
 
 // Validate checks every value and reports all problems, each naming the key,
 // the value and what is allowed. A tunnel's url and exec may be empty here
@@ -259,6 +266,8 @@ func (c *Config) Validate() error {
 		key := fmt.Sprintf("tunnels[%d]", i)
 		if strings.TrimSpace(t.Name) == "" {
 			add("%s.name = %q: must not be empty", key, t.Name)
+		} else if err := checkName(t.Name); err != nil {
+			add("%s.name = %q: %v", key, t.Name, err)
 		} else if j, ok := names[t.Name]; ok {
 			add("%s.name = %q: duplicate tunnel name (also tunnels[%d])", key, t.Name, j)
 		} else {
@@ -274,8 +283,10 @@ func (c *Config) Validate() error {
 				add("%s.url = %q: %v", key, t.URL, err)
 			}
 		}
-		if strings.ContainsAny(t.Exec, "\n\r") {
-			add("%s.exec = %q: must be a single line", key, t.Exec)
+		if t.Exec != "" {
+			if err := checkExec(t.Exec); err != nil {
+				add("%s.exec = %q: %v", key, t.Exec, err)
+			}
 		}
 	}
 
@@ -304,6 +315,12 @@ func (c *Config) Validate() error {
 	if errMax != nil {
 		add("guardrails.memoryMax = %q: %v", g.MemoryMax, errMax)
 	}
+	if errHigh == nil && high < MinMemory {
+		add("guardrails.memoryHigh = %q: must be at least 64M (or infinity)", g.MemoryHigh)
+	}
+	if errMax == nil && max < MinMemory {
+		add("guardrails.memoryMax = %q: must be at least 64M (or infinity)", g.MemoryMax)
+	}
 	if errHigh == nil && errMax == nil && high > max {
 		add("guardrails.memoryHigh = %q: must not be above guardrails.memoryMax = %q", g.MemoryHigh, g.MemoryMax)
 	}
@@ -328,19 +345,26 @@ func (c *Config) ValidateTunnels() error {
 
 // Unknown keys are caught by the decoder; these check shapes.
 
+// checkListen accepts exactly IP:PORT as netip writes it (e.g.
+// 127.0.0.1:3210 or [::1]:3210) with a port 1..65535: the address goes into
+// ExecStart and URLs, where a host name, a zone or a space would be one more
+// thing to trust. net.SplitHostPort alone accepts newlines and spaces.
 func checkListen(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return errors.New("must be host:port, e.g. 127.0.0.1:3210")
-	}
-	if host == "" {
-		return errors.New("must name a host, e.g. 127.0.0.1:3210")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return errors.New("port must be 1..65535")
+	const want = "must be IP:PORT with an IP address and a port 1..65535, e.g. 127.0.0.1:3210"
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Addr().Zone() != "" || ap.Port() == 0 || ap.String() != s {
+		return errors.New(want)
 	}
 	return nil
+}
+
+// hasControl reports control characters (C0, DEL, C1) or invalid UTF-8: none
+// may reach a unit file, where a newline starts a new directive.
+func hasControl(s string) bool {
+	if !utf8.ValidString(s) {
+		return true
+	}
+	return strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) })
 }
 
 func checkPath(p string) error {
@@ -349,18 +373,61 @@ func checkPath(p string) error {
 		return errors.New("must not be empty")
 	case !filepath.IsAbs(p):
 		return errors.New("must be an absolute path")
-	case strings.ContainsAny(p, " \t\n\r\"'\\%$"):
-		return errors.New("must not contain whitespace, quotes, backslashes, % or $")
+	case hasControl(p):
+		return errors.New("must not contain control characters")
+	case strings.ContainsFunc(p, unicode.IsSpace) || strings.ContainsAny(p, "\"'\\%$;"):
+		return errors.New("must not contain whitespace, quotes, backslashes, %, $ or ;")
 	case filepath.Clean(p) != p:
 		return fmt.Errorf("must be a clean path (%s)", filepath.Clean(p))
 	}
 	return nil
 }
 
+// checkName: a tunnel name is free text in a unit's Description and in
+// reports; printable, one line, at most 100 characters.
+func checkName(s string) error {
+	switch {
+	case hasControl(s):
+		return errors.New("must not contain control characters")
+	case strings.TrimSpace(s) != s || strings.Contains(s, "  "):
+		return errors.New("must not have leading, trailing or repeated spaces")
+	case utf8.RuneCountInString(s) > 100:
+		return errors.New("must be at most 100 characters")
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("must be printable (has %U)", r)
+		}
+	}
+	return nil
+}
+
+// checkExec: the tunnel's command line in ExecStart syntax. It is the
+// operator's own, so it is not quoted; it must still be one line that starts
+// with an absolute program path and cannot continue onto another line.
+func checkExec(s string) error {
+	if hasControl(s) {
+		return errors.New("must be a single line without control characters")
+	}
+	s = strings.TrimSpace(s)
+	if strings.HasSuffix(s, `\`) {
+		return errors.New("must not end in a backslash (it would continue the line)")
+	}
+	prog, _, _ := strings.Cut(s, " ")
+	if err := checkPath(prog); err != nil {
+		return fmt.Errorf("must start with the program's absolute path (%q: %v)", prog, err)
+	}
+	return nil
+}
+
 func checkURL(s string) error {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("must be an http:// or https:// URL with a host")
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || hasControl(s) ||
+		strings.ContainsFunc(s, unicode.IsSpace) || u.User != nil {
+		return errors.New("must be an http:// or https:// URL with a host (no spaces, no credentials)")
+	}
+	if _, err := strconv.ParseUint(u.Port(), 10, 16); u.Port() != "" && err != nil {
+		return errors.New("must be an http:// or https:// URL with a port 1..65535, if any")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -131,8 +132,45 @@ func TestValidate(t *testing.T) {
 		{"fixed unit", func(c *Config) { c.Tunnels[0].Unit = "mcp-watchdog.service" }, `duplicate unit name (also a unit of mcpctl itself)`},
 		{"duplicate tunnel name", func(c *Config) { c.Tunnels[1].Name = "Overdeck" }, `tunnels[1].name = "Overdeck": duplicate tunnel name`},
 		{"deadline zero", func(c *Config) { c.Rollback.Deadline = 0 }, `rollback.deadline = "0s": must be 1s..24h`},
-		{"listen", func(c *Config) { c.Backend.Listen = "3210" }, `backend.listen = "3210": must be host:port`},
-		{"listen port", func(c *Config) { c.Canary.Listen = "127.0.0.1:70000" }, `canary.listen = "127.0.0.1:70000": port must be 1..65535`},
+		{"listen", func(c *Config) { c.Backend.Listen = "3210" }, `backend.listen = "3210": must be IP:PORT`},
+		{"listen port", func(c *Config) { c.Canary.Listen = "127.0.0.1:70000" }, `canary.listen = "127.0.0.1:70000": must be IP:PORT with an IP address and a port 1..65535`},
+		// Values that would reach a unit file as extra directives or
+		// ExecStart arguments.
+		{"listen injecting directives", func(c *Config) { c.Backend.Listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210" },
+			`backend.listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210": must be IP:PORT`},
+		{"listen adding arguments", func(c *Config) { c.Backend.Listen = "127.0.0.1 --config /tmp/evil.json:3210" }, `backend.listen = "127.0.0.1 --config /tmp/evil.json:3210": must be IP:PORT`},
+		{"listen host name", func(c *Config) { c.Canary.Listen = "localhost:3211" }, `canary.listen = "localhost:3211": must be IP:PORT`},
+		{"listen zone", func(c *Config) { c.Canary.Listen = "[fe80::1%eth0\n]:3211" }, `must be IP:PORT`},
+		{"listen port zero", func(c *Config) { c.Canary.Listen = "127.0.0.1:0" }, `must be IP:PORT`},
+		{"listen leading zeros", func(c *Config) { c.Canary.Listen = "127.0.0.1:03211" }, `must be IP:PORT`},
+		{"listen IPv6", func(c *Config) { c.Canary.Listen = "[::1]:3211" }, ""},
+		{"unit with a newline", func(c *Config) { c.Backend.Unit = "x\nExecStartPre=/bin/x.service" }, `backend.unit = "x\nExecStartPre=/bin/x.service": must be a unit name`},
+		{"unit with a space", func(c *Config) { c.Canary.Unit = "a b.service" }, `canary.unit = "a b.service": must be a unit name`},
+		{"unit of another type", func(c *Config) { c.Tunnels[0].Unit = "mcp-tunnel.timer" }, `tunnels[0].unit = "mcp-tunnel.timer": must be a unit name`},
+		{"unit with a backslash", func(c *Config) { c.Tunnels[0].Unit = `a\x2db.service` }, `must be a unit name`},
+		{"unit starting with a dot", func(c *Config) { c.Tunnels[0].Unit = "..service" }, `must be a unit name`},
+		{"unit name too long", func(c *Config) { c.Tunnels[0].Unit = strings.Repeat("a", 248) + ".service" }, `must be a unit name`},
+		{"config path with a newline", func(c *Config) { c.Backend.Config = "/etc/x.json\nUser=root" }, `backend.config = "/etc/x.json\nUser=root": must not contain control characters`},
+		{"config path with a tab", func(c *Config) { c.Canary.Config = "/etc/a\tb.json" }, `must not contain control characters`},
+		{"config path with a non-breaking space", func(c *Config) { c.Canary.Config = "/etc/a\u00a0b.json" }, `must not contain whitespace`},
+		{"config path with a semicolon", func(c *Config) { c.Canary.Config = "/etc/a;b.json" }, `must not contain whitespace, quotes, backslashes, %, $ or ;`},
+		{"root with a NUL", func(c *Config) { c.Install.Root = "/opt/x\x00" }, `install.root = "/opt/x\x00": must not contain control characters`},
+		{"root invalid UTF-8", func(c *Config) { c.Install.Root = "/opt/\xff" }, `must not contain control characters`},
+		{"tunnel name with a newline", func(c *Config) { c.Tunnels[0].Name = "a\nExecStartPre=/bin/x" }, `tunnels[0].name = "a\nExecStartPre=/bin/x": must not contain control characters`},
+		{"tunnel name with escape", func(c *Config) { c.Tunnels[0].Name = "a\x1b[2J" }, `must not contain control characters`},
+		{"tunnel name padded", func(c *Config) { c.Tunnels[0].Name = " a" }, `must not have leading`},
+		{"tunnel exec with a control byte", func(c *Config) { c.Tunnels[0].Exec = "/bin/tunnel \x0bx" }, `tunnels[0].exec = "/bin/tunnel \vx": must be a single line`},
+		{"tunnel exec with CR", func(c *Config) { c.Tunnels[0].Exec = "/bin/tunnel\rUser=root" }, `must be a single line`},
+		{"tunnel exec relative", func(c *Config) { c.Tunnels[0].Exec = "tunnel run" }, `tunnels[0].exec = "tunnel run": must start with the program's absolute path`},
+		{"tunnel exec continues", func(c *Config) { c.Tunnels[0].Exec = `/bin/tunnel \` }, `must not end in a backslash`},
+		{"tunnel exec ok", func(c *Config) { c.Tunnels[0].Exec = "/usr/bin/socat TCP-LISTEN:1,fork TCP:127.0.0.1:3210" }, ""},
+		{"tunnel url with a space", func(c *Config) { c.Tunnels[0].URL = "https://a.example/ x" }, `tunnels[0].url = "https://a.example/ x": must be an http`},
+		{"tunnel url with credentials", func(c *Config) { c.Tunnels[0].URL = "https://u:p@a.example/" }, `must be an http`},
+		{"tunnel url bad port", func(c *Config) { c.Tunnels[0].URL = "https://a.example:99999/" }, `port 1..65535`},
+		{"memoryMax 1K", func(c *Config) { c.Guardrails.MemoryHigh, c.Guardrails.MemoryMax = "1K", "1K" },
+			`guardrails.memoryHigh = "1K": must be at least 64M (or infinity)`},
+		{"memoryMax below the minimum", func(c *Config) { c.Guardrails.MemoryHigh, c.Guardrails.MemoryMax = "infinity", "63M" }, `guardrails.memoryMax = "63M": must be at least 64M`},
+		{"memory at the minimum", func(c *Config) { c.Guardrails.MemoryHigh, c.Guardrails.MemoryMax = "64M", "64M" }, ""},
 		{"same listen", func(c *Config) { c.Canary.Listen = c.Backend.Listen }, `canary.listen = "127.0.0.1:3210": must differ`},
 		{"relative root", func(c *Config) { c.Install.Root = "opt" }, `install.root = "opt": must be an absolute path`},
 		{"root with space", func(c *Config) { c.Install.Root = "/opt/a b" }, `install.root = "/opt/a b": must not contain whitespace`},
@@ -250,6 +288,60 @@ func TestLoad(t *testing.T) {
 			}
 			if cfg.Guardrails.TasksMax != tc.tasksMax {
 				t.Fatalf("tasksMax = %d, want %d", cfg.Guardrails.TasksMax, tc.tasksMax)
+			}
+		})
+	}
+}
+
+// TestLoadRefusesWhatIsNotAConfigFile: only a regular file of at most 1 MiB
+// is read, so a FIFO or a device named as mcpctl.json fails at once.
+func TestLoadRefusesWhatIsNotAConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO with a writer that stops at 64 MiB, so a reader without a cap
+	// fails this test instead of exhausting memory.
+	stream := filepath.Join(dir, "stream")
+	if err := syscall.Mkfifo(stream, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(stream, os.O_RDWR, 0) // O_RDWR: no wait for a reader
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	go func() {
+		defer w.Close()
+		chunk := []byte(strings.Repeat(" ", 64<<10))
+		for i := 0; i < 1024; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte("{"+strings.Repeat(" ", 2<<20)+"}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		{"FIFO without a writer", fifo, "is a FIFO, want a regular file"},
+		{"endless FIFO", stream, "is a FIFO, want a regular file"},
+		{"directory", dir, "is a directory, want a regular file"},
+		{"over the size cap", big, "larger than 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := Load(tc.path, true); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute): // a hang is the bug; the bound only ends the test
+				t.Fatalf("Load(%s) still blocked", tc.path)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Fatalf("err = %v, want it to name %s and contain %q", err, tc.path, tc.want)
 			}
 		})
 	}
