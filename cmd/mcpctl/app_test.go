@@ -3,9 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/urfave/cli/v2"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // runCLI runs mcpctl with argv and returns exit code, stdout and stderr.

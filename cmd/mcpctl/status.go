@@ -17,6 +17,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -113,7 +114,7 @@ func statusCommand(d *deps) *cli.Command {
 
 // unitReader is the part of the systemd client status reads.
 type unitReader interface {
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 }
 
 var _ unitReader = (*systemd.Client)(nil)

@@ -13,22 +13,22 @@ import (
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
 // fixedUnits is a systemd seen through fixed unit states; a unit absent from it
 // is not found.
-type fixedUnits map[string]*systemd.UnitState
+type fixedUnits map[string]*unitstate.State
 
-func (u fixedUnits) Unit(_ context.Context, name string) (*systemd.UnitState, error) {
+func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, error) {
 	if st, ok := u[name]; ok {
 		if st == nil {
 			return nil, errors.New("D-Bus gone")
 		}
 		return st, nil
 	}
-	return &systemd.UnitState{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
+	return &unitstate.State{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
 }
 
 func TestPlanRollbackView(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 )
@@ -61,7 +62,7 @@ type stressSamplerFunc func(ctx context.Context, unit string) (stress.UnitSample
 
 // stressUnits is what the stress needs from ops/systemd.
 type stressUnits interface {
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 }
 
 var _ stressUnits = (*systemd.Client)(nil)

@@ -16,7 +16,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -202,7 +202,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		_ = state.ClearPendingIf(dir, nonce)
 		return rep, fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
 	}
-	if err := env.Systemd.ArmTransient(ctx, unit.Transient{Timer: RollbackTimer, Service: RollbackService,
+	if err := env.Systemd.ArmTransient(ctx, unitstate.Transient{Timer: RollbackTimer, Service: RollbackService,
 		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
 		Argv:        env.rollbackArgv(self, m.ID, nonce), After: opts.Deadline}); err != nil {
 		_ = state.ClearPendingIf(dir, nonce)
@@ -423,7 +423,7 @@ func stableSelf(self, stateDir string) (string, error) {
 func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired bool, warning string, err error) {
 	dir := env.Config.StateDir
 	switch err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); {
-	case errors.Is(err, unit.ErrAlreadyFired):
+	case errors.Is(err, unitstate.ErrAlreadyFired):
 		if err := state.ClearPendingIf(dir, nonce); err != nil {
 			return false, "", fmt.Errorf("the rollback timer fired at the deadline and the pending marker could not be cleared (%w): the fired rollback will restore the snapshot", err)
 		}

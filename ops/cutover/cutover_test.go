@@ -11,7 +11,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
 
 // writeScript writes an executable shell script into dir.
@@ -119,7 +119,7 @@ func TestConfirm(t *testing.T) {
 		wantUnlock bool
 	}{
 		{name: "disarmed in time", disarmErr: nil},
-		{name: "verified right at the deadline: the timer fired", disarmErr: unit.ErrAlreadyFired, wantFired: true, wantUnlock: true},
+		{name: "verified right at the deadline: the timer fired", disarmErr: unitstate.ErrAlreadyFired, wantFired: true, wantUnlock: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -18,8 +18,8 @@ type Systemd interface {
 	DaemonReload(ctx context.Context) error
 	Restart(ctx context.Context, unit string) error
 	ResetFailed(ctx context.Context, unit string) error
-	Unit(ctx context.Context, unit string) (*unit.State, error)
-	ArmTransient(ctx context.Context, t unit.Transient) error
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
+	ArmTransient(ctx context.Context, t unitstate.Transient) error
 	DisarmTransient(ctx context.Context, timer, service string) error
 	Gone(ctx context.Context, units ...string) (bool, error)
 	WaitGone(ctx context.Context, units ...string) error
@@ -28,8 +28,8 @@ type Systemd interface {
 // SupervisorReader reads what the duplicate-supervisor preflight needs of
 // every loaded service.
 type SupervisorReader interface {
-	ListUnits(ctx context.Context) ([]unit.Listed, error)
-	ExecStart(ctx context.Context, service string) ([]unit.ExecCommand, error)
+	ListUnits(ctx context.Context) ([]unitstate.Listed, error)
+	ExecStart(ctx context.Context, service string) ([]unitstate.ExecCommand, error)
 	UnitFileState(ctx context.Context, unit string) (string, error)
 	Strings(ctx context.Context, unit, property string) ([]string, error)
 }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -45,7 +45,7 @@ func (e *Env) supervision(ctx context.Context) Supervision {
 	return s
 }
 
-func (e *Env) listUnits(ctx context.Context) ([]unit.Listed, error) {
+func (e *Env) listUnits(ctx context.Context) ([]unitstate.Listed, error) {
 	if e.Supervisors == nil {
 		return nil, errors.New("no unit lister configured")
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
 
 func healthyFacts() Facts {
@@ -172,7 +172,7 @@ func TestPlanRollback(t *testing.T) {
 }
 
 func svc(name, active string, argv ...string) ServiceFact {
-	return ServiceFact{Name: name, ActiveState: active, Exec: []unit.ExecCommand{{Path: argv[0], Argv: argv}}}
+	return ServiceFact{Name: name, ActiveState: active, Exec: []unitstate.ExecCommand{{Path: argv[0], Argv: argv}}}
 }
 
 func supervision(services ...ServiceFact) Supervision {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	sdunit "github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
 
 // Exit codes of DESIGN.md §4 that results carry.
@@ -161,7 +161,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		step("verify", t0)
 	}
 
-	if err := disarm(ctx, env); err != nil && !errors.Is(err, sdunit.ErrAlreadyFired) {
+	if err := disarm(ctx, env); err != nil && !errors.Is(err, unitstate.ErrAlreadyFired) {
 		log.Warn("disarm after rollback", "err", err)
 	}
 	if plan.Nonce != "" {
@@ -190,7 +190,7 @@ func disarm(ctx context.Context, env *Env) error {
 		return err
 	}
 	err = env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService)
-	if !errors.Is(err, sdunit.ErrAlreadyFired) {
+	if !errors.Is(err, unitstate.ErrAlreadyFired) {
 		return err
 	}
 	for _, u := range []string{RollbackTimer, RollbackService} {

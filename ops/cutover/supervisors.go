@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
 
 // ServiceFact is one loaded service as the duplicate-supervisor check sees
@@ -18,7 +18,7 @@ type ServiceFact struct {
 	// ActiveTriggers are the active units (timers, paths, sockets) that
 	// start it: a oneshot run by a timer is inactive between runs.
 	ActiveTriggers []string
-	Exec           []unit.ExecCommand
+	Exec           []unitstate.ExecCommand
 	// Err is why its ExecStart could not be read.
 	Err error
 }
@@ -54,7 +54,7 @@ func (s ServiceFact) live() (bool, string) {
 
 // tokens are a command's path and arguments, with arguments split on
 // whitespace so `sh -c "BINARY serve"` shows its binary too.
-func tokens(c unit.ExecCommand) []string {
+func tokens(c unitstate.ExecCommand) []string {
 	out := []string{c.Path}
 	for _, a := range c.Argv {
 		out = append(out, strings.Fields(a)...)
@@ -64,7 +64,7 @@ func tokens(c unit.ExecCommand) []string {
 
 // runsBackend reports the mcp-backend binary a command runs: current's, or
 // any release's.
-func (s Supervision) runsBackend(c unit.ExecCommand) string {
+func (s Supervision) runsBackend(c unitstate.ExecCommand) string {
 	releases := filepath.Clean(s.ReleasesDir) + "/"
 	for _, tok := range tokens(c) {
 		tok = filepath.Clean(tok)
@@ -76,7 +76,7 @@ func (s Supervision) runsBackend(c unit.ExecCommand) string {
 }
 
 // runsWatchdog reports whether a command runs `mcpctl ... watchdog`.
-func runsWatchdog(c unit.ExecCommand) bool {
+func runsWatchdog(c unitstate.ExecCommand) bool {
 	toks := tokens(c)
 	for i, tok := range toks {
 		if filepath.Base(tok) == "mcpctl" && slices.Contains(toks[i+1:], "watchdog") {

@@ -14,7 +14,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -34,9 +34,9 @@ type CanaryRecord struct {
 
 // CanaryFacts is what canary start observes before deciding.
 type CanaryFacts struct {
-	Production     *unit.State
+	Production     *unitstate.State
 	ProductionUnit string
-	Canary         *unit.State
+	Canary         *unitstate.State
 	CanaryUnit     string
 	CanaryListen   string
 	CanaryPortFree bool
@@ -84,7 +84,7 @@ type Identity struct {
 	InvocationID string `json:"invocationID"`
 }
 
-func identity(u *unit.State) Identity {
+func identity(u *unitstate.State) Identity {
 	if u == nil {
 		return Identity{}
 	}

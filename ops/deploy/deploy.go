@@ -21,7 +21,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -36,7 +36,7 @@ type Systemd interface {
 	Stop(ctx context.Context, name string) error
 	Disable(ctx context.Context, units ...string) error
 	ResetFailed(ctx context.Context, name string) error
-	Unit(ctx context.Context, name string) (*unit.State, error)
+	Unit(ctx context.Context, name string) (*unitstate.State, error)
 }
 
 // Env is what install and canary act on.
@@ -187,12 +187,12 @@ func (e *Env) waitReady(ctx context.Context, baseURL string) error {
 
 // loaded reports whether systemd knows the unit with a unit file or a
 // running process.
-func loaded(u *unit.State) bool {
+func loaded(u *unitstate.State) bool {
 	return u != nil && u.LoadState != "" && u.LoadState != "not-found"
 }
 
 // active reports a unit that runs or is starting or stopping.
-func active(u *unit.State) bool {
+func active(u *unitstate.State) bool {
 	if u == nil {
 		return false
 	}

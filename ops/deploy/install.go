@@ -13,7 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -24,7 +24,7 @@ type InstallFacts struct {
 	Current string
 	// CurrentErr is an error reading the link other than its absence.
 	CurrentErr   error
-	Backend      *unit.State
+	Backend      *unitstate.State
 	BackendUnit  string
 	BackendPort  string
 	PortFree     bool

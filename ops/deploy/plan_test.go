@@ -12,15 +12,15 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/release"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
-func running(pid uint32, inv string) *unit.State {
-	return &unit.State{LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, InvocationID: inv}
+func running(pid uint32, inv string) *unitstate.State {
+	return &unitstate.State{LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, InvocationID: inv}
 }
 
-var notFound = &unit.State{LoadState: "not-found", ActiveState: "inactive"}
+var notFound = &unitstate.State{LoadState: "not-found", ActiveState: "inactive"}
 
 func TestPlanInstall(t *testing.T) {
 	clean := InstallFacts{Backend: notFound, BackendUnit: "mcp-backend.service", BackendPort: "127.0.0.1:3210", PortFree: true}
@@ -35,7 +35,7 @@ func TestPlanInstall(t *testing.T) {
 		{"current exists", func(f *InstallFacts) { f.Current = "v1" }, []string{`current points to "v1"`}, true},
 		{"backend active", func(f *InstallFacts) { f.Backend = running(10, "ab"); f.PortFree = false }, []string{"is active"}, true},
 		{"backend loaded", func(f *InstallFacts) {
-			f.Backend = &unit.State{LoadState: "loaded", ActiveState: "inactive", FragmentPath: "/etc/systemd/system/mcp-backend.service"}
+			f.Backend = &unitstate.State{LoadState: "loaded", ActiveState: "inactive", FragmentPath: "/etc/systemd/system/mcp-backend.service"}
 		}, []string{"is loaded"}, true},
 		{"port taken", func(f *InstallFacts) { f.PortFree = false }, []string{"127.0.0.1:3210 is taken"}, true},
 		{"current unreadable", func(f *InstallFacts) { f.CurrentErr = errors.New("not a symlink") }, []string{"not a symlink"}, true},
@@ -139,13 +139,13 @@ func TestReadAndRestoreUnits(t *testing.T) {
 // nothing else).
 type reloadCounter struct{ n *int }
 
-func (r reloadCounter) DaemonReload(context.Context) error              { *r.n++; return nil }
-func (reloadCounter) Enable(context.Context, ...string) error           { panic("unexpected") }
-func (reloadCounter) Disable(context.Context, ...string) error          { panic("unexpected") }
-func (reloadCounter) Start(context.Context, string) error               { panic("unexpected") }
-func (reloadCounter) Stop(context.Context, string) error                { panic("unexpected") }
-func (reloadCounter) ResetFailed(context.Context, string) error         { panic("unexpected") }
-func (reloadCounter) Unit(context.Context, string) (*unit.State, error) { panic("unexpected") }
+func (r reloadCounter) DaemonReload(context.Context) error                   { *r.n++; return nil }
+func (reloadCounter) Enable(context.Context, ...string) error                { panic("unexpected") }
+func (reloadCounter) Disable(context.Context, ...string) error               { panic("unexpected") }
+func (reloadCounter) Start(context.Context, string) error                    { panic("unexpected") }
+func (reloadCounter) Stop(context.Context, string) error                     { panic("unexpected") }
+func (reloadCounter) ResetFailed(context.Context, string) error              { panic("unexpected") }
+func (reloadCounter) Unit(context.Context, string) (*unitstate.State, error) { panic("unexpected") }
 
 func writeTestFile(t testing.TB, path, content string) {
 	t.Helper()
@@ -166,7 +166,7 @@ func TestPlanCanary(t *testing.T) {
 		{"fresh", func(*CanaryFacts) {}, nil, false},
 		{"port taken by another process", func(f *CanaryFacts) { f.CanaryPortFree = false }, []string{"127.0.0.1:3211 is taken by another process"}, false},
 		{"previous canary holds the port", func(f *CanaryFacts) { f.Canary = running(7, "cc"); f.CanaryPortFree = false }, nil, true},
-		{"production down", func(f *CanaryFacts) { f.Production = &unit.State{LoadState: "loaded", ActiveState: "failed"} }, []string{"is failed"}, false},
+		{"production down", func(f *CanaryFacts) { f.Production = &unitstate.State{LoadState: "loaded", ActiveState: "failed"} }, []string{"is failed"}, false},
 		{"production absent", func(f *CanaryFacts) { f.Production = notFound }, []string{"is inactive"}, false},
 		{"same release", func(f *CanaryFacts) { f.Existing = &release.Release{Version: "v2", Digest: "sha256:b"} }, nil, false},
 		{"version taken by another build", func(f *CanaryFacts) { f.Existing = &release.Release{Version: "v2", Digest: "sha256:a"} }, []string{"a new build needs a new version stamp"}, false},

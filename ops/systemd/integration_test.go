@@ -17,6 +17,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -176,7 +177,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	}
 
 	t.Run("backend restart leaves tunnels alone", func(t *testing.T) {
-		before := map[string]*systemd.UnitState{}
+		before := map[string]*unitstate.State{}
 		for _, tu := range cfg.Tunnels {
 			st, err := sd.Unit(ctx, tu.Unit)
 			if err != nil {
@@ -309,7 +310,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []systemd.ExecCommand{{Path: "/bin/sleep", Argv: []string{"/bin/sleep", "3600"}}, {Path: "/bin/true", Argv: []string{"/bin/true", "one", "two"}}}
+		want := []unitstate.ExecCommand{{Path: "/bin/sleep", Argv: []string{"/bin/sleep", "3600"}}, {Path: "/bin/true", Argv: []string{"/bin/true", "one", "two"}}}
 		if fmt.Sprint(cmds) != fmt.Sprint(want) {
 			t.Fatalf("ExecStart = %+v, want %+v", cmds, want)
 		}
@@ -343,7 +344,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 
 	t.Run("disarmed before it fires", func(t *testing.T) {
 		marker := filepath.Join(work, "disarmed-ran")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-disarm.timer", Service: "it-disarm.service", Description: "disarm test",
 			Argv: []string{"/usr/bin/touch", marker}, After: time.Hour,
 		}
@@ -387,14 +388,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		}
 		// What is not armed cannot be disarmed: a caller must not mistake
 		// a fired timer for a disarmed one.
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("second disarm: %v, want ErrAlreadyFired", err)
 		}
 	})
 
 	t.Run("left armed it fires and runs its service", func(t *testing.T) {
 		marker := filepath.Join(work, "fired")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-fire.timer", Service: "it-fire.service",
 			Argv: []string{"/usr/bin/touch", marker}, After: time.Second,
 		}
@@ -409,14 +410,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
 			t.Fatal(err)
 		}
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("disarm after firing: %v, want ErrAlreadyFired", err)
 		}
 	})
 
 	t.Run("a failed run unloads too and the names can be armed again", func(t *testing.T) {
 		marker := filepath.Join(work, "failed-run")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-fail.timer", Service: "it-fail.service",
 			Argv: []string{"/bin/sh", "-c", "touch " + marker + "; exit 4"}, After: time.Second,
 		}
@@ -442,7 +443,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 	})
 
 	t.Run("disarm refuses to kill a running service", func(t *testing.T) {
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-busy.timer", Service: "it-busy.service",
 			Argv: []string{"/bin/sleep", "60"}, After: time.Second,
 		}
@@ -463,7 +464,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("err = %v, want ErrAlreadyFired", err)
 		}
 		if err := sd.Stop(ctx, tr.Service); err != nil {
@@ -472,7 +473,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 	})
 
 	t.Run("transient units do not survive a reboot", func(t *testing.T) {
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-reboot.timer", Service: "it-reboot.service",
 			Argv: []string{"/usr/bin/true"}, After: time.Hour,
 		}
