@@ -87,7 +87,7 @@ func TestUnitRender(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := units.Render(units.Params{Config: cfg, MCPCtl: "/usr/local/bin/mcpctl", MCPCtlConfig: conf})
+		want, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: "/usr/local/bin/mcpctl", MCPCtlConfig: conf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,20 +180,6 @@ func TestUnitMissingExplicitConfig(t *testing.T) {
 	}
 }
 
-func TestLineDiff(t *testing.T) {
-	a := "a\nb\nc\nd\ne\nf\ng\nh\n"
-	b := "a\nb\nC\nd\ne\nf\ng\nh\ni\n"
-	got := lineDiff("old", "new", a, b)
-	want := "--- old\n+++ new\n@@ -1,5 +1,5 @@\n a\n b\n-c\n+C\n d\n e\n@@ -7,2 +7,3 @@\n g\n h\n+i\n"
-	if got != want {
-		t.Fatalf("diff:\n%s\nwant:\n%s", got, want)
-	}
-	created := lineDiff("old", "new", "", "x\ny\n")
-	if created != "--- old\n+++ new\n@@ -0,0 +1,2 @@\n+x\n+y\n" {
-		t.Fatalf("diff of a new file:\n%s", created)
-	}
-}
-
 // TestUnitInstallInRealSystemd runs mcpctl unit install inside a real
 // systemd, as an operator would: units written, reloaded, enabled; a second
 // run changes nothing; a changed guardrail is diffed and reaches systemd.
@@ -267,4 +253,14 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	if err != nil || st.TasksMax != 256 {
 		t.Fatalf("TasksMax after install = %d (%v), want 256: not reloaded?", st.TasksMax, err)
 	}
+}
+
+// unitSpec is cfg's unit spec; the test fails when cfg cannot be rendered.
+func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
+	t.Helper()
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/deploy"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -352,7 +351,7 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 var ErrVersionName = errors.New("--version does not match the build")
 
 // writeUnitIfChanged renders the backend unit and writes it when it differs
-// (deploy.WriteUnits, as install and canary do). Without tunnel commands in
+// (atomically, as install and canary do). Without tunnel commands in
 // the config the units cannot be rendered; the installed unit is then kept as
 // it is.
 func writeUnitIfChanged(env *Env) error {
@@ -360,13 +359,17 @@ func writeUnitIfChanged(env *Env) error {
 	if cfg.ValidateTunnels() != nil {
 		return nil
 	}
-	us, err := units.Render(units.Params{Config: cfg, MCPCtl: env.MCPCtl, MCPCtlConfig: env.MCPCtlConfig})
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	us, err := units.Render(units.Params{Spec: spec, MCPCtl: env.MCPCtl, MCPCtlConfig: env.MCPCtlConfig})
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	for _, u := range us {
 		if u.Name == cfg.Backend.Unit {
-			_, err := deploy.WriteUnits(cfg.UnitDir, []units.Unit{u})
+			_, err := units.Sync(cfg.UnitDir, []units.Unit{u})
 			return err
 		}
 	}

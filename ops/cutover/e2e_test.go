@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
@@ -129,7 +130,7 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 
 	s.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{dir}})
 	cfg.UnitDir = "/etc/systemd/system" // as mcpctl sees it inside
-	us, err := units.Render(units.Params{Config: cfg, MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
+	us, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -751,4 +752,14 @@ func fileHashes(t testing.TB, paths []string) map[string]string {
 		out[p] = hex.EncodeToString(h[:])
 	}
 	return out
+}
+
+// unitSpec is cfg's unit spec; the test fails when cfg cannot be rendered.
+func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
+	t.Helper()
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

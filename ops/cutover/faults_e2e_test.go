@@ -75,7 +75,7 @@ func TestCutoverRefusesDuplicateSupervisors(t *testing.T) {
 		legacyCfg := filepath.Join(s.dir, "etc", "legacy.json")
 		writeJSON(t, legacyCfg, map[string]any{"listen": addr})
 		s.writeUnit("legacy-mcp.service", fmt.Sprintf("[Service]\nType=simple\nExecStart=%s serve --config %s --listen %s\n",
-			units.CurrentBinary(s.cfg), legacyCfg, addr))
+			units.CurrentBinary(s.cfg.Install.Root), legacyCfg, addr))
 		if err := s.m.Client.Start(context.Background(), "legacy-mcp.service"); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	s := newSite(t, 10*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	us, err := units.Render(units.Params{Config: s.cfg, MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
+	us, err := units.Render(units.Params{Spec: unitSpec(t, s.cfg), MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 func (e *Env) supervision(ctx context.Context) Supervision {
 	cfg := e.Config
 	s := Supervision{BackendUnit: cfg.Backend.Unit, CanaryUnit: cfg.Canary.Unit, WatchdogService: units.WatchdogService,
-		CurrentBinary: units.CurrentBinary(cfg), ReleasesDir: filepath.Join(cfg.Install.Root, "releases")}
+		CurrentBinary: units.CurrentBinary(cfg.Install.Root), ReleasesDir: filepath.Join(cfg.Install.Root, "releases")}
 	list, err := e.listUnits(ctx)
 	if err != nil {
 		s.ListErr = err

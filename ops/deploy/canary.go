@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -355,7 +355,7 @@ func (rep *CanaryReport) start(ctx context.Context, env *Env, rec *InstallReport
 		}
 		for _, u := range us {
 			if u.Name == cfg.Canary.Unit {
-				_, err := WriteUnits(cfg.UnitDir, []units.Unit{u})
+				_, err := units.Sync(cfg.UnitDir, []units.Unit{u})
 				return err
 			}
 		}

@@ -12,14 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
@@ -92,7 +89,11 @@ func (e *Env) readyTimeout() time.Duration {
 func (e *Env) store() *release.Store { return &release.Store{Root: e.Config.Install.Root} }
 
 func (e *Env) render(canaryBinary string) ([]units.Unit, error) {
-	us, err := units.Render(units.Params{Config: e.Config, MCPCtl: e.MCPCtl, MCPCtlConfig: e.MCPCtlConfig, CanaryBinary: canaryBinary})
+	spec, err := e.Config.UnitSpec()
+	if err != nil {
+		return nil, err
+	}
+	us, err := units.Render(units.Params{Spec: spec, MCPCtl: e.MCPCtl, MCPCtlConfig: e.MCPCtlConfig, CanaryBinary: canaryBinary})
 	if err != nil {
 		return nil, fmt.Errorf("render units: %w", err)
 	}
@@ -101,27 +102,6 @@ func (e *Env) render(canaryBinary string) ([]units.Unit, error) {
 
 // URL is the http base URL of a listen address.
 func URL(listen string) string { return "http://" + listen }
-
-// WriteUnits writes each unit into dir atomically, skipping files whose
-// content is already the same, and returns the names it wrote. The caller
-// reloads systemd when the list is not empty.
-func WriteUnits(dir string, us []units.Unit) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("unit dir %s: %w", dir, err)
-	}
-	var written []string
-	for _, u := range us {
-		p := filepath.Join(dir, u.Name)
-		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, u.Content) {
-			continue
-		}
-		if err := atomicfs.WriteFile(p, u.Content, 0o644); err != nil {
-			return written, fmt.Errorf("write unit %s: %w", p, err)
-		}
-		written = append(written, u.Name)
-	}
-	return written, nil
-}
 
 // DefaultBackendConfig is the backend config install writes where none
 // exists: every default, listening where mcpctl.json says.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -302,7 +302,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 			return err
 		}
 		undo.push("restore units", func(ctx context.Context) error { return restoreUnits(ctx, sd, cfg.UnitDir, prev) })
-		rep.UnitsWritten, err = WriteUnits(cfg.UnitDir, us)
+		rep.UnitsWritten, err = units.Sync(cfg.UnitDir, us)
 		return err
 	}); err != nil {
 		return err

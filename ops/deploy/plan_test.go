@@ -117,7 +117,7 @@ func TestReadAndRestoreUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WriteUnits(dir, us); err != nil {
+	if _, err := units.Sync(dir, us); err != nil {
 		t.Fatal(err)
 	}
 	reloads := 0
@@ -233,23 +233,6 @@ func TestWithListen(t *testing.T) {
 	var d map[string]any
 	if err := json.Unmarshal(DefaultBackendConfig("127.0.0.1:9"), &d); err != nil || d["listen"] != "127.0.0.1:9" || len(d) != 1 {
 		t.Fatalf("DefaultBackendConfig = %v (%v)", d, err)
-	}
-}
-
-func TestWriteUnitsSkipsUnchanged(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "units")
-	us := []units.Unit{{Name: "a.service", Content: []byte("A\n")}, {Name: "b.service", Content: []byte("B\n")}}
-	got, err := WriteUnits(dir, us)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("first write: %v %v", got, err)
-	}
-	us[1].Content = []byte("B2\n")
-	got, err = WriteUnits(dir, us)
-	if err != nil || len(got) != 1 || got[0] != "b.service" {
-		t.Fatalf("second write: %v %v, want only b.service", got, err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "b.service")); string(b) != "B2\n" {
-		t.Fatalf("b.service = %q", b)
 	}
 }
 

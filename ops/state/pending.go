@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // ErrStaleNonce: the nonce a rollback was started with does not name the

@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // File names inside the state directory.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
 
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
@@ -80,7 +81,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := units.Render(units.Params{Config: cfg, MCPCtl: mcpctl})
+	rendered, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: mcpctl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +144,8 @@ func TestUnitsInRealSystemd(t *testing.T) {
 
 	t.Run("guardrails", func(t *testing.T) {
 		g := cfg.Guardrails
-		high, _ := ctlconfig.ParseSize(g.MemoryHigh)
-		max, _ := ctlconfig.ParseSize(g.MemoryMax)
+		high, _ := units.ParseSize(g.MemoryHigh)
+		max, _ := units.ParseSize(g.MemoryMax)
 		tests := []struct {
 			name      string
 			got, want uint64
@@ -486,4 +487,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			t.Fatalf("Gone after reboot = %v, %v", gone, err)
 		}
 	})
+}
+
+// unitSpec is cfg's unit spec; the test fails when cfg cannot be rendered.
+func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
+	t.Helper()
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
