@@ -38,7 +38,7 @@ func canaryCommand(d *deps) *cli.Command {
 					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
 					deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanCanary(w, st, rep, err) })
 					if err != nil {
-						return withCode(deployExitCode(err), fmt.Errorf("canary start: %w", err))
+						return fmt.Errorf("canary start: %w", err)
 					}
 					return nil
 				},
@@ -55,7 +55,7 @@ func canaryCommand(d *deps) *cli.Command {
 					defer done()
 					st, err := deploy.Status(c.Context, env)
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("canary status: %w", err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("canary status: %w", err))
 					}
 					deployPrint(c, d, st, func(w io.Writer, s deployStyles) { humanCanaryStatus(w, s, st) })
 					return nil
@@ -83,7 +83,7 @@ func canaryCommand(d *deps) *cli.Command {
 						}
 					})
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("canary stop: %w", err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("canary stop: %w", err))
 					}
 					return nil
 				},

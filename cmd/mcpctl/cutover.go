@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 func cutoverCommand(d *deps) *cli.Command {
@@ -43,25 +42,25 @@ func cutoverCommand(d *deps) *cli.Command {
 				return err
 			}
 			defer closeEnv()
-			rep, err := cutover.Cutover(c.Context, env, cutover.Options{
+			rep, err := deploy.Cutover(c.Context, env, deploy.Options{
 				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
 				ArmRollback: true, SkipCanaryReason: c.String("skip-canary-check"),
 			})
 			printReport(c, d, rep, func(w io.Writer) { humanCutover(w, rep, err) })
-			return codeOf(err)
+			return err
 		},
 	}
 }
 
 // cutoverEnv loads mcpctl.json and connects to systemd for the deploy
 // commands; strict as for probeClient.
-func cutoverEnv(c *cli.Context, d *deps, strict bool) (*cutover.Env, func(), error) {
+func cutoverEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error) {
 	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := connectOps(c, strict, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &cutover.Env{Config: b.cfg, Systemd: b.sd, Supervisors: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
+	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned
@@ -86,22 +85,13 @@ func loadCtlConfig(c *cli.Context) (*ctlconfig.Config, string, error) {
 	return cfg, abs, nil
 }
 
-// codeOf maps a cutover error to an exit code.
-func codeOf(err error) error {
-	var ce *cutover.Error
-	if errors.As(err, &ce) {
-		return withCode(ce.Code, err)
-	}
-	return err
-}
-
 // printReport writes v as JSON with --json, else the human form (plain
 // text; deployPrint when the form wants styles).
 func printReport(c *cli.Context, d *deps, v any, human func(io.Writer)) {
 	deployPrint(c, d, v, func(w io.Writer, _ deployStyles) { human(w) })
 }
 
-func humanCutover(w io.Writer, r *cutover.Report, err error) {
+func humanCutover(w io.Writer, r *deploy.Report, err error) {
 	if r == nil {
 		return
 	}

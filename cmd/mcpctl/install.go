@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,26 +37,11 @@ func installCommand(d *deps) *cli.Command {
 			rep, err := deploy.Install(c.Context, env, deploy.InstallOptions{Build: build, Version: c.String("version")})
 			deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanInstall(w, st, rep, err) })
 			if err != nil {
-				return withCode(deployExitCode(err), fmt.Errorf("install: %w", err))
+				return fmt.Errorf("install: %w", err)
 			}
 			return nil
 		},
 	}
-}
-
-// deployExitCode maps an install or canary error to its exit code: a
-// configuration or command-line problem is 2, an install whose undo failed
-// left the host half-installed (4: a human is needed), anything else left
-// production as it was (1).
-func deployExitCode(err error) int {
-	var ue *deploy.UndoError
-	switch {
-	case deploy.IsConfig(err):
-		return exitUsage
-	case errors.As(err, &ue):
-		return exitRollbackFailed
-	}
-	return exitFailed
 }
 
 // deployEnv loads mcpctl.json and connects to systemd for install and

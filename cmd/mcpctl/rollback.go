@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
@@ -47,7 +47,7 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.String("nonce") != "" || c.Bool("if-pending") {
 				wait = 2 * time.Minute // unattended: outwait a cutover finishing by itself
 			}
-			rep, err := cutover.Rollback(c.Context, env, cutover.RollbackOptions{
+			rep, err := deploy.Rollback(c.Context, env, deploy.RollbackOptions{
 				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"), LockWait: wait,
 			})
 			printReport(c, d, rep, func(w io.Writer) {
@@ -62,7 +62,7 @@ func rollbackCommand(d *deps) *cli.Command {
 					fmt.Fprintf(w, "rolled back to %s (snapshot %s) in %s\n", rep.Version, rep.SnapshotID, rep.Duration.Round(time.Millisecond))
 				}
 			})
-			return codeOf(err)
+			return err
 		},
 		Subcommands: []*cli.Command{
 			{
@@ -74,16 +74,16 @@ func rollbackCommand(d *deps) *cli.Command {
 						return err
 					}
 					defer closeEnv()
-					p, err := state.ReadPending(env.Config.StateDir)
+					p, err := state.Dir(env.Config.StateDir).ReadPending()
 					if err != nil {
 						return err
 					}
 					rv := rollbackView{Pending: p}
 					// "armed" means the timer counts down, not merely that a
 					// marker exists.
-					st, err := env.Systemd.Unit(c.Context, cutover.RollbackTimer)
+					st, err := env.Systemd.Unit(c.Context, deploy.RollbackTimer)
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("rollback status: read %s: %w", cutover.RollbackTimer, err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: read %s: %w", deploy.RollbackTimer, err))
 					}
 					if st.LoadState != "not-found" {
 						rv.TimerState = st.ActiveState
@@ -104,8 +104,8 @@ func rollbackCommand(d *deps) *cli.Command {
 						return err
 					}
 					defer closeEnv()
-					if err := cutover.Disarm(c.Context, env); err != nil {
-						return codeOf(err)
+					if err := deploy.Disarm(c.Context, env); err != nil {
+						return err
 					}
 					fmt.Fprintln(d.stdout, "rollback disarmed")
 					return nil

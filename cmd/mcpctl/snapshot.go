@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
@@ -112,9 +113,9 @@ func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
 // snapLock takes the mcpctl lock; contention is a failed operation (exit 1)
 // that names who holds it.
 func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
-	unlock, err := state.Lock(cfg.StateDir, owner)
+	unlock, err := state.Dir(cfg.StateDir).Lock(owner)
 	if err != nil {
-		return nil, withCode(exitFailed, err)
+		return nil, withCode(deploy.CodeFailed, err)
 	}
 	return unlock, nil
 }
@@ -122,7 +123,7 @@ func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
 // audit records a decision; failing to record does not undo what was done,
 // so it is logged rather than returned.
 func snapAudit(d *deps, cfg *ctlconfig.Config, e state.Event) {
-	if err := state.Audit(cfg.StateDir, e); err != nil {
+	if err := state.Dir(cfg.StateDir).Audit(e); err != nil {
 		d.logger.Warn("audit record not written", "action", e.Action, "err", err)
 	}
 }
@@ -204,7 +205,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 
 // pendingSnapshot is the id a pending cutover needs, "" when none is pending.
 func pendingSnapshot(cfg *ctlconfig.Config) (string, error) {
-	p, err := state.ReadPending(cfg.StateDir)
+	p, err := state.Dir(cfg.StateDir).ReadPending()
 	if err != nil {
 		return "", fmt.Errorf("pending-cutover marker unreadable: %w", err)
 	}
@@ -226,7 +227,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	}
 	id := c.Args().First()
 	if err := snapshot.ValidateID(id); err != nil {
-		return withCode(exitUsage, err)
+		return withCode(deploy.CodeUsage, err)
 	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {

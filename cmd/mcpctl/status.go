@@ -13,7 +13,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
@@ -137,16 +137,16 @@ func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *
 		}
 		rep.Tunnels = append(rep.Tunnels, tv)
 	}
-	p, err := state.ReadPending(cfg.StateDir)
+	p, err := state.Dir(cfg.StateDir).ReadPending()
 	rep.Rollback = rollbackView{Pending: p}
 	if err != nil {
 		rep.Rollback.Err = err.Error()
 	}
-	if st, err := sd.Unit(ctx, cutover.RollbackTimer); err == nil && st.LoadState != "not-found" {
+	if st, err := sd.Unit(ctx, deploy.RollbackTimer); err == nil && st.LoadState != "not-found" {
 		rep.Rollback.TimerState = st.ActiveState
 	}
 	rep.Rollback = planRollbackView(rep.Rollback, now)
-	events, err := state.Tail(cfg.StateDir, 200)
+	events, err := state.Dir(cfg.StateDir).Tail(200)
 	if err != nil {
 		rep.EventsErr = err.Error()
 	}

@@ -104,7 +104,7 @@ func TestStatusAssembly(t *testing.T) {
 	cfg.Tunnels[0].URL = ts.URL
 	cfg.Tunnels[1].URL = "http://127.0.0.1:1"
 	now := time.Now()
-	if err := state.WritePending(cfg.StateDir, &state.Pending{SnapshotID: "20250101T000000Z-abcd", Nonce: "0123456789abcdef0123456789abcdef",
+	if err := state.Dir(cfg.StateDir).WritePending(&state.Pending{SnapshotID: "20250101T000000Z-abcd", Nonce: "0123456789abcdef0123456789abcdef",
 		FromVersion: "v1", ToVersion: "v2", ArmedAt: now, Deadline: now.Add(time.Minute), TimerUnit: "mcpctl-rollback.timer", ServiceUnit: "mcpctl-rollback.service"}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestStatusAssembly(t *testing.T) {
 		{Action: state.ActionArmed, Outcome: state.OutcomeOK},
 		{Action: state.ActionRolledBack, ToVersion: "v0", Outcome: state.OutcomeFailed, Reason: "why not"},
 	} {
-		if err := state.Audit(cfg.StateDir, e); err != nil {
+		if err := state.Dir(cfg.StateDir).Audit(e); err != nil {
 			t.Fatal(err)
 		}
 	}

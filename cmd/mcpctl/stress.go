@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -217,7 +218,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		}
 		s, high, closeFn, err := connect(ctx, unit)
 		if err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
 		}
 		defer closeFn()
 		sampler, th.MemoryHigh = s, high
@@ -247,7 +248,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if path := c.String("results"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return withCode(exitUsage, fmt.Errorf("--results: %w", err))
+			return withCode(deploy.CodeUsage, fmt.Errorf("--results: %w", err))
 		}
 		closers = append(closers, f.Close)
 		enc := vegeta.NewEncoder(f)
@@ -271,12 +272,12 @@ func runStressCommand(c *cli.Context, d *deps) error {
 
 	rep, err := stress.Run(ctx, run)
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("stress: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
 	}
 	if pl != nil {
 		pl.Close()
 		if err := stressWritePlot(c.String("plot"), pl); err != nil {
-			return withCode(exitFailed, err)
+			return withCode(deploy.CodeFailed, err)
 		}
 	}
 	for _, n := range notes {
@@ -290,18 +291,18 @@ func runStressCommand(c *cli.Context, d *deps) error {
 
 	if stressFlag(c, "json") {
 		if err := rep.WriteJSON(d.stdout); err != nil {
-			return withCode(exitFailed, err)
+			return withCode(deploy.CodeFailed, err)
 		}
 	} else {
 		if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
-			return withCode(exitFailed, err)
+			return withCode(deploy.CodeFailed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {
 			fmt.Fprintln(d.stdout, rep.Build.Note)
 		}
 	}
 	if recErr != nil {
-		return withCode(exitFailed, fmt.Errorf("record the stress verdict: %w", recErr))
+		return withCode(deploy.CodeFailed, fmt.Errorf("record the stress verdict: %w", recErr))
 	}
 	if !rep.Pass {
 		var failed []string
@@ -310,7 +311,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 				failed = append(failed, ch.Name)
 			}
 		}
-		return withCode(exitFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
 	}
 	return nil
 }
@@ -394,7 +395,7 @@ func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Repor
 	if rep.Faults {
 		summary += " (with faults)"
 	}
-	if err := state.RecordVerdict(stateDir, state.Verdict{
+	if err := state.Dir(stateDir).RecordVerdict(state.Verdict{
 		Kind: state.KindStress, Digest: digest, Version: version, Pass: pass, Summary: summary,
 	}); err != nil {
 		b.Note = err.Error()

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
@@ -146,16 +147,16 @@ func unitInstall(c *cli.Context, d *deps) error {
 	}
 	// One mutating mcpctl at a time: a cutover or install between our
 	// read and our write would have its units overwritten.
-	unlock, err := state.Lock(cfg.StateDir, "unit install")
+	unlock, err := state.Dir(cfg.StateDir).Lock("unit install")
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer unlock()
 
 	rep := unitInstallReport{UnitDir: cfg.UnitDir, Changed: []unitChange{}, Unchanged: []string{}, Enabled: []string{}}
 	writes, unchanged, err := units.Changes(cfg.UnitDir, us)
 	if err != nil {
-		return withCode(exitFailed, err)
+		return withCode(deploy.CodeFailed, err)
 	}
 	rep.Unchanged = append(rep.Unchanged, unchanged...)
 
@@ -165,7 +166,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	defer cancel()
 	sd, err := systemd.Connect(ctx, systemd.Options{Logger: d.logger})
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer sd.Close()
 
@@ -176,7 +177,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 			action = "created"
 		}
 		if err := units.Write(cfg.UnitDir, w.Unit); err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit install: %w (written so far: %d of %d changed units)", err, len(rep.Changed), len(writes)))
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w (written so far: %d of %d changed units)", err, len(rep.Changed), len(writes)))
 		}
 		rep.Changed = append(rep.Changed, unitChange{
 			Unit: w.Unit.Name, Action: action,
@@ -185,7 +186,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	}
 	if len(rep.Changed) > 0 {
 		if err := sd.DaemonReload(ctx); err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
 		}
 		rep.Reloaded = true
 	}
@@ -195,7 +196,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 		}
 	}
 	if err := sd.Enable(ctx, rep.Enabled...); err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
 	}
 
 	if c.Bool("json") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -45,7 +46,7 @@ func TestUnitRender(t *testing.T) {
 	dir := t.TempDir()
 	conf := unitTestConfig(t, dir, nil)
 	code, out, errs := runCLI(t, "--config", conf, "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl", "--canary-version", "v7")
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
@@ -65,7 +66,7 @@ func TestUnitRender(t *testing.T) {
 
 	t.Run("json", func(t *testing.T) {
 		code, out, errs := runCLI(t, "--config", conf, "--json", "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != exitOK {
+		if code != deploy.CodeOK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		var list []renderedUnit
@@ -80,7 +81,7 @@ func TestUnitRender(t *testing.T) {
 	t.Run("out", func(t *testing.T) {
 		outDir := filepath.Join(dir, "rendered")
 		code, _, errs := runCLI(t, "--config", conf, "unit", "render", "--out", outDir, "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != exitOK {
+		if code != deploy.CodeOK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		cfg, err := ctlconfig.Load(conf, true)
@@ -110,14 +111,14 @@ func TestUnitInstallTakesTheLock(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	conf := unitTestConfig(t, dir, func(m map[string]any) { m["stateDir"] = stateDir })
-	unlock, err := state.Lock(stateDir, "cutover (test holder)")
+	unlock, err := state.Dir(stateDir).Lock("cutover (test holder)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unlock()
 	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
-	if code != exitFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
-		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, exitFailed)
+	if code != deploy.CodeFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
+		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, deploy.CodeFailed)
 	}
 	if out != "" {
 		t.Errorf("stdout %q, want empty", out)
@@ -154,8 +155,8 @@ func TestUnitBadConfigExit2(t *testing.T) {
 					args = append(args, strings.ReplaceAll(a, "OUT", filepath.Join(dir, "out")))
 				}
 				code, out, errs := runCLI(t, args...)
-				if code != exitUsage {
-					t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errs)
+				if code != deploy.CodeUsage {
+					t.Fatalf("exit %d, want %d; stderr %s", code, deploy.CodeUsage, errs)
 				}
 				if !strings.Contains(errs, tc.want) {
 					t.Fatalf("stderr %q lacks %q", errs, tc.want)
@@ -175,7 +176,7 @@ func TestUnitBadConfigExit2(t *testing.T) {
 
 func TestUnitMissingExplicitConfig(t *testing.T) {
 	code, _, errs := runCLI(t, "--config", filepath.Join(t.TempDir(), "nope.json"), "unit", "render")
-	if code != exitUsage || !strings.Contains(errs, "nope.json") {
+	if code != deploy.CodeUsage || !strings.Contains(errs, "nope.json") {
 		t.Fatalf("exit %d, stderr %s", code, errs)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 func verifyCommand(d *deps) *cli.Command {
@@ -28,7 +28,7 @@ func verifyCommand(d *deps) *cli.Command {
 				return err
 			}
 			defer closeEnv()
-			fails := cutover.Check(c.Context, env, what != "tunnels", what != "backend")
+			fails := deploy.Check(c.Context, env, what != "tunnels", what != "backend")
 			type result struct {
 				What     string   `json:"what"`
 				OK       bool     `json:"ok"`
@@ -42,7 +42,7 @@ func verifyCommand(d *deps) *cli.Command {
 				fmt.Fprintf(w, "verify %s: FAILED\n  - %s\n", what, strings.Join(fails, "\n  - "))
 			})
 			if len(fails) > 0 {
-				return withCode(exitFailed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
+				return withCode(deploy.CodeFailed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
 			}
 			return nil
 		},

@@ -19,20 +19,12 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawn"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/units"
-)
-
-// Exit codes of mcpctl the demo expects (DESIGN.md §4).
-const (
-	exitOK         = 0
-	exitFailed     = 1
-	exitRolledBack = 3
 )
 
 // demoConcurrency keeps the backend's limits small, so that a short attack
@@ -150,7 +142,7 @@ func (s *site) install(ctx context.Context) error {
 		}
 		s.v.block(fmt.Sprintf("%-40s %s (%.0fms)", st.Name, mark, st.DurationMs))
 	}
-	if code != exitOK || !ir.OK || ir.Version != "v1" {
+	if code != deploy.CodeOK || !ir.OK || ir.Version != "v1" {
 		s.v.block(errOut)
 		return fmt.Errorf("mcpctl install: exit %d, ok %v, version %q (want 0, true, v1)", code, ir.OK, ir.Version)
 	}
@@ -199,7 +191,7 @@ func (s *site) canary(ctx context.Context) error {
 	s.v.block(fmt.Sprintf("canary %s at %s: pass %v", cr.Version, cr.URL, cr.Pass))
 	s.v.block(fmt.Sprintf("production %s: MainPID %d -> %d, InvocationID %s -> %s, /healthz %d samples, %d failures",
 		p.Unit, p.Before.MainPID, p.After.MainPID, short(p.Before.InvocationID), short(p.After.InvocationID), p.HealthzSamples, p.HealthzFailures))
-	if code != exitOK || !cr.Pass || cr.Version != "v2" {
+	if code != deploy.CodeOK || !cr.Pass || cr.Version != "v2" {
 		s.v.block(strings.Join(cr.Problems, "\n") + errOut)
 		return fmt.Errorf("mcpctl canary start: exit %d, pass %v, version %q (want 0, true, v2)", code, cr.Pass, cr.Version)
 	}
@@ -211,7 +203,7 @@ func (s *site) canary(ctx context.Context) error {
 		return err
 	}
 	s.res.CanaryStress = rep.Pass
-	if code != exitOK || !rep.Pass {
+	if code != deploy.CodeOK || !rep.Pass {
 		return fmt.Errorf("mcpctl stress of the canary: exit %d, failed checks: %s", code, failedChecks(rep))
 	}
 	if err := nonEmpty(plot); err != nil {
@@ -223,7 +215,7 @@ func (s *site) canary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	canaryOK, stressOK, err := state.PassingFor(s.cfg.StateDir, d)
+	canaryOK, stressOK, err := state.Dir(s.cfg.StateDir).PassingFor(d)
 	if err != nil || !canaryOK || !stressOK {
 		return fmt.Errorf("verdicts on record for v2 (%s): canary %v, stress %v, %v", d, canaryOK, stressOK, err)
 	}
@@ -234,7 +226,7 @@ func (s *site) canary(ctx context.Context) error {
 		return err
 	}
 	s.v.block(out + errOut)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		return fmt.Errorf("mcpctl canary stop: exit %d", code)
 	}
 	return nil
@@ -251,7 +243,7 @@ func (s *site) cutover(ctx context.Context) error {
 		return err
 	}
 	s.v.block(out + errOut)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		return fmt.Errorf("mcpctl cutover: exit %d, want 0", code)
 	}
 	after, err := s.identities(ctx, s.tunnelUnits()...)
@@ -280,7 +272,7 @@ func (s *site) cutover(ctx context.Context) error {
 		return err
 	}
 	s.v.block(out + errOut)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		problems = append(problems, fmt.Sprintf("mcpctl verify all: exit %d", code))
 	}
 	if len(problems) > 0 {
@@ -320,7 +312,7 @@ func (s *site) overload(ctx context.Context) error {
 	if s.res.Overloaded == 0 {
 		problems = append(problems, "no OVERLOADED answers: the attack did not overload production")
 	}
-	if code != exitOK || !rep.Pass {
+	if code != deploy.CodeOK || !rep.Pass {
 		problems = append(problems, fmt.Sprintf("mcpctl stress through the tunnel: exit %d, failed checks: %s", code, failedChecks(rep)))
 	}
 	problems = append(problems, unchanged(before, after)...)
@@ -364,7 +356,7 @@ exec %s "$@"
 	}
 	s.v.block(out + errOut)
 	s.res.UngatedExit = code
-	if code != exitFailed {
+	if code != deploy.CodeFailed {
 		problems = append(problems, fmt.Sprintf("cutover of v3 without a canary on record: exit %d, want 1", code))
 	}
 	mid, err := s.identities(ctx, names...)
@@ -380,7 +372,7 @@ exec %s "$@"
 	}
 	s.v.block(out + errOut)
 	s.res.BadCutoverExit = code
-	if code != exitRolledBack {
+	if code != deploy.CodeRolledBack {
 		problems = append(problems, fmt.Sprintf("forced cutover of v3: exit %d, want 3 (rolled back)", code))
 	}
 	after, err := s.identities(ctx, names...)
@@ -417,10 +409,10 @@ func (s *site) desiredState(ctx context.Context, version string) []string {
 	if cur, err := (&release.Store{Root: s.cfg.Install.Root}).Current(); err != nil || cur != version {
 		problems = append(problems, fmt.Sprintf("current -> %q (%v), want %s", cur, err, version))
 	}
-	if gone, err := s.m.Client.Gone(ctx, cutover.RollbackTimer, cutover.RollbackService); err != nil || !gone {
+	if gone, err := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService); err != nil || !gone {
 		problems = append(problems, fmt.Sprintf("rollback timer still armed (gone %v, %v)", gone, err))
 	}
-	if p, err := state.ReadPending(s.cfg.StateDir); err != nil || p != nil {
+	if p, err := state.Dir(s.cfg.StateDir).ReadPending(); err != nil || p != nil {
 		problems = append(problems, fmt.Sprintf("pending-cutover marker %+v (%v), want none", p, err))
 	}
 	return problems

@@ -24,6 +24,10 @@ const (
 	WatchdogFile = "watchdog.json"
 )
 
+// Dir is mcpctl's state directory: every record in it is read and written
+// through its methods.
+type Dir string
+
 func ensureDir(stateDir string) error {
 	if stateDir == "" {
 		return errors.New("state dir: must not be empty")

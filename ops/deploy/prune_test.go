@@ -1,4 +1,4 @@
-package cutover
+package deploy
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func TestPruneKeepsWhatRollbackNeeds(t *testing.T) {
 	if err := store.SetCurrent("v5"); err != nil {
 		t.Fatal(err)
 	}
-	if err := state.WritePending(cfg.StateDir, &state.Pending{SnapshotID: snaps["v1"], Nonce: "0123456789abcdef0123456789abcdef",
+	if err := state.Dir(cfg.StateDir).WritePending(&state.Pending{SnapshotID: snaps["v1"], Nonce: "0123456789abcdef0123456789abcdef",
 		FromVersion: "v1", ToVersion: "v2", ArmedAt: t0, Deadline: t0.Add(time.Minute), TimerUnit: RollbackTimer, ServiceUnit: RollbackService}); err != nil {
 		t.Fatal(err)
 	}

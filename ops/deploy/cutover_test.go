@@ -1,4 +1,4 @@
-package cutover
+package deploy
 
 import (
 	"context"
@@ -129,7 +129,7 @@ func TestConfirm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := state.WritePending(cfg.StateDir, &state.Pending{SnapshotID: "s1", Nonce: nonce, Deadline: time.Now()}); err != nil {
+			if err := state.Dir(cfg.StateDir).WritePending(&state.Pending{SnapshotID: "s1", Nonce: nonce, Deadline: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
 			unlocked := false
@@ -141,7 +141,7 @@ func TestConfirm(t *testing.T) {
 			if tc.wantFired && (!sd.waited || !sd.unlockedWhenWait) {
 				t.Fatal("waited for the fired run while still holding the lock it waits for")
 			}
-			p, err := state.ReadPending(cfg.StateDir)
+			p, err := state.Dir(cfg.StateDir).ReadPending()
 			if err != nil || p != nil {
 				t.Fatalf("pending marker %+v, %v; want it cleared", p, err)
 			}

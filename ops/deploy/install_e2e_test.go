@@ -338,7 +338,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	if cur, _ := store.Current(); cur != "v1" {
 		t.Errorf("current = %q after the canary, want v1", cur)
 	}
-	if ok, _, err := state.PassingFor(cfg.StateDir, d2); err != nil || !ok {
+	if ok, _, err := state.Dir(cfg.StateDir).PassingFor(d2); err != nil || !ok {
 		t.Errorf("no passing canary verdict for %s (%v)", d2, err)
 	}
 

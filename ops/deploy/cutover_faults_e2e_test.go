@@ -1,4 +1,4 @@
-package cutover_test
+package deploy_test
 
 import (
 	"context"
@@ -14,18 +14,11 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
-)
-
-// The real client is what mcpctl passes; the package itself links no D-Bus.
-var (
-	_ cutover.Systemd          = (*systemd.Client)(nil)
-	_ cutover.SupervisorReader = (*systemd.Client)(nil)
 )
 
 // writeUnit writes a unit (or drop-in, when name has a directory) into the
@@ -159,7 +152,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
 	out := s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.builds["v2"], 5*time.Second), inv0)
 	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
-	p, err := state.ReadPending(s.cfg.StateDir)
+	p, err := state.Dir(s.cfg.StateDir).ReadPending()
 	if err != nil || p == nil || s.current() != "v2" || s.version() != "v2" {
 		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, serving it:\n%s",
 			p, err, s.current(), s.version(), out)
@@ -170,7 +163,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
 		t.Fatalf("after the reboot production serves %s, current %s; want v1", v, c)
 	}
-	if p, err := state.ReadPending(s.cfg.StateDir); err != nil || p != nil {
+	if p, err := state.Dir(s.cfg.StateDir).ReadPending(); err != nil || p != nil {
 		t.Fatalf("pending marker after the boot-time rollback = %+v, %v; want none", p, err)
 	}
 	st, err := s.m.Client.Unit(ctx, units.PendingRollbackService)
@@ -194,7 +187,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	if restored > started {
 		t.Fatalf("backend started (%d us) before the boot-time rollback finished (%d us)", started, restored)
 	}
-	events, err := state.Tail(s.cfg.StateDir, 20)
+	events, err := state.Dir(s.cfg.StateDir).Tail(20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +347,7 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	}
 	var failed bool
 	for end := time.Now().Add(60 * time.Second); !failed; time.Sleep(200 * time.Millisecond) {
-		events, _ := state.Tail(s.cfg.StateDir, 50)
+		events, _ := state.Dir(s.cfg.StateDir).Tail(50)
 		for _, e := range events {
 			failed = failed || e.Action == state.ActionRollbackFailed
 		}
@@ -364,11 +357,11 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	}
 	// The failed run is not left loaded as failed.
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if gone, err := s.m.Client.Gone(ctx, cutover.RollbackTimer, cutover.RollbackService); err == nil && gone {
+		if gone, err := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
 			break
 		}
 		if time.Now().After(end) {
-			st, _ := s.m.Client.Unit(ctx, cutover.RollbackService)
+			st, _ := s.m.Client.Unit(ctx, deploy.RollbackService)
 			t.Fatalf("the failed rollback run is still loaded: %+v", st)
 		}
 	}

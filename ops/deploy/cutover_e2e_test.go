@@ -1,4 +1,4 @@
-package cutover_test
+package deploy_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -202,7 +202,7 @@ func (s *site) pass(build string) {
 		s.t.Fatal(err)
 	}
 	for _, k := range []string{state.KindCanary, state.KindStress} {
-		if err := state.RecordVerdict(s.cfg.StateDir, state.Verdict{Kind: k, Digest: d, Pass: true}); err != nil {
+		if err := state.Dir(s.cfg.StateDir).RecordVerdict(state.Verdict{Kind: k, Digest: d, Pass: true}); err != nil {
 			s.t.Fatal(err)
 		}
 	}
@@ -267,11 +267,11 @@ func (s *site) current() string {
 
 func (s *site) assertNoRollbackArmed() {
 	s.t.Helper()
-	gone, err := s.m.Client.Gone(context.Background(), cutover.RollbackTimer, cutover.RollbackService)
+	gone, err := s.m.Client.Gone(context.Background(), deploy.RollbackTimer, deploy.RollbackService)
 	if err != nil || !gone {
 		s.t.Fatalf("rollback units still loaded: gone=%v err=%v", gone, err)
 	}
-	if p, err := state.ReadPending(s.cfg.StateDir); err != nil || p != nil {
+	if p, err := state.Dir(s.cfg.StateDir).ReadPending(); err != nil || p != nil {
 		s.t.Fatalf("pending marker = %+v, %v; want none", p, err)
 	}
 }
@@ -385,7 +385,7 @@ func TestCutoverInSystemd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := state.WritePending(s.cfg.StateDir, &state.Pending{SnapshotID: snapshotOf(t, s), Nonce: nonce, FromVersion: "v1", ToVersion: "v2",
+		if err := state.Dir(s.cfg.StateDir).WritePending(&state.Pending{SnapshotID: snapshotOf(t, s), Nonce: nonce, FromVersion: "v1", ToVersion: "v2",
 			ArmedAt: time.Now(), Deadline: time.Now().Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
@@ -487,7 +487,7 @@ func TestCutoverInSystemd(t *testing.T) {
 			t.Fatal(err)
 		}
 		for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if p, _ := state.ReadPending(s.cfg.StateDir); p != nil {
+			if p, _ := state.Dir(s.cfg.StateDir).ReadPending(); p != nil {
 				break
 			}
 			if time.Now().After(end) {
@@ -641,12 +641,12 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 		t.Fatalf("current %s right after the kill, want v2 (killed too late?):\n%s", s.current(), out)
 	}
 	for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		p, _ := state.ReadPending(s.cfg.StateDir)
+		p, _ := state.Dir(s.cfg.StateDir).ReadPending()
 		if p == nil && s.current() == "v1" {
 			break
 		}
 		if time.Now().After(end) {
-			j, _ := s.m.Exec(context.Background(), "journalctl", "-u", cutover.RollbackService, "--no-pager")
+			j, _ := s.m.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
 			t.Fatalf("the timer did not restore: pending %+v current %s\n%s", p, s.current(), j)
 		}
 	}
@@ -656,14 +656,14 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 		t.Fatalf("backend %s after the timer's rollback", st)
 	}
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if gone, err := s.m.Client.Gone(context.Background(), cutover.RollbackTimer, cutover.RollbackService); err == nil && gone {
+		if gone, err := s.m.Client.Gone(context.Background(), deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
 			break
 		}
 		if time.Now().After(end) {
 			t.Fatal("rollback units still loaded after the timer ran")
 		}
 	}
-	events, err := state.Tail(s.cfg.StateDir, 20)
+	events, err := state.Dir(s.cfg.StateDir).Tail(20)
 	if err != nil {
 		t.Fatal(err)
 	}

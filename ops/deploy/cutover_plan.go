@@ -2,7 +2,7 @@
 // an armed automatic rollback, and rolls back to a snapshot. Decisions are pure
 // functions of observed facts (PlanPreflight, Judge, PlanRollback) so they can
 // be tested as tables; Cutover and Rollback gather the facts and apply them.
-package cutover
+package deploy
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package cutover
+package deploy
 
 import (
 	"context"
@@ -29,11 +29,11 @@ func (e *Env) supervision(ctx context.Context) Supervision {
 			continue
 		}
 		f := ServiceFact{Name: u.Name, ActiveState: u.ActiveState}
-		f.Exec, f.Err = e.Supervisors.ExecStart(ctx, u.Name)
+		f.Exec, f.Err = e.Systemd.ExecStart(ctx, u.Name)
 		// Unknown enablement or triggers count as "not live" for that reason
 		// alone; the active state still decides.
-		f.UnitFileState, _ = e.Supervisors.UnitFileState(ctx, u.Name)
-		if by, err := e.Supervisors.Strings(ctx, u.Name, "TriggeredBy"); err == nil {
+		f.UnitFileState, _ = e.Systemd.UnitFileState(ctx, u.Name)
+		if by, err := e.Systemd.Strings(ctx, u.Name, "TriggeredBy"); err == nil {
 			for _, t := range by {
 				if active[t] {
 					f.ActiveTriggers = append(f.ActiveTriggers, t)
@@ -46,8 +46,8 @@ func (e *Env) supervision(ctx context.Context) Supervision {
 }
 
 func (e *Env) listUnits(ctx context.Context) ([]unitstate.Listed, error) {
-	if e.Supervisors == nil {
+	if e.Systemd == nil {
 		return nil, errors.New("no unit lister configured")
 	}
-	return e.Supervisors.ListUnits(ctx)
+	return e.Systemd.ListUnits(ctx)
 }

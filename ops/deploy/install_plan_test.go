@@ -81,8 +81,8 @@ func TestCheckVersion(t *testing.T) {
 				}
 				return
 			}
-			if !IsConfig(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err %v, want a *ConfigError containing %q", err, tc.want)
+			if CodeOf(err) != CodeUsage || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want a usage error containing %q", err, tc.want)
 			}
 		})
 	}
@@ -121,7 +121,7 @@ func TestReadAndRestoreUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	reloads := 0
-	if err := restoreUnits(context.Background(), reloadCounter{&reloads}, dir, prev); err != nil {
+	if err := restoreUnits(context.Background(), reloadCounter{n: &reloads}, dir, prev); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "old.service")); string(b) != "OLD\n" {
@@ -137,7 +137,12 @@ func TestReadAndRestoreUnits(t *testing.T) {
 
 // reloadCounter is a Systemd that only counts reloads (restoreUnits calls
 // nothing else).
-type reloadCounter struct{ n *int }
+// reloadCounter counts reloads; any other call panics (through the nil
+// embedded Systemd when not listed below).
+type reloadCounter struct {
+	Systemd
+	n *int
+}
 
 func (r reloadCounter) DaemonReload(context.Context) error                   { *r.n++; return nil }
 func (reloadCounter) Enable(context.Context, ...string) error                { panic("unexpected") }

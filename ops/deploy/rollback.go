@@ -1,4 +1,4 @@
-package cutover
+package deploy
 
 import (
 	"context"
@@ -10,28 +10,6 @@ import (
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
-
-// Exit codes of DESIGN.md §4 that results carry.
-const (
-	CodeOK             = 0
-	CodeFailed         = 1
-	CodeUsage          = 2
-	CodeRolledBack     = 3
-	CodeRollbackFailed = 4
-)
-
-// Error is a failure with the exit code it maps to.
-type Error struct {
-	Code int
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
-
-func fail(code int, format string, a ...any) error {
-	return &Error{Code: code, Err: fmt.Errorf(format, a...)}
-}
 
 // RollbackOptions are the flags of mcpctl rollback.
 type RollbackOptions struct {
@@ -62,12 +40,12 @@ type RollbackReport struct {
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
 func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
 	dir := env.Config.StateDir
-	release, err := lockWait(ctx, dir, "rollback", opts.LockWait)
+	release, err := state.Dir(dir).LockWait(ctx, "rollback", opts.LockWait)
 	if err != nil {
 		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("rollback: %w", err)}
 	}
 	defer release()
-	pending, err := state.ReadPending(dir)
+	pending, err := state.Dir(dir).ReadPending()
 	if err != nil {
 		return nil, fail(CodeRollbackFailed, "rollback: read pending marker: %w", err)
 	}
@@ -80,7 +58,7 @@ func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackRep
 	plan := PlanRollback(facts)
 	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
 	if !plan.Act {
-		_ = state.Audit(dir, state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
+		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
 		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
 	}
 	return restore(ctx, env, plan, opts.Boot)
@@ -95,7 +73,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
 	failed := func(err error) (*RollbackReport, error) {
 		log.Error("rollback failed", "err", err)
-		_ = state.Audit(dir, state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
+		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
 		return rep, &Error{Code: CodeRollbackFailed, Err: err}
 	}
 
@@ -155,7 +133,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		rep.Restarted = true
 		step("restart", t0)
 		t0 = env.now()
-		if err := waitHealthy(ctx, env, m.Digest, 15*time.Second); err != nil {
+		if err := env.waitReady(ctx, env.backendURL(), m.Digest, 15*time.Second); err != nil {
 			return failed(fmt.Errorf("restored %s but the backend is not healthy: %w", m.Version, err))
 		}
 		step("verify", t0)
@@ -165,7 +143,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		log.Warn("disarm after rollback", "err", err)
 	}
 	if plan.Nonce != "" {
-		if err := state.ClearPendingIf(dir, plan.Nonce); err != nil {
+		if err := state.Dir(dir).ClearPendingIf(plan.Nonce); err != nil {
 			log.Warn("clear pending marker", "err", err)
 		}
 	}
@@ -175,7 +153,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		outcome = state.OutcomeNoop
 	}
 	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
-	_ = state.Audit(dir, state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
 		Details: map[string]string{"duration": rep.Duration.String()}})
 	return rep, nil
 }
@@ -215,7 +193,7 @@ func disarm(ctx context.Context, env *Env) error {
 
 // Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
 func Disarm(ctx context.Context, env *Env) error {
-	release, err := state.Lock(env.Config.StateDir, "rollback disarm")
+	release, err := state.Dir(env.Config.StateDir).Lock("rollback disarm")
 	if err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
@@ -223,54 +201,9 @@ func Disarm(ctx context.Context, env *Env) error {
 	if err := disarm(ctx, env); err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
-	if err := state.ClearPending(env.Config.StateDir); err != nil {
+	if err := state.Dir(env.Config.StateDir).ClearPending(); err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
-	_ = state.Audit(env.Config.StateDir, state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
+	_ = state.Dir(env.Config.StateDir).Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
 	return nil
-}
-
-// waitHealthy polls until the backend answers /healthz and /readyz and
-// reports build digest (when set), or timeout passes.
-func waitHealthy(ctx context.Context, env *Env, digest string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	url := env.backendURL()
-	for {
-		err := env.verifier().OK(ctx, url, "/healthz")
-		if err == nil {
-			err = env.verifier().OK(ctx, url, "/readyz")
-		}
-		if err == nil && digest != "" {
-			var got string
-			if _, got, err = env.info(ctx, url); err == nil && got != digest {
-				err = fmt.Errorf("backend reports build %q, want the snapshot's %q", got, digest)
-			}
-		}
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// lockWait takes the mcpctl lock, retrying up to wait while another command
-// holds it.
-func lockWait(ctx context.Context, dir, owner string, wait time.Duration) (func() error, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		release, err := state.Lock(dir, owner)
-		if err == nil || !errors.Is(err, state.ErrLocked) || time.Now().After(deadline) {
-			return release, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package cutover
+package deploy
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 	if keep <= 0 {
 		return nil
 	}
-	if p, err := state.ReadPending(dir); err != nil {
+	if p, err := state.Dir(dir).ReadPending(); err != nil {
 		return &Pruned{Err: "pending marker unreadable, nothing pruned: " + err.Error()}
 	} else if p != nil {
 		keepSnaps = append(keepSnaps, p.SnapshotID)
@@ -85,7 +85,7 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 		env.log().Warn("prune after cutover", "err", err)
 	}
 	if len(out.Snapshots)+len(out.Releases) > 0 {
-		_ = state.Audit(dir, state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK, Reason: "after cutover",
+		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK, Reason: "after cutover",
 			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
 	}
 	return out
@@ -112,7 +112,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 
 	// 1. Preflight, before anything changes.
 	t0 := env.now()
-	release1, err := state.Lock(dir, "cutover --build "+opts.Build)
+	release1, err := state.Dir(dir).Lock("cutover --build " + opts.Build)
 	if err != nil {
 		return rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
 	}
@@ -135,7 +135,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		}
 	}
 	if f.CandidateErr == nil {
-		f.CanaryOK, f.StressOK, err = state.PassingFor(dir, f.Digest)
+		f.CanaryOK, f.StressOK, err = state.Dir(dir).PassingFor(f.Digest)
 		if err != nil {
 			f.CandidateErr = fmt.Errorf("read verdicts: %w", err)
 		}
@@ -155,7 +155,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	f.HealthzErr = env.verifier().OK(ctx, env.backendURL(), "/healthz")
 	f.ReadyzErr = env.verifier().OK(ctx, env.backendURL(), "/readyz")
 	f.Tunnels = env.tunnelFacts(ctx, false)
-	if f.Pending, err = state.ReadPending(dir); err != nil {
+	if f.Pending, err = state.Dir(dir).ReadPending(); err != nil {
 		f.Pending = &state.Pending{SnapshotID: "unreadable: " + err.Error()}
 	}
 	rep.FromVersion, rep.ToVersion, rep.Digest = f.CurrentVersion, f.CandidateVersion, f.Digest
@@ -164,7 +164,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	step("preflight", t0)
 	if !pre.OK() {
 		log.Warn("cutover refused", "refusals", pre.Refusals)
-		_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, Outcome: state.OutcomeRefused, Reason: strings.Join(pre.Refusals, "; ")})
+		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, Outcome: state.OutcomeRefused, Reason: strings.Join(pre.Refusals, "; ")})
 		return rep, fail(CodeFailed, "cutover refused, nothing changed:\n  - %s", strings.Join(pre.Refusals, "\n  - "))
 	}
 	for _, w := range pre.Warnings {
@@ -185,7 +185,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		return rep, fail(CodeFailed, "snapshot, nothing changed: %w", err)
 	}
 	rep.SnapshotID = m.ID
-	_ = state.Audit(dir, state.Event{Action: state.ActionSnapshot, FromVersion: f.CurrentVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK, Reason: "before cutover to " + f.CandidateVersion})
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionSnapshot, FromVersion: f.CurrentVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK, Reason: "before cutover to " + f.CandidateVersion})
 	nonce, err := state.NewNonce()
 	if err != nil {
 		return rep, fail(CodeFailed, "nonce: %w", err)
@@ -193,29 +193,29 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	now := env.now()
 	pending := &state.Pending{SnapshotID: m.ID, Nonce: nonce, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion,
 		ArmedAt: now, Deadline: now.Add(opts.Deadline), TimerUnit: RollbackTimer, ServiceUnit: RollbackService}
-	if err := state.WritePending(dir, pending); err != nil {
+	if err := state.Dir(dir).WritePending(pending); err != nil {
 		return rep, fail(CodeFailed, "write pending marker, nothing changed: %w", err)
 	}
 	// A leftover from an earlier run would make arming fail.
 	if err := disarm(ctx, env); err != nil {
-		_ = state.ClearPendingIf(dir, nonce)
+		_ = state.Dir(dir).ClearPendingIf(nonce)
 		return rep, fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
 	}
 	if err := env.Systemd.ArmTransient(ctx, unitstate.Transient{Timer: RollbackTimer, Service: RollbackService,
 		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
 		Argv:        env.rollbackArgv(self, m.ID, nonce), After: opts.Deadline}); err != nil {
-		_ = state.ClearPendingIf(dir, nonce)
+		_ = state.Dir(dir).ClearPendingIf(nonce)
 		return rep, fail(CodeFailed, "arm the rollback timer, nothing changed: %w", err)
 	}
 	log.Info("rollback armed", "snapshot", m.ID, "deadline", opts.Deadline, "timer", RollbackTimer)
-	_ = state.Audit(dir, state.Event{Action: state.ActionArmed, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionArmed, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
 		Details: map[string]string{"deadline": pending.Deadline.UTC().Format(time.RFC3339)}})
 	step("snapshot+arm", t0)
 
 	rollbackNow := func(why []string) (*Report, error) {
 		rep.Failures = why
 		log.Error("cutover failed verification, rolling back", "failures", why)
-		_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeFailed, Reason: strings.Join(why, "; ")})
+		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeFailed, Reason: strings.Join(why, "; ")})
 		t0 := env.now()
 		rb, err := restore(context.WithoutCancel(ctx), env, RollbackPlan{Act: true, SnapshotID: m.ID, Nonce: nonce, Reason: "cutover failed verification"}, false)
 		step("rollback", t0)
@@ -279,7 +279,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		return rollbackNow(why)
 	}
 	log.Info("cutover verified", "version", f.CandidateVersion)
-	_ = state.Audit(dir, state.Event{Action: state.ActionVerified, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionVerified, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
 
 	// 5. Disarm and confirm.
 	t0 = env.now()
@@ -301,8 +301,8 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	}
 	rep.Duration = env.now().Sub(start)
 	log.Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
-	_ = state.Audit(dir, state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
-	_ = state.Audit(dir, state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
+	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
 		Details: map[string]string{"duration": rep.Duration.String()}})
 	return rep, nil
 }
@@ -335,20 +335,11 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 	if err != nil {
 		return version, "", err
 	}
-	// A release's version is what the build prints: production's
-	// system.info reports that, so any other name could never verify.
-	if version != "" && version != res.Version {
-		return "", "", fmt.Errorf("%w: the build prints version %s; --version %s would name it wrongly: rebuild with the version stamp, or omit --version", ErrVersionName, res.Version, version)
-	}
-	if err := release.ValidateVersion(res.Version); err != nil {
-		return "", "", fmt.Errorf("the build's version %q cannot name a release: %w", res.Version, err)
+	if err := checkVersion(res, version); err != nil {
+		return "", "", err
 	}
 	return res.Version, res.Digest, nil
 }
-
-// ErrVersionName is a --version that differs from what the build prints
-// (a usage error: nothing is changed).
-var ErrVersionName = errors.New("--version does not match the build")
 
 // writeUnitIfChanged renders the backend unit and writes it when it differs
 // (atomically, as install and canary do). Without tunnel commands in
@@ -427,7 +418,7 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 	dir := env.Config.StateDir
 	switch err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); {
 	case errors.Is(err, unitstate.ErrAlreadyFired):
-		if err := state.ClearPendingIf(dir, nonce); err != nil {
+		if err := state.Dir(dir).ClearPendingIf(nonce); err != nil {
 			return false, "", fmt.Errorf("the rollback timer fired at the deadline and the pending marker could not be cleared (%w): the fired rollback will restore the snapshot", err)
 		}
 		unlock()
@@ -441,7 +432,7 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 	if gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService); err != nil || !gone {
 		return false, "", fmt.Errorf("the rollback timer is still loaded (err %v): run `mcpctl rollback status` and `mcpctl rollback disarm`", err)
 	}
-	if err := state.ClearPendingIf(dir, nonce); err != nil {
+	if err := state.Dir(dir).ClearPendingIf(nonce); err != nil {
 		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	return false, "", nil
