@@ -202,7 +202,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Dir(cfg.StateDir).Lock("canary start --build " + opts.Build)
+	unlock, err := env.state().Lock("canary start --build " + opts.Build)
 	if err != nil {
 		return rep, err
 	}
@@ -280,7 +280,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if !rep.Pass {
 		summary = joinProblems(rep.Problems)
 	}
-	if err := state.Dir(cfg.StateDir).RecordVerdict(state.Verdict{Kind: state.KindCanary, Digest: cand.Digest, Version: version, Pass: rep.Pass, Summary: summary}); err != nil {
+	if err := env.state().RecordVerdict(state.Verdict{Kind: state.KindCanary, Digest: cand.Digest, Version: version, Pass: rep.Pass, Summary: summary}); err != nil {
 		errs = append(errs, fmt.Errorf("record verdict: %w", err))
 	}
 	if err := env.state().WriteCanary(state.CanaryRecord{Version: version, Digest: cand.Digest, Build: opts.Build, Started: begin, Pass: rep.Pass}); err != nil {
@@ -290,7 +290,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if !rep.Pass {
 		outcome = state.OutcomeFailed
 	}
-	if err := state.Dir(cfg.StateDir).Audit(state.Event{Action: state.ActionCanary, ToVersion: version, Outcome: outcome, Reason: summary,
+	if err := env.state().Audit(state.Event{Action: state.ActionCanary, ToVersion: version, Outcome: outcome, Reason: summary,
 		Details: map[string]string{"digest": cand.Digest, "build": opts.Build}}); err != nil {
 		errs = append(errs, fmt.Errorf("audit: %w", err))
 	}
@@ -444,7 +444,7 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Dir(cfg.StateDir).Lock("canary stop")
+	unlock, err := env.state().Lock("canary stop")
 	if err != nil {
 		return rep, err
 	}
@@ -488,6 +488,6 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 			return rep, err
 		}
 	}
-	err = state.Dir(cfg.StateDir).Audit(state.Event{Action: "canary-stop", FromVersion: rep.Version, Outcome: state.OutcomeOK})
+	err = env.state().Audit(state.Event{Action: "canary-stop", FromVersion: rep.Version, Outcome: state.OutcomeOK})
 	return rep, err
 }

@@ -65,7 +65,7 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 	if keep <= 0 {
 		return nil
 	}
-	if p, err := state.Dir(dir).ReadPending(); err != nil {
+	if p, err := env.state().ReadPending(); err != nil {
 		return &Pruned{Err: "pending marker unreadable, nothing pruned: " + err.Error()}
 	} else if p != nil {
 		keepSnaps = append(keepSnaps, p.SnapshotID)
@@ -85,49 +85,104 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 		env.log().Warn("prune after cutover", "err", err)
 	}
 	if len(out.Snapshots)+len(out.Releases) > 0 {
-		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK, Reason: "after cutover",
+		_ = env.state().Audit(state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK, Reason: "after cutover",
 			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
 	}
 	return out
 }
 
-// Cutover runs mcpctl cutover (issue 6 steps 1-5). The returned error is an
-// *Error carrying the exit code.
+// Cutover runs mcpctl cutover: preflight, snapshot and arm the rollback,
+// swap, verify, confirm. Nothing changes before the rollback is armed; a
+// failure after it rolls back at once. The returned error is an *Error
+// carrying the exit code.
 func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
-	start := env.now()
-	rep := &Report{}
-	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
-	log := env.log()
-	cfg := env.Config
-	dir := cfg.StateDir
-	if !opts.ArmRollback {
-		return rep, fail(CodeUsage, "%s", PlanPreflight(Facts{}).Usage)
+	c := &cutover{env: env, opts: opts, dir: env.state(), store: env.store(), start: env.now(), rep: &Report{}}
+	if err := c.usage(); err != nil {
+		return c.rep, err
 	}
-	if opts.Deadline <= 0 {
-		opts.Deadline = cfg.Rollback.Deadline.D()
-	}
-	if opts.Deadline < 10*time.Second {
-		return rep, fail(CodeUsage, "--deadline %s: must be at least 10s (verification needs the time)", opts.Deadline)
-	}
-
-	// 1. Preflight, before anything changes.
-	t0 := env.now()
-	release1, err := state.Dir(dir).Lock("cutover --build " + opts.Build)
+	release, err := c.dir.Lock("cutover --build " + opts.Build)
 	if err != nil {
-		return rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
+		return c.rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
 	}
 	var once sync.Once
-	unlock := func() { once.Do(func() { _ = release1() }) }
-	defer unlock()
-	store := &release.Store{Root: cfg.Install.Root}
-	f := Facts{ArmRollback: true, SkipCanaryReason: opts.SkipCanaryReason}
-	f.CandidateVersion, f.Digest, f.CandidateErr = checkCandidate(ctx, opts.Build, opts.Version, cfg.Backend.Config)
+	c.unlock = func() { once.Do(func() { _ = release() }) }
+	defer c.unlock()
+
+	if err := c.timed("preflight", func() error { return c.preflight(ctx) }); err != nil {
+		return c.rep, err
+	}
+	if err := c.timed("snapshot+arm", func() error { return c.arm(ctx) }); err != nil {
+		return c.rep, err
+	}
+	if why := c.swap(ctx); why != nil {
+		return c.rollBack(ctx, why)
+	}
+	if why := c.verify(ctx); why != nil {
+		return c.rollBack(ctx, why)
+	}
+	if err := c.timed("disarm", func() error { return c.confirm(ctx) }); err != nil {
+		return c.rep, err
+	}
+	return c.done(), nil
+}
+
+// cutover is one run of Cutover: what each step learned for the next.
+type cutover struct {
+	env    *Env
+	opts   Options
+	dir    state.Dir
+	store  *release.Store
+	start  time.Time
+	rep    *Report
+	unlock func()
+
+	facts Facts  // preflight's observations
+	self  string // the mcpctl the armed timer runs
+	snap  string // the snapshot the rollback restores
+	nonce string // the pending marker's
+}
+
+// audit records an event of this cutover (best effort: the report and the
+// exit code carry the outcome).
+func (c *cutover) audit(action, outcome, reason string, details map[string]string) {
+	_ = c.dir.Audit(state.Event{Action: action, FromVersion: c.facts.CurrentVersion, ToVersion: c.facts.CandidateVersion,
+		SnapshotID: c.snap, Outcome: outcome, Reason: reason, Details: details})
+}
+
+// timed runs one step and records how long it took.
+func (c *cutover) timed(name string, step func() error) error {
+	t0 := c.env.now()
+	err := step()
+	c.rep.Timings = append(c.rep.Timings, Timing{name, c.env.now().Sub(t0)})
+	return err
+}
+
+// usage checks the flags before anything is read.
+func (c *cutover) usage() error {
+	if !c.opts.ArmRollback {
+		return fail(CodeUsage, "%s", PlanPreflight(Facts{}).Usage)
+	}
+	if c.opts.Deadline <= 0 {
+		c.opts.Deadline = c.env.Config.Rollback.Deadline.D()
+	}
+	if c.opts.Deadline < 10*time.Second {
+		return fail(CodeUsage, "--deadline %s: must be at least 10s (verification needs the time)", c.opts.Deadline)
+	}
+	return nil
+}
+
+// preflight observes the candidate and production and refuses before
+// anything changes.
+func (c *cutover) preflight(ctx context.Context) error {
+	env, cfg, f := c.env, c.env.Config, &c.facts
+	*f = Facts{ArmRollback: true, SkipCanaryReason: c.opts.SkipCanaryReason}
+	f.CandidateVersion, f.Digest, f.CandidateErr = checkCandidate(ctx, c.opts.Build, c.opts.Version, cfg.Backend.Config)
 	if errors.Is(f.CandidateErr, ErrVersionName) {
-		return rep, &Error{Code: CodeUsage, Err: f.CandidateErr}
+		return &Error{Code: CodeUsage, Err: f.CandidateErr}
 	}
 	if f.CandidateErr == nil {
 		// A release already installed under this name must be this build.
-		switch rel, err := store.Get(f.CandidateVersion); {
+		switch rel, err := c.store.Get(f.CandidateVersion); {
 		case err == nil:
 			f.ReleaseDigest = rel.Digest
 		case !errors.Is(err, release.ErrNotFound):
@@ -135,13 +190,13 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		}
 	}
 	if f.CandidateErr == nil {
-		f.CanaryOK, f.StressOK, err = state.Dir(dir).PassingFor(f.Digest)
-		if err != nil {
+		var err error
+		if f.CanaryOK, f.StressOK, err = c.dir.PassingFor(f.Digest); err != nil {
 			f.CandidateErr = fmt.Errorf("read verdicts: %w", err)
 		}
 	}
-	f.CurrentVersion, err = store.Current()
-	if err != nil {
+	var err error
+	if f.CurrentVersion, err = c.store.Current(); err != nil {
 		f.CandidateErr = errors.Join(f.CandidateErr, fmt.Errorf("current release: %w", err))
 	}
 	if st, err := env.Systemd.Unit(ctx, cfg.Backend.Unit); err != nil {
@@ -155,156 +210,177 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	f.HealthzErr = env.verifier().OK(ctx, env.backendURL(), "/healthz")
 	f.ReadyzErr = env.verifier().OK(ctx, env.backendURL(), "/readyz")
 	f.Tunnels = env.tunnelFacts(ctx, false)
-	if f.Pending, err = state.Dir(dir).ReadPending(); err != nil {
+	if f.Pending, err = c.dir.ReadPending(); err != nil {
 		f.Pending = &state.Pending{SnapshotID: "unreadable: " + err.Error()}
 	}
-	rep.FromVersion, rep.ToVersion, rep.Digest = f.CurrentVersion, f.CandidateVersion, f.Digest
-	pre := PlanPreflight(f)
-	rep.Warnings, rep.Refusals = pre.Warnings, pre.Refusals
-	step("preflight", t0)
+	c.rep.FromVersion, c.rep.ToVersion, c.rep.Digest = f.CurrentVersion, f.CandidateVersion, f.Digest
+	pre := PlanPreflight(*f)
+	c.rep.Warnings, c.rep.Refusals = pre.Warnings, pre.Refusals
 	if !pre.OK() {
-		log.Warn("cutover refused", "refusals", pre.Refusals)
-		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, Outcome: state.OutcomeRefused, Reason: strings.Join(pre.Refusals, "; ")})
-		return rep, fail(CodeFailed, "cutover refused, nothing changed:\n  - %s", strings.Join(pre.Refusals, "\n  - "))
+		env.log().Warn("cutover refused", "refusals", pre.Refusals)
+		c.audit(state.ActionCutover, state.OutcomeRefused, strings.Join(pre.Refusals, "; "), nil)
+		return fail(CodeFailed, "cutover refused, nothing changed:\n  - %s", strings.Join(pre.Refusals, "\n  - "))
 	}
 	for _, w := range pre.Warnings {
-		log.Warn("cutover", "warning", w)
+		env.log().Warn("cutover", "warning", w)
 	}
 	// The armed timer must find the mcpctl it runs even if this one was a
 	// temporary build (`go run`) that is gone by the deadline.
-	self, err := stableSelf(env.MCPCtl, dir)
-	if err != nil {
-		return rep, fail(CodeFailed, "cutover refused, nothing changed: %w", err)
+	if c.self, err = stableSelf(env.MCPCtl, string(c.dir)); err != nil {
+		return fail(CodeFailed, "cutover refused, nothing changed: %w", err)
 	}
+	return nil
+}
 
-	// 2. Snapshot, marker, armed rollback.
-	t0 = env.now()
-	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: dir, InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
+// arm takes the snapshot, writes the pending marker and arms the rollback
+// timer; a failure leaves production as it was.
+func (c *cutover) arm(ctx context.Context) error {
+	env, cfg, f := c.env, c.env.Config, c.facts
+	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: string(c.dir), InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
 		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Reason: "cutover to " + f.CandidateVersion})
 	if err != nil {
-		return rep, fail(CodeFailed, "snapshot, nothing changed: %w", err)
+		return fail(CodeFailed, "snapshot, nothing changed: %w", err)
 	}
-	rep.SnapshotID = m.ID
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionSnapshot, FromVersion: f.CurrentVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK, Reason: "before cutover to " + f.CandidateVersion})
-	nonce, err := state.NewNonce()
-	if err != nil {
-		return rep, fail(CodeFailed, "nonce: %w", err)
+	c.snap, c.rep.SnapshotID = m.ID, m.ID
+	_ = c.dir.Audit(state.Event{Action: state.ActionSnapshot, FromVersion: f.CurrentVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK, Reason: "before cutover to " + f.CandidateVersion})
+	if c.nonce, err = state.NewNonce(); err != nil {
+		return fail(CodeFailed, "nonce: %w", err)
 	}
 	now := env.now()
-	pending := &state.Pending{SnapshotID: m.ID, Nonce: nonce, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion,
-		ArmedAt: now, Deadline: now.Add(opts.Deadline), TimerUnit: RollbackTimer, ServiceUnit: RollbackService}
-	if err := state.Dir(dir).WritePending(pending); err != nil {
-		return rep, fail(CodeFailed, "write pending marker, nothing changed: %w", err)
+	pending := &state.Pending{SnapshotID: m.ID, Nonce: c.nonce, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion,
+		ArmedAt: now, Deadline: now.Add(c.opts.Deadline), TimerUnit: RollbackTimer, ServiceUnit: RollbackService}
+	if err := c.dir.WritePending(pending); err != nil {
+		return fail(CodeFailed, "write pending marker, nothing changed: %w", err)
 	}
 	// A leftover from an earlier run would make arming fail.
 	if err := disarm(ctx, env); err != nil {
-		_ = state.Dir(dir).ClearPendingIf(nonce)
-		return rep, fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
+		_ = c.dir.ClearPendingIf(c.nonce)
+		return fail(CodeFailed, "clear a leftover rollback timer, nothing changed: %w", err)
 	}
 	if err := env.Systemd.ArmTransient(ctx, unitstate.Transient{Timer: RollbackTimer, Service: RollbackService,
 		Description: "mcpctl automatic rollback of the cutover to " + f.CandidateVersion,
-		Argv:        env.rollbackArgv(self, m.ID, nonce), After: opts.Deadline}); err != nil {
-		_ = state.Dir(dir).ClearPendingIf(nonce)
-		return rep, fail(CodeFailed, "arm the rollback timer, nothing changed: %w", err)
+		Argv:        env.rollbackArgv(c.self, m.ID, c.nonce), After: c.opts.Deadline}); err != nil {
+		_ = c.dir.ClearPendingIf(c.nonce)
+		return fail(CodeFailed, "arm the rollback timer, nothing changed: %w", err)
 	}
-	log.Info("rollback armed", "snapshot", m.ID, "deadline", opts.Deadline, "timer", RollbackTimer)
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionArmed, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
-		Details: map[string]string{"deadline": pending.Deadline.UTC().Format(time.RFC3339)}})
-	step("snapshot+arm", t0)
+	env.log().Info("rollback armed", "snapshot", m.ID, "deadline", c.opts.Deadline, "timer", RollbackTimer)
+	c.audit(state.ActionArmed, state.OutcomeOK, "", map[string]string{"deadline": pending.Deadline.UTC().Format(time.RFC3339)})
+	return nil
+}
 
-	rollbackNow := func(why []string) (*Report, error) {
-		rep.Failures = why
-		log.Error("cutover failed verification, rolling back", "failures", why)
-		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeFailed, Reason: strings.Join(why, "; ")})
-		t0 := env.now()
-		rb, err := restore(context.WithoutCancel(ctx), env, RollbackPlan{Act: true, SnapshotID: m.ID, Nonce: nonce, Reason: "cutover failed verification"}, false)
-		step("rollback", t0)
-		rep.Rollback, rep.Duration = rb, env.now().Sub(start)
-		if err != nil {
-			return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("cutover failed (%s) and the rollback failed: %w", strings.Join(why, "; "), err)}
-		}
-		rep.RolledBack = true
-		return rep, fail(CodeRolledBack, "cutover to %s failed verification and was rolled back to %s:\n  - %s", f.CandidateVersion, f.CurrentVersion, strings.Join(why, "\n  - "))
-	}
+// budget bounds the restart and the verification, each well inside the
+// deadline, so that this run, not the timer, decides.
+func (c *cutover) budget() time.Duration { return c.opts.Deadline / 3 }
 
-	// 3. Install, swap, reload, restart only the backend. Every step is
-	// bounded well inside the deadline so this run, not the timer, decides.
-	t0 = env.now()
-	budget := opts.Deadline / 3
-	if _, _, err := store.Install(f.CandidateVersion, opts.Build); err != nil {
-		return rollbackNow([]string{"install release: " + err.Error()})
+// swap installs the release, points current at it, writes the unit when it
+// changed, reloads and restarts only the backend. It returns why it failed.
+func (c *cutover) swap(ctx context.Context) (why []string) {
+	env, cfg, v := c.env, c.env.Config, c.facts.CandidateVersion
+	_ = c.timed("install+restart", func() error {
+		if _, _, err := c.store.Install(v, c.opts.Build); err != nil {
+			why = []string{"install release: " + err.Error()}
+		} else if err := c.store.SetCurrent(v); err != nil {
+			why = []string{"swap current: " + err.Error()}
+		} else if err := writeUnitIfChanged(env); err != nil {
+			why = []string{"unit: " + err.Error()}
+		} else if err := env.Systemd.DaemonReload(ctx); err != nil {
+			why = []string{"daemon-reload: " + err.Error()}
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, c.budget())
+			defer cancel()
+			if err := env.Systemd.Restart(rctx, cfg.Backend.Unit); err != nil {
+				why = []string{err.Error()} // the client names the job and the unit
+			}
+		}
+		return nil
+	})
+	if why == nil {
+		env.log().Info("backend restarted", "version", v)
 	}
-	if err := store.SetCurrent(f.CandidateVersion); err != nil {
-		return rollbackNow([]string{"swap current: " + err.Error()})
-	}
-	if err := writeUnitIfChanged(env); err != nil {
-		return rollbackNow([]string{"unit: " + err.Error()})
-	}
-	if err := env.Systemd.DaemonReload(ctx); err != nil {
-		return rollbackNow([]string{"daemon-reload: " + err.Error()})
-	}
-	rctx, cancel := context.WithTimeout(ctx, budget)
-	err = env.Systemd.Restart(rctx, cfg.Backend.Unit)
-	cancel()
-	step("install+restart", t0)
-	if err != nil {
-		return rollbackNow([]string{err.Error()}) // the client names the job and the unit
-	}
-	log.Info("backend restarted", "version", f.CandidateVersion)
+	return why
+}
 
-	// 4. Verify, retrying briefly: the backend may need a moment.
-	t0 = env.now()
-	want := Expect{Version: f.CandidateVersion, Digest: f.Digest}
-	var why []string
-	vctx, cancel := context.WithTimeout(ctx, budget)
-	for {
-		got := Judge(want, f.Tunnels, observe(vctx, env))
-		if vctx.Err() != nil && why != nil {
-			// The budget ended inside this round: its probes timed out for
-			// that reason alone. The previous complete round is the verdict.
-			break
+// verify probes production until it passes, retrying briefly (the backend
+// may need a moment), within the budget. It returns the failures.
+func (c *cutover) verify(ctx context.Context) (why []string) {
+	want := Expect{Version: c.facts.CandidateVersion, Digest: c.facts.Digest}
+	_ = c.timed("verify", func() error {
+		vctx, cancel := context.WithTimeout(ctx, c.budget())
+		defer cancel()
+		for {
+			got := Judge(want, c.facts.Tunnels, observe(vctx, c.env))
+			if vctx.Err() != nil && why != nil {
+				// The budget ended inside this round: its probes timed out for
+				// that reason alone. The previous complete round is the verdict.
+				return nil
+			}
+			why = got
+			if len(why) == 0 || vctx.Err() != nil {
+				return nil
+			}
+			select {
+			case <-vctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
 		}
-		why = got
-		if len(why) == 0 || vctx.Err() != nil {
-			break
-		}
-		select {
-		case <-vctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	cancel()
-	step("verify", t0)
+	})
 	if len(why) > 0 {
-		return rollbackNow(why)
+		return why
 	}
-	log.Info("cutover verified", "version", f.CandidateVersion)
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionVerified, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
+	c.env.log().Info("cutover verified", "version", c.facts.CandidateVersion)
+	c.audit(state.ActionVerified, state.OutcomeOK, "", nil)
+	return nil
+}
 
-	// 5. Disarm and confirm.
-	t0 = env.now()
-	fired, warn, err := confirm(ctx, env, nonce, unlock)
+// rollBack restores the snapshot at once after a failed swap or verify.
+func (c *cutover) rollBack(ctx context.Context, why []string) (*Report, error) {
+	rep, f := c.rep, c.facts
+	rep.Failures = why
+	c.env.log().Error("cutover failed verification, rolling back", "failures", why)
+	c.audit(state.ActionCutover, state.OutcomeFailed, strings.Join(why, "; "), nil)
+	var rb *RollbackReport
+	err := c.timed("rollback", func() error {
+		var err error
+		rb, err = restore(context.WithoutCancel(ctx), c.env, RollbackPlan{Act: true, SnapshotID: c.snap, Nonce: c.nonce, Reason: "cutover failed verification"}, false)
+		return err
+	})
+	rep.Rollback, rep.Duration = rb, c.env.now().Sub(c.start)
 	if err != nil {
-		return rep, fail(CodeFailed, "verified %s, but %w", f.CandidateVersion, err)
+		return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("cutover failed (%s) and the rollback failed: %w", strings.Join(why, "; "), err)}
 	}
-	rep.FiredAtDeadline = fired
+	rep.RolledBack = true
+	return rep, fail(CodeRolledBack, "cutover to %s failed verification and was rolled back to %s:\n  - %s", f.CandidateVersion, f.CurrentVersion, strings.Join(why, "\n  - "))
+}
+
+// confirm disarms the rollback and clears the pending marker (see
+// confirmArmed for a timer that fired at the deadline).
+func (c *cutover) confirm(ctx context.Context) error {
+	fired, warn, err := confirm(ctx, c.env, c.nonce, c.unlock)
+	if err != nil {
+		return fail(CodeFailed, "verified %s, but %w", c.facts.CandidateVersion, err)
+	}
+	c.rep.FiredAtDeadline = fired
 	if warn != "" {
-		rep.Warnings = append(rep.Warnings, warn)
+		c.rep.Warnings = append(c.rep.Warnings, warn)
 	}
 	if fired {
-		log.Warn("rollback timer fired at the deadline after verification; its run is a no-op", "version", f.CandidateVersion)
+		c.env.log().Warn("rollback timer fired at the deadline after verification; its run is a no-op", "version", c.facts.CandidateVersion)
 	}
-	step("disarm", t0)
+	return nil
+}
+
+// done prunes beyond install.keepReleases and records the cutover.
+func (c *cutover) done() *Report {
+	rep, f := c.rep, c.facts
 	if !rep.FiredAtDeadline {
 		// Pruning needs the lock, which the fired rollback may hold now.
-		rep.Pruned = prune(env, store, []string{m.ID}, []string{f.CandidateVersion, f.CurrentVersion})
+		rep.Pruned = prune(c.env, c.store, []string{c.snap}, []string{f.CandidateVersion, f.CurrentVersion})
 	}
-	rep.Duration = env.now().Sub(start)
-	log.Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK})
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionCutover, FromVersion: f.CurrentVersion, ToVersion: f.CandidateVersion, SnapshotID: m.ID, Outcome: state.OutcomeOK,
-		Details: map[string]string{"duration": rep.Duration.String()}})
-	return rep, nil
+	rep.Duration = c.env.now().Sub(c.start)
+	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
+	_ = c.dir.Audit(state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: c.snap, Outcome: state.OutcomeOK})
+	c.audit(state.ActionCutover, state.OutcomeOK, "", map[string]string{"duration": rep.Duration.String()})
+	return rep
 }
 
 // observe probes production after the restart.
@@ -415,10 +491,9 @@ func stableSelf(self, stateDir string) (string, error) {
 // unlock then lets it finish, and fired is true. The caller must not need
 // the lock after a fired confirm.
 func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired bool, warning string, err error) {
-	dir := env.Config.StateDir
 	switch err := env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService); {
 	case errors.Is(err, unitstate.ErrAlreadyFired):
-		if err := state.Dir(dir).ClearPendingIf(nonce); err != nil {
+		if err := env.state().ClearPendingIf(nonce); err != nil {
 			return false, "", fmt.Errorf("the rollback timer fired at the deadline and the pending marker could not be cleared (%w): the fired rollback will restore the snapshot", err)
 		}
 		unlock()
@@ -432,7 +507,7 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 	if gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService); err != nil || !gone {
 		return false, "", fmt.Errorf("the rollback timer is still loaded (err %v): run `mcpctl rollback status` and `mcpctl rollback disarm`", err)
 	}
-	if err := state.Dir(dir).ClearPendingIf(nonce); err != nil {
+	if err := env.state().ClearPendingIf(nonce); err != nil {
 		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	return false, "", nil

@@ -123,7 +123,7 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Dir(cfg.StateDir).Lock("install --build " + opts.Build)
+	unlock, err := env.state().Lock("install --build " + opts.Build)
 	if err != nil {
 		return rep, err
 	}
@@ -193,7 +193,7 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 		rep.OK = true
 		log.Info("installed")
 	}
-	if aerr := state.Dir(cfg.StateDir).Audit(ev); aerr != nil {
+	if aerr := env.state().Audit(ev); aerr != nil {
 		err = errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return rep, err
@@ -412,7 +412,7 @@ func observeInstall(ctx context.Context, env *Env) (InstallFacts, error) {
 // audited records err (a usage error) as a refusal and returns it.
 func (e *Env) audited(action, version string, err error) error {
 	e.log().Warn(action+" refused", "version", version, "err", err)
-	if aerr := state.Dir(e.Config.StateDir).Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
+	if aerr := e.state().Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
 		return errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return err
@@ -422,7 +422,7 @@ func (e *Env) audited(action, version string, err error) error {
 func (e *Env) refuse(action, version string, reasons []string) error {
 	err := refused(reasons)
 	e.log().Warn(action+" refused", "version", version, "reasons", reasons)
-	if aerr := state.Dir(e.Config.StateDir).Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
+	if aerr := e.state().Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
 		return errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return err

@@ -40,12 +40,12 @@ type RollbackReport struct {
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
 func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
 	dir := env.Config.StateDir
-	release, err := state.Dir(dir).LockWait(ctx, "rollback", opts.LockWait)
+	release, err := env.state().LockWait(ctx, "rollback", opts.LockWait)
 	if err != nil {
 		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("rollback: %w", err)}
 	}
 	defer release()
-	pending, err := state.Dir(dir).ReadPending()
+	pending, err := env.state().ReadPending()
 	if err != nil {
 		return nil, fail(CodeRollbackFailed, "rollback: read pending marker: %w", err)
 	}
@@ -58,7 +58,7 @@ func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackRep
 	plan := PlanRollback(facts)
 	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
 	if !plan.Act {
-		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
+		_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
 		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
 	}
 	return restore(ctx, env, plan, opts.Boot)
@@ -73,7 +73,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
 	failed := func(err error) (*RollbackReport, error) {
 		log.Error("rollback failed", "err", err)
-		_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
+		_ = env.state().Audit(state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
 		return rep, &Error{Code: CodeRollbackFailed, Err: err}
 	}
 
@@ -143,7 +143,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		log.Warn("disarm after rollback", "err", err)
 	}
 	if plan.Nonce != "" {
-		if err := state.Dir(dir).ClearPendingIf(plan.Nonce); err != nil {
+		if err := env.state().ClearPendingIf(plan.Nonce); err != nil {
 			log.Warn("clear pending marker", "err", err)
 		}
 	}
@@ -153,7 +153,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		outcome = state.OutcomeNoop
 	}
 	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
-	_ = state.Dir(dir).Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
+	_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
 		Details: map[string]string{"duration": rep.Duration.String()}})
 	return rep, nil
 }
@@ -193,7 +193,7 @@ func disarm(ctx context.Context, env *Env) error {
 
 // Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
 func Disarm(ctx context.Context, env *Env) error {
-	release, err := state.Dir(env.Config.StateDir).Lock("rollback disarm")
+	release, err := env.state().Lock("rollback disarm")
 	if err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
@@ -201,9 +201,9 @@ func Disarm(ctx context.Context, env *Env) error {
 	if err := disarm(ctx, env); err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
-	if err := state.Dir(env.Config.StateDir).ClearPending(); err != nil {
+	if err := env.state().ClearPending(); err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
-	_ = state.Dir(env.Config.StateDir).Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
+	_ = env.state().Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
 	return nil
 }
