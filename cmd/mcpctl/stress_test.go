@@ -20,8 +20,8 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
 
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/unitstate"

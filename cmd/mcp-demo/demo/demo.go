@@ -20,7 +20,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/nspawn"
+	"github.com/overdeck/mcp-backend/nspawn"
 )
 
 // Status is a step's outcome.

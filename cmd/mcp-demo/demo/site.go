@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/internal/nspawn"
+	"github.com/overdeck/mcp-backend/nspawn"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
@@ -263,7 +263,7 @@ func (s *site) cutover(ctx context.Context) error {
 		}
 	}
 	problems = append(problems, s.desiredState(ctx, "v2")...)
-	problems = append(problems, unchanged(before, after)...)
+	problems = append(problems, changedUnits(before, after)...)
 	s.v.say("tunnels across the cutover:")
 	s.v.identities(before, after)
 
@@ -315,7 +315,7 @@ func (s *site) overload(ctx context.Context) error {
 	if code != deploy.CodeOK || !rep.Pass {
 		problems = append(problems, fmt.Sprintf("mcpctl stress through the tunnel: exit %d, failed checks: %s", code, failedChecks(rep)))
 	}
-	problems = append(problems, unchanged(before, after)...)
+	problems = append(problems, changedUnits(before, after)...)
 	if status, _, err := verify.Readyz(ctx, tun.URL); err != nil || status != 200 {
 		problems = append(problems, fmt.Sprintf("after the attack %s/readyz = %d (%v), want 200", tun.URL, status, err))
 	}
@@ -363,7 +363,7 @@ exec %s "$@"
 	if err != nil {
 		return err
 	}
-	problems = append(problems, unchanged(before, mid)...)
+	problems = append(problems, changedUnits(before, mid)...)
 
 	// Forced: it must roll itself back.
 	code, out, errOut, err = s.run(ctx, "cutover", "--build", v3, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "demo: bad build")
@@ -382,7 +382,7 @@ exec %s "$@"
 	s.res.TunnelsBadCutover = [2][]Identity{before[1:], after[1:]}
 	s.v.say("units across the failed cutover (the backend restarted twice: v3, then v2 again):")
 	s.v.identities(before, after)
-	problems = append(problems, unchanged(before[1:], after[1:])...)
+	problems = append(problems, changedUnits(before[1:], after[1:])...)
 	ver, err := s.probe(ctx, s.backend)
 	s.res.VersionAfterBadCutover = ver
 	if err != nil || ver != "v2" {
@@ -572,7 +572,7 @@ func processesMatching(needles []string) []string {
 }
 
 // unchanged lists units whose identity changed between before and after.
-func unchanged(before, after []Identity) []string {
+func changedUnits(before, after []Identity) []string {
 	var out []string
 	for i, b := range before {
 		if i >= len(after) || !b.Same(after[i]) {

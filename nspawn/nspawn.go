@@ -5,7 +5,7 @@
 // operator would), a reboot, and a Close that leaves nothing behind.
 //
 // It has no testing dependency, so programs (the demo) use it as well as
-// tests; internal/nspawntest wraps it for tests. It needs root and
+// tests; nspawn/nspawntest wraps it for tests. It needs root and
 // systemd-nspawn: Unavailable says why a machine cannot run one.
 package nspawn
 

@@ -1,4 +1,4 @@
-// Package nspawntest adapts internal/nspawn to tests: Boot registers the
+// Package nspawntest adapts package nspawn to tests: Boot registers the
 // container's teardown with t.Cleanup (dumping its journal when the test
 // failed), and a machine that cannot run a container skips the test, except
 // under CI=true, where it fails.
@@ -19,7 +19,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/internal/nspawn"
+	"github.com/overdeck/mcp-backend/nspawn"
 )
 
 // Options configure Boot.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 )
 
 // requireDemo skips where the machine cannot run the demo (or fails under
