@@ -16,7 +16,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// goldenConfig is the DESIGN.md default config with the tunnels filled in.
+// goldenConfig is the default config with the tunnels filled in.
 func goldenConfig(t testing.TB) *ctlconfig.Config {
 	t.Helper()
 	cfg := ctlconfig.Default()

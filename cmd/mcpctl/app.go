@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -35,6 +36,9 @@ type deps struct {
 	stderr io.Writer
 	getenv func(string) string
 	logger *slog.Logger
+	// out is the output of the command being run, resolved before its
+	// action (withOutput).
+	out *output
 	// stressSampler connects stress's unit sampler; nil means D-Bus.
 	stressSampler stressSamplerFunc
 }
@@ -48,12 +52,12 @@ func newApp(d *deps) *cli.App {
 		ErrWriter: d.stderr,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
-			&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"},
+			jsonFlag(),
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
 			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
 		},
-		Commands:        commands(d),
+		Commands:        withOutput(d, commands(d)),
 		HideHelpCommand: true,
 		Before: func(c *cli.Context) error {
 			if d.getenv("NO_COLOR") != "" {
@@ -76,7 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		stdout: stdout,
 		stderr: stderr,
 		getenv: os.Getenv,
-		logger: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// One logger for every command: progress and warnings on stderr,
+		// never mixed into the report on stdout.
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	return runApp(ctx, newApp(d), args, stderr)
 }
@@ -97,7 +103,12 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	case isUsage(err):
 		code = deploy.CodeUsage
 	}
-	fmt.Fprintf(stderr, "mcpctl: %v\n", err)
+	path := commandPath(app, args)
+	msg := requiredFlagsMessage(app, path, err.Error())
+	fmt.Fprintf(stderr, "mcpctl: %s\n", msg)
+	if next := nextCommand(code, path, msg); next != "" && !strings.Contains(msg, "`mcpctl ") {
+		fmt.Fprintf(stderr, "mcpctl: next: run %s\n", next)
+	}
 	if code == deploy.CodeRollbackFailed {
 		fmt.Fprintln(stderr, "mcpctl: HUMAN NEEDED: production could not be brought back to a known state. "+
 			"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). "+

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -31,13 +30,13 @@ func cutoverCommand(d *deps) *cli.Command {
 				return usageError("--skip-canary-check: give the reason, e.g. --skip-canary-check \"hotfix for incident 42\"")
 			}
 			if !c.Bool("arm-rollback") {
-				return usageError("cutover requires --arm-rollback: the spec requires the rollback to be armed before production restarts, so a bad deploy undoes itself even if this session dies")
+				return usageError("cutover requires --arm-rollback: the rollback is armed before production restarts, so a bad deploy undoes itself even if this session dies; run `mcpctl cutover --build PATH --arm-rollback`")
 			}
 			build, err := filepath.Abs(c.String("build"))
 			if err != nil {
 				return usageError("--build %q: %v", c.String("build"), err)
 			}
-			env, closeEnv, err := cutoverEnv(c, d, true)
+			env, closeEnv, err := deployEnv(c, d, true)
 			if err != nil {
 				return err
 			}
@@ -46,21 +45,20 @@ func cutoverCommand(d *deps) *cli.Command {
 				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
 				ArmRollback: true, SkipCanaryReason: c.String("skip-canary-check"),
 			})
-			printReport(c, d, rep, func(w io.Writer) { humanCutover(w, rep, err) })
+			d.out.printText(rep, func(w io.Writer) { humanCutover(w, rep, err) })
 			return err
 		},
 	}
 }
 
-// cutoverEnv loads mcpctl.json and connects to systemd for the deploy
-// commands; strict as for probeClient.
-func cutoverEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error) {
-	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	b, err := connectOps(c, strict, log)
+// deployEnv loads mcpctl.json and connects to systemd for the commands that
+// act on production; strict as for probeClient.
+func deployEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error) {
+	b, err := connectOps(c, strict, d.logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
+	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: d.logger, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned
@@ -83,12 +81,6 @@ func loadCtlConfig(c *cli.Context) (*ctlconfig.Config, string, error) {
 		return nil, "", usageError("--config %q: %v", path, err)
 	}
 	return cfg, abs, nil
-}
-
-// printReport writes v as JSON with --json, else the human form (plain
-// text; deployPrint when the form wants styles).
-func printReport(c *cli.Context, d *deps, v any, human func(io.Writer)) {
-	deployPrint(c, d, v, func(w io.Writer, _ deployStyles) { human(w) })
 }
 
 func humanCutover(w io.Writer, r *deploy.Report, err error) {

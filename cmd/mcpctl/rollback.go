@@ -38,7 +38,7 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.Bool("boot") && !c.Bool("if-pending") {
 				return usageError("--boot: only with --if-pending (the boot-time check)")
 			}
-			env, closeEnv, err := cutoverEnv(c, d, false)
+			env, closeEnv, err := deployEnv(c, d, false)
 			if err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func rollbackCommand(d *deps) *cli.Command {
 			rep, err := deploy.Rollback(c.Context, env, deploy.RollbackOptions{
 				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"), LockWait: wait,
 			})
-			printReport(c, d, rep, func(w io.Writer) {
+			d.out.printText(rep, func(w io.Writer) {
 				if rep == nil {
 					return
 				}
@@ -69,16 +69,18 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "status",
 				Usage: "is a rollback armed, with how much time left, to which snapshot",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := cutoverEnv(c, d, false)
+					env, closeEnv, err := deployEnv(c, d, false)
 					if err != nil {
 						return err
 					}
 					defer closeEnv()
-					p, err := state.Dir(env.Config.StateDir).ReadPending()
-					if err != nil {
-						return err
-					}
+					// A broken marker is still a status: say what it means
+					// and what to run, beside what the timer does.
+					p, markerErr := state.Dir(env.Config.StateDir).ReadPending()
 					rv := rollbackView{Pending: p}
+					if markerErr != nil {
+						rv.Err = markerErr.Error()
+					}
 					// "armed" means the timer counts down, not merely that a
 					// marker exists.
 					st, err := env.Systemd.Unit(c.Context, deploy.RollbackTimer)
@@ -89,9 +91,12 @@ func rollbackCommand(d *deps) *cli.Command {
 						rv.TimerState = st.ActiveState
 					}
 					rv = planRollbackView(rv, time.Now())
-					printReport(c, d, rv, func(w io.Writer) {
+					d.out.printText(rv, func(w io.Writer) {
 						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
 					})
+					if markerErr != nil {
+						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))
+					}
 					return nil
 				},
 			},
@@ -99,7 +104,7 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "disarm",
 				Usage: "stop the armed rollback timer and clear the pending marker",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := cutoverEnv(c, d, false)
+					env, closeEnv, err := deployEnv(c, d, false)
 					if err != nil {
 						return err
 					}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -67,6 +66,9 @@ const (
 	// rollbackStrayTimer: an active timer without a marker: it will no-op
 	// on its stale nonce, but should be disarmed.
 	rollbackStrayTimer = "timer-without-marker"
+	// rollbackMarkerUnreadable: the pending marker exists but cannot be
+	// read, so whether a cutover is unconfirmed is unknown.
+	rollbackMarkerUnreadable = "marker-unreadable"
 )
 
 type rollbackView struct {
@@ -97,16 +99,14 @@ func statusCommand(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "one screen: production, canary, tunnels, an armed rollback, the last cutovers and rollbacks",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}},
 		Action: func(c *cli.Context) error {
-			log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			b, err := connectOps(c, false, log)
+			b, err := connectOps(c, false, d.logger)
 			if err != nil {
 				return err
 			}
 			defer b.sd.Close()
 			rep := gatherStatus(c.Context, b.cfg, b.sd, b.verify, time.Now())
-			deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { renderStatus(w, st, rep) })
+			d.out.print(rep, func(w io.Writer, st styles) { renderStatus(w, st, rep) })
 			return nil
 		},
 	}
@@ -212,6 +212,8 @@ func code(ctx context.Context, probe func(context.Context, string) (int, []byte,
 func planRollbackView(r rollbackView, now time.Time) rollbackView {
 	r.Armed = r.TimerState == "active"
 	switch {
+	case r.Err != "" && r.Pending == nil:
+		r.State = rollbackMarkerUnreadable
 	case r.Pending != nil && r.Armed:
 		r.State = rollbackArmed
 	case r.Pending != nil:
@@ -244,6 +246,14 @@ func rollbackLine(rb rollbackView, alarm func(...string) string) string {
 			alarm("PENDING, NOT ARMED"), p.FromVersion, p.ToVersion, p.SnapshotID, timer)
 	case rollbackStrayTimer:
 		return fmt.Sprintf("%s timer %s without a pending marker: run `mcpctl rollback disarm`", alarm("ARMED"), rb.TimerState)
+	case rollbackMarkerUnreadable:
+		timer := rb.TimerState
+		if timer == "" {
+			timer = "not loaded"
+		}
+		return fmt.Sprintf("%s the pending-cutover marker cannot be read (%s); timer %s. Whether a cutover is unconfirmed is unknown: "+
+			"run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` to go back to a known snapshot, or `mcpctl rollback disarm` to keep what runs now (it clears the marker)",
+			alarm("UNKNOWN"), rb.Err, timer)
 	}
 	return "none armed, no cutover pending"
 }
@@ -260,7 +270,7 @@ func deployEvents(events []state.Event, n int) []state.Event {
 	return out
 }
 
-func renderStatus(w io.Writer, st deployStyles, r *statusReport) {
+func renderStatus(w io.Writer, st styles, r *statusReport) {
 	up := func(s string) string {
 		if s == "active" {
 			return st.ok.Render(s)

@@ -48,6 +48,7 @@ func TestPlanRollbackView(t *testing.T) {
 		{"marker after the timer ran and failed", rollbackView{Pending: late, TimerState: "failed"}, false, rollbackPendingNotArmed, 0},
 		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, rollbackArmed, 0},
 		{"stray timer", rollbackView{TimerState: "active"}, true, rollbackStrayTimer, 0},
+		{"unreadable marker", rollbackView{Err: "read pending-cutover.json: unexpected end of JSON input", TimerState: "active"}, true, rollbackMarkerUnreadable, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +58,8 @@ func TestPlanRollbackView(t *testing.T) {
 			}
 			if line := rollbackLine(got, func(s ...string) string { return strings.Join(s, "") }); tc.wantState == rollbackPendingNotArmed && !strings.Contains(line, "NOT ARMED") {
 				t.Fatalf("line %q does not say the rollback is not armed", line)
+			} else if tc.wantState == rollbackMarkerUnreadable && !strings.Contains(line, "`mcpctl rollback --snapshot ID`") {
+				t.Fatalf("line %q does not say what to run next", line)
 			}
 		})
 	}
@@ -168,4 +171,4 @@ func TestStatusAssembly(t *testing.T) {
 	}
 }
 
-func plainStyles() deployStyles { return stylesFor(&bytes.Buffer{}, true) }
+func plainStyles() styles { return newOutput(&bytes.Buffer{}, false, true).st }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,7 +15,6 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"github.com/tsenart/vegeta/v12/lib/plot"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -43,7 +41,6 @@ func stressCommand(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
 			&cli.IntFlag{Name: "pid", Usage: "sample this process instead of a unit (a backend run outside systemd)"},
 			&cli.BoolFlag{Name: "faults", Usage: "also inject faults: disconnects, grandchildren, floods, oversized bodies, slow clients"},
-			&cli.BoolFlag{Name: "json", Usage: "machine-readable report on stdout"},
 			&cli.StringFlag{Name: "plot", Usage: "write vegeta's HTML latency plot to `FILE`"},
 			&cli.StringFlag{Name: "results", Usage: "write vegeta-encoded results to `FILE` (for `vegeta report`)"},
 			&cli.StringFlag{Name: "mix", Value: "5:3:2", Usage: "weights `SHELL:NORMAL:CONTROL` of the offered tool classes"},
@@ -289,12 +286,12 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	}
 	recErr := recordStressVerdict(ctx, cfg.StateDir, rep, who)
 
-	if stressFlag(c, "json") {
+	if d.out.json {
 		if err := rep.WriteJSON(d.stdout); err != nil {
 			return withCode(deploy.CodeFailed, err)
 		}
 	} else {
-		if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
+		if err := rep.Render(d.stdout, d.out.color); err != nil {
 			return withCode(deploy.CodeFailed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {
@@ -480,23 +477,4 @@ func stressSameHostPort(base, listen string) bool {
 		return h
 	}
 	return norm(h1) == norm(h2)
-}
-
-// stressFlag is true when the flag is set on the command or globally.
-func stressFlag(c *cli.Context, name string) bool {
-	for _, x := range c.Lineage() {
-		if x.Bool(name) {
-			return true
-		}
-	}
-	return false
-}
-
-// stressColor: colour only for a terminal, and never with --no-color/NO_COLOR.
-func stressColor(c *cli.Context, w io.Writer) bool {
-	if stressFlag(c, "no-color") {
-		return false
-	}
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
@@ -100,12 +97,12 @@ func unitRender(c *cli.Context, d *deps) error {
 			return fmt.Errorf("--out %s: %w", out, err)
 		}
 		for _, u := range us {
-			if !c.Bool("json") {
+			if !d.out.json {
 				fmt.Fprintln(d.stdout, filepath.Join(out, u.Name))
 			}
 		}
 	}
-	if c.Bool("json") {
+	if d.out.json {
 		list := make([]renderedUnit, 0, len(us))
 		for _, u := range us {
 			list = append(list, renderedUnit{u.Name, u.Enable, string(u.Content)})
@@ -199,20 +196,15 @@ func unitInstall(c *cli.Context, d *deps) error {
 		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
 	}
 
-	if c.Bool("json") {
+	if d.out.json {
 		return writeJSON(d.stdout, rep)
 	}
-	printUnitInstall(c, d.stdout, rep)
+	printUnitInstall(d.out, rep)
 	return nil
 }
 
-func printUnitInstall(c *cli.Context, w io.Writer, rep unitInstallReport) {
-	r := lipgloss.NewRenderer(w)
-	for _, x := range c.Lineage() {
-		if x.Bool("no-color") {
-			r.SetColorProfile(termenv.Ascii)
-		}
-	}
+func printUnitInstall(o *output, rep unitInstallReport) {
+	w, r := o.w, o.r
 	add := r.NewStyle().Foreground(lipgloss.Color("2"))
 	del := r.NewStyle().Foreground(lipgloss.Color("1"))
 	hdr := r.NewStyle().Bold(true)
@@ -242,10 +234,4 @@ func printUnitInstall(c *cli.Context, w io.Writer, rep unitInstallReport) {
 		fmt.Fprintf(w, "%d unit(s) written to %s, %d unchanged; systemd reloaded\n", len(rep.Changed), rep.UnitDir, len(rep.Unchanged))
 	}
 	fmt.Fprintf(w, "enabled at boot: %s\n", strings.Join(rep.Enabled, " "))
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -23,7 +23,7 @@ func verifyCommand(d *deps) *cli.Command {
 			if c.NArg() > 1 || (what != "backend" && what != "tunnels" && what != "all") {
 				return usageError("verify %q: want backend, tunnels or all", strings.Join(c.Args().Slice(), " "))
 			}
-			env, closeEnv, err := cutoverEnv(c, d, false)
+			env, closeEnv, err := deployEnv(c, d, false)
 			if err != nil {
 				return err
 			}
@@ -34,7 +34,7 @@ func verifyCommand(d *deps) *cli.Command {
 				OK       bool     `json:"ok"`
 				Failures []string `json:"failures"`
 			}
-			printReport(c, d, result{what, len(fails) == 0, fails}, func(w io.Writer) {
+			d.out.printText(result{what, len(fails) == 0, fails}, func(w io.Writer) {
 				if len(fails) == 0 {
 					fmt.Fprintf(w, "verify %s: ok\n", what)
 					return
