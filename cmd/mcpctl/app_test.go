@@ -82,7 +82,7 @@ func TestFailureEndsWithNextCommand(t *testing.T) {
 		{"required flag after --json", []string{"--json", "canary", "start"}, 2, []string{"canary start: --build PATH is required", "next: run `mcpctl canary start --help`"}},
 		{"stray argument", []string{"snapshot", "list", "extra"}, 2, []string{"next: run `mcpctl snapshot list --help`"}},
 		{"unreadable config", []string{"--config", "/nonexistent/mcpctl.json", "snapshot", "list"}, 2, []string{"next: run `mcpctl --config FILE snapshot list`"}},
-		{"message naming its own next command", []string{"cutover", "--build", "/x"}, 2, []string{"run `mcpctl cutover --build PATH --arm-rollback`"}},
+		{"required switch", []string{"cutover", "--build", "/x"}, 2, []string{"cutover: --arm-rollback (arm the automatic rollback before production restarts", "next: run `mcpctl cutover --help`"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

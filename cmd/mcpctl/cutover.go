@@ -20,7 +20,7 @@ func cutoverCommand(d *deps) *cli.Command {
 		UsageText: "mcpctl cutover --build PATH --arm-rollback [--version V] [--deadline D] [--skip-canary-check REASON]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary `PATH`", Required: true},
-			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts (required)"},
+			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts, so a bad deploy undoes itself even if this session dies", Required: true},
 			&cli.StringFlag{Name: "version", Usage: "release `V`: must equal what the build's --version prints (the default); anything else is refused, exit 2"},
 			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
 			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
@@ -28,9 +28,6 @@ func cutoverCommand(d *deps) *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.IsSet("skip-canary-check") && strings.TrimSpace(c.String("skip-canary-check")) == "" {
 				return usageError("--skip-canary-check: give the reason, e.g. --skip-canary-check \"hotfix for incident 42\"")
-			}
-			if !c.Bool("arm-rollback") {
-				return usageError("cutover requires --arm-rollback: the rollback is armed before production restarts, so a bad deploy undoes itself even if this session dies; run `mcpctl cutover --build PATH --arm-rollback`")
 			}
 			build, err := filepath.Abs(c.String("build"))
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/urfave/cli/v2"
 )
 
@@ -90,6 +91,8 @@ func requiredFlagsMessage(app *cli.App, path, msg string) string {
 		if f, ok := findFlag(cmd.Flags, name).(cli.DocGenerationFlag); ok {
 			if placeholder := placeholderOf(f.GetUsage()); placeholder != "" {
 				part += " " + placeholder
+			} else if !f.TakesValue() {
+				part += " (" + f.GetUsage() + ")" // a switch says why it is needed
 			}
 		}
 		parts = append(parts, part)
@@ -107,14 +110,14 @@ func requiredFlagsMessage(app *cli.App, path, msg string) string {
 // A failed rollback has its own HUMAN NEEDED steps.
 func nextCommand(code int, path, msg string) string {
 	switch {
-	case code == 2 && strings.HasPrefix(msg, "config:"):
+	case code == deploy.CodeUsage && strings.HasPrefix(msg, "config:"):
 		return "`mcpctl " + strings.TrimSpace("--config FILE "+path) + "` with a readable mcpctl.json (or fix the file named above)"
-	case code == 2:
+	case code == deploy.CodeUsage:
 		if path == "" {
 			return "`mcpctl --help`"
 		}
 		return "`mcpctl " + path + " --help`"
-	case code == 1 || code == 3:
+	case code == deploy.CodeFailed || code == deploy.CodeRolledBack:
 		return "`mcpctl status` to see production as it runs now, then fix the cause above and run `mcpctl " + strings.TrimSpace(path) + "` again"
 	}
 	return ""
