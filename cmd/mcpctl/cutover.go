@@ -33,15 +33,19 @@ func cutoverCommand(d *deps) *cli.Command {
 			if err != nil {
 				return usageError("--build %q: %v", c.String("build"), err)
 			}
+			opts := deploy.Options{
+				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
+				ArmRollback: c.Bool("arm-rollback"), SkipCanaryReason: c.String("skip-canary-check"),
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
 			env, closeEnv, err := deployEnv(c, d, true)
 			if err != nil {
 				return err
 			}
 			defer closeEnv()
-			rep, err := deploy.Cutover(c.Context, env, deploy.Options{
-				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
-				ArmRollback: true, SkipCanaryReason: c.String("skip-canary-check"),
-			})
+			rep, err := deploy.Cutover(c.Context, env, opts)
 			d.out.printText(rep, func(w io.Writer) { humanCutover(w, rep, err) })
 			return err
 		},

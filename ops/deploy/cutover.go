@@ -157,18 +157,28 @@ func (c *cutover) timed(name string, step func() error) error {
 	return err
 }
 
-// usage checks the flags before anything is read.
-func (c *cutover) usage() error {
-	if !c.opts.ArmRollback {
+// Validate checks the flags on their own (a usage error, exit 2); a zero
+// (or negative) Deadline is rollback.deadline of the config, checked by
+// Cutover.
+func (o Options) Validate() error {
+	if !o.ArmRollback {
 		return fail(CodeUsage, "%s", PlanPreflight(Facts{}).Usage)
 	}
+	if o.Deadline > 0 && o.Deadline < 10*time.Second {
+		return fail(CodeUsage, "--deadline %s: must be at least 10s (verification needs the time)", o.Deadline)
+	}
+	return nil
+}
+
+// usage checks the flags before anything is read.
+func (c *cutover) usage() error {
 	if c.opts.Deadline <= 0 {
 		c.opts.Deadline = c.env.Config.Rollback.Deadline.D()
 	}
 	if c.opts.Deadline < 10*time.Second {
 		return fail(CodeUsage, "--deadline %s: must be at least 10s (verification needs the time)", c.opts.Deadline)
 	}
-	return nil
+	return c.opts.Validate()
 }
 
 // preflight observes the candidate and production and refuses before
