@@ -1,7 +1,10 @@
-// Package deploy holds the first install of production and the blue/green
-// canary: each decision is a pure plan from observed facts, and a small
-// executor applies it through the systemd client, the release store and the
-// verify probes.
+// Package deploy changes production: the first install, the blue/green
+// canary, the cutover under an armed automatic rollback, and the rollback.
+// Each decision is a pure plan from observed facts (PlanInstall, PlanCanary,
+// PlanPreflight, Judge, PlanRollback); a small executor applies it through
+// the Systemd its caller passes in, the release store, the state directory
+// and the verify probes. Every failure is an *Error carrying mcpctl's exit
+// code.
 package deploy
 
 import (
