@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -271,14 +272,14 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 		if err := env.Systemd.Stop(ctx, cfg.Canary.Unit); err == nil {
 			rep.Stopped = true
 		}
-		errs = append(errs, fmt.Errorf("canary %s failed: %s", version, joinProblems(rep.Problems)))
+		errs = append(errs, fmt.Errorf("canary %s failed: %s", version, strings.Join(rep.Problems, "; ")))
 		log.Error("canary failed", "problems", rep.Problems)
 	} else {
 		log.Info("canary passed", "samples", rep.Production.HealthzSamples)
 	}
 	summary := "pass"
 	if !rep.Pass {
-		summary = joinProblems(rep.Problems)
+		summary = strings.Join(rep.Problems, "; ")
 	}
 	if err := env.state().RecordVerdict(state.Verdict{Kind: state.KindCanary, Digest: cand.Digest, Version: version, Pass: rep.Pass, Summary: summary}); err != nil {
 		errs = append(errs, fmt.Errorf("record verdict: %w", err))
@@ -295,17 +296,6 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 		errs = append(errs, fmt.Errorf("audit: %w", err))
 	}
 	return rep, errors.Join(errs...)
-}
-
-func joinProblems(p []string) string {
-	s := ""
-	for i, x := range p {
-		if i > 0 {
-			s += "; "
-		}
-		s += x
-	}
-	return s
 }
 
 // start installs the release, the config and the unit, and starts the
