@@ -1,4 +1,4 @@
-package units
+package units_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // FuzzRender: whatever mcpctl.json holds, a config that validates renders
@@ -17,7 +18,7 @@ func FuzzRender(f *testing.F) {
 	f.Add([]byte(`{"backend":{"listen":"127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210"}}`))
 	f.Add([]byte(`{"tunnels":[{"name":"a\u0085User=root","unit":"t.service","url":"https://a.example/","exec":"/bin/t %n $X"}]}`))
 	f.Add([]byte(`{"guardrails":{"memoryHigh":"1K","memoryMax":"1K"}}`))
-	golden, err := Render(Params{Config: goldenConfig(f), CanaryBinary: "/opt/mcp-backend/releases/v1/mcp-backend"})
+	golden, err := render(params{Config: goldenConfig(f), CanaryBinary: "/opt/mcp-backend/releases/v1/mcp-backend"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func FuzzRender(f *testing.F) {
 				cfg.Tunnels[i].Exec = "/usr/bin/tunnel"
 			}
 		}
-		us, err := Render(Params{Config: cfg, CanaryBinary: CanaryBinary(cfg, "v1")})
+		us, err := render(params{Config: cfg, CanaryBinary: units.CanaryBinary(cfg.Install.Root, "v1")})
 		if err != nil {
 			return
 		}

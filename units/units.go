@@ -1,6 +1,9 @@
-// Package units holds the systemd unit templates of the deployment and renders
-// them from mcpctl's config. Rendering is pure and deterministic: the same
-// Params give the same bytes, so installing can compare and diff them.
+// Package units owns the systemd unit files of the deployment end to end:
+// the templates, rendering them from a Spec, comparing them with what is
+// installed, writing them atomically and diffing them. Rendering is pure and
+// deterministic: the same Params give the same bytes, so installing can
+// compare and diff them. It imports nothing of mcpctl's config: the config
+// builds the Spec.
 package units
 
 import (
@@ -16,8 +19,6 @@ import (
 	"text/template"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 )
 
 // Names of the units rendered under fixed names.
@@ -43,9 +44,9 @@ var templates = template.Must(template.New("").Option("missingkey=error").ParseF
 
 // Params is everything rendering depends on.
 type Params struct {
-	// Config is a validated mcpctl config; Render also requires every tunnel
-	// to have an exec (ctlconfig.Config.ValidateTunnels).
-	Config *ctlconfig.Config
+	// Spec is what the units run, from a validated mcpctl config (with every
+	// tunnel's exec filled in).
+	Spec *Spec
 	// MCPCtl is the mcpctl binary the units run; DefaultMCPCtl when empty.
 	MCPCtl string
 	// MCPCtlConfig, when set, is passed to mcpctl as --config so the units use
@@ -58,6 +59,36 @@ type Params struct {
 	CanaryBinary string
 }
 
+// Spec is the part of mcpctl's config the units are rendered from.
+type Spec struct {
+	Backend, Canary Service
+	// InstallRoot holds releases/<version>/ and the current symlink.
+	InstallRoot string
+	Tunnels     []Tunnel
+	Guardrails  Guardrails
+}
+
+// Service is one backend instance: its unit, listen address and config file.
+type Service struct {
+	Unit, Listen, Config string
+}
+
+// Tunnel is one supervised tunnel unit and the command line it runs.
+type Tunnel struct {
+	Name, Unit, Exec string
+}
+
+// Guardrails are the backend units' resource limits; MemoryHigh and
+// MemoryMax are systemd sizes (ParseSize).
+type Guardrails struct {
+	TasksMax       int
+	LimitNOFILE    int
+	MemoryHigh     string
+	MemoryMax      string
+	CPUWeight      int
+	TimeoutStopSec int
+}
+
 // Unit is one rendered unit file.
 type Unit struct {
 	Name    string
@@ -67,20 +98,20 @@ type Unit struct {
 }
 
 // CanaryBinary is the path of the mcp-backend binary of release version.
-func CanaryBinary(cfg *ctlconfig.Config, version string) string {
-	return filepath.Join(cfg.Install.Root, "releases", version, "mcp-backend")
+func CanaryBinary(installRoot, version string) string {
+	return filepath.Join(installRoot, "releases", version, "mcp-backend")
 }
 
 // CurrentBinary is the path production runs, through the current symlink.
-func CurrentBinary(cfg *ctlconfig.Config) string {
-	return filepath.Join(cfg.Install.Root, "current", "mcp-backend")
+func CurrentBinary(installRoot string) string {
+	return filepath.Join(installRoot, "current", "mcp-backend")
 }
 
 // goMemLimit is the Go runtime's soft memory limit for the backend: 90% of
 // MemoryHigh, in MiB; empty when MemoryHigh is infinity (no limit to stay
 // under) or not a size (Validate reports that).
 func goMemLimit(memoryHigh string) string {
-	n, err := ctlconfig.ParseSize(memoryHigh)
+	n, err := ParseSize(memoryHigh)
 	if err != nil || n == ^uint64(0) {
 		return ""
 	}
@@ -97,16 +128,10 @@ func goMemLimit(memoryHigh string) string {
 // p.CanaryBinary is set), the tunnels in config order, the watchdog service
 // and timer, and the boot-time pending-rollback check.
 func Render(p Params) ([]Unit, error) {
-	if p.Config == nil {
+	if p.Spec == nil {
 		return nil, errors.New("render units: no config")
 	}
-	cfg := p.Config
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("render units: %w", err)
-	}
-	if err := cfg.ValidateTunnels(); err != nil {
-		return nil, fmt.Errorf("render units: %w", err)
-	}
+	cfg := p.Spec
 	mcpctl := p.MCPCtl
 	if mcpctl == "" {
 		mcpctl = DefaultMCPCtl
@@ -136,17 +161,17 @@ func Render(p Params) ([]Unit, error) {
 	}
 	type backendData struct {
 		Header, Description, After, Exec, WatchdogSec string
-		G                                             ctlconfig.Guardrails
+		G                                             Guardrails
 		GoMemLimit                                    string
 		Install                                       bool
 	}
 	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
-	serve := func(bin string, s ctlconfig.ServiceConfig) string {
+	serve := func(bin string, s Service) string {
 		return execLine(bin, "serve", "--config", s.Config, "--listen", s.Listen)
 	}
 	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService,
-		Exec: serve(CurrentBinary(cfg), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
+		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
 	}); err != nil {
 		return nil, err
 	}

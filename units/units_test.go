@@ -1,4 +1,4 @@
-package units
+package units_test
 
 import (
 	"bytes"
@@ -11,11 +11,12 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// goldenConfig is the DESIGN.md default config with the tunnels filled in.
+// goldenConfig is the default config with the tunnels filled in.
 func goldenConfig(t testing.TB) *ctlconfig.Config {
 	t.Helper()
 	cfg := ctlconfig.Default()
@@ -26,9 +27,26 @@ func goldenConfig(t testing.TB) *ctlconfig.Config {
 	return cfg
 }
 
+// params is what the tests render from: an mcpctl config, as mcpctl does.
+type params struct {
+	Config                             *ctlconfig.Config
+	MCPCtl, MCPCtlConfig, CanaryBinary string
+}
+
+func render(p params) ([]units.Unit, error) {
+	var spec *units.Spec
+	if p.Config != nil {
+		var err error
+		if spec, err = p.Config.UnitSpec(); err != nil {
+			return nil, err
+		}
+	}
+	return units.Render(units.Params{Spec: spec, MCPCtl: p.MCPCtl, MCPCtlConfig: p.MCPCtlConfig, CanaryBinary: p.CanaryBinary})
+}
+
 func TestRenderGolden(t *testing.T) {
 	cfg := goldenConfig(t)
-	us, err := Render(Params{Config: cfg, CanaryBinary: CanaryBinary(cfg, "v1.2.3")})
+	us, err := render(params{Config: cfg, CanaryBinary: units.CanaryBinary(cfg.Install.Root, "v1.2.3")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +84,12 @@ func TestRenderGolden(t *testing.T) {
 
 func TestRenderDeterministic(t *testing.T) {
 	cfg := goldenConfig(t)
-	a, err := Render(Params{Config: cfg})
+	a, err := render(params{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 20; i++ {
-		b, err := Render(Params{Config: goldenConfig(t)})
+		b, err := render(params{Config: goldenConfig(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,11 +125,11 @@ func directives(content []byte) map[string][]string {
 func TestRenderContents(t *testing.T) {
 	cfg := goldenConfig(t)
 	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7}
-	us, err := Render(Params{Config: cfg, MCPCtl: "/opt/bin/mcpctl", MCPCtlConfig: "/etc/x/mcpctl.json", CanaryBinary: "/opt/mcp-backend/releases/v9/mcp-backend"})
+	us, err := render(params{Config: cfg, MCPCtl: "/opt/bin/mcpctl", MCPCtlConfig: "/etc/x/mcpctl.json", CanaryBinary: "/opt/mcp-backend/releases/v9/mcp-backend"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]Unit{}
+	byName := map[string]units.Unit{}
 	for _, u := range us {
 		byName[u.Name] = u
 	}
@@ -177,7 +195,7 @@ func TestRenderContents(t *testing.T) {
 }
 
 func TestRenderWithoutCanary(t *testing.T) {
-	us, err := Render(Params{Config: goldenConfig(t)})
+	us, err := render(params{Config: goldenConfig(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,31 +212,31 @@ func TestRenderWithoutCanary(t *testing.T) {
 func TestRenderRejects(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(*Params)
+		mutate func(*params)
 		want   string
 	}{
-		{"no config", func(p *Params) { p.Config = nil }, "no config"},
-		{"invalid guardrail", func(p *Params) { p.Config.Guardrails.CPUWeight = 0 }, "guardrails.cpuWeight = 0"},
-		{"tunnel without url", func(p *Params) { p.Config.Tunnels[1].URL = "" }, `tunnels[1].url = ""`},
-		{"tunnel without exec", func(p *Params) { p.Config.Tunnels[0].Exec = " " }, `tunnels[0].exec = " "`},
-		{"tunnel exec continues", func(p *Params) { p.Config.Tunnels[0].Exec = `/bin/x \` }, `must not end in a backslash`},
-		{"relative mcpctl", func(p *Params) { p.MCPCtl = "mcpctl" }, `mcpctl binary = "mcpctl": must be an absolute path`},
-		{"canary with space", func(p *Params) { p.CanaryBinary = "/opt/a b/mcp-backend" }, `canary binary = "/opt/a b/mcp-backend"`},
+		{"no config", func(p *params) { p.Config = nil }, "no config"},
+		{"invalid guardrail", func(p *params) { p.Config.Guardrails.CPUWeight = 0 }, "guardrails.cpuWeight = 0"},
+		{"tunnel without url", func(p *params) { p.Config.Tunnels[1].URL = "" }, `tunnels[1].url = ""`},
+		{"tunnel without exec", func(p *params) { p.Config.Tunnels[0].Exec = " " }, `tunnels[0].exec = " "`},
+		{"tunnel exec continues", func(p *params) { p.Config.Tunnels[0].Exec = `/bin/x \` }, `must not end in a backslash`},
+		{"relative mcpctl", func(p *params) { p.MCPCtl = "mcpctl" }, `mcpctl binary = "mcpctl": must be an absolute path`},
+		{"canary with space", func(p *params) { p.CanaryBinary = "/opt/a b/mcp-backend" }, `canary binary = "/opt/a b/mcp-backend"`},
 		// Values that would add directives or ExecStart arguments.
-		{"listen injecting directives", func(p *Params) { p.Config.Backend.Listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210" }, `backend.listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210": must be IP:PORT`},
-		{"listen adding arguments", func(p *Params) { p.Config.Canary.Listen = "127.0.0.1 --config /tmp/x:3211" }, `canary.listen = "127.0.0.1 --config /tmp/x:3211": must be IP:PORT`},
-		{"tunnel name injecting a directive", func(p *Params) { p.Config.Tunnels[0].Name = "x\x0bExecStartPre=/bin/x" }, `tunnels[0].name`},
-		{"tunnel exec with a form feed", func(p *Params) { p.Config.Tunnels[0].Exec = "/bin/tunnel\fUser=root" }, `tunnels[0].exec`},
-		{"mcpctl with a form feed", func(p *Params) { p.MCPCtl = "/opt/bin/mcpctl\fUser=root" }, `mcpctl binary = "/opt/bin/mcpctl\fUser=root": must not contain control characters`},
-		{"mcpctl config with NEL", func(p *Params) { p.MCPCtlConfig = "/etc/x\u0085y.json" }, `mcpctl config = "/etc/x\u0085y.json": must not contain control characters`},
-		{"canary with escape", func(p *Params) { p.CanaryBinary = "/opt/x\x1b[2J/mcp-backend" }, `must not contain control characters`},
-		{"memoryHigh of 1K", func(p *Params) { p.Config.Guardrails.MemoryHigh = "1K" }, `guardrails.memoryHigh = "1K": must be at least 64M`},
+		{"listen injecting directives", func(p *params) { p.Config.Backend.Listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210" }, `backend.listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210": must be IP:PORT`},
+		{"listen adding arguments", func(p *params) { p.Config.Canary.Listen = "127.0.0.1 --config /tmp/x:3211" }, `canary.listen = "127.0.0.1 --config /tmp/x:3211": must be IP:PORT`},
+		{"tunnel name injecting a directive", func(p *params) { p.Config.Tunnels[0].Name = "x\x0bExecStartPre=/bin/x" }, `tunnels[0].name`},
+		{"tunnel exec with a form feed", func(p *params) { p.Config.Tunnels[0].Exec = "/bin/tunnel\fUser=root" }, `tunnels[0].exec`},
+		{"mcpctl with a form feed", func(p *params) { p.MCPCtl = "/opt/bin/mcpctl\fUser=root" }, `mcpctl binary = "/opt/bin/mcpctl\fUser=root": must not contain control characters`},
+		{"mcpctl config with NEL", func(p *params) { p.MCPCtlConfig = "/etc/x\u0085y.json" }, `mcpctl config = "/etc/x\u0085y.json": must not contain control characters`},
+		{"canary with escape", func(p *params) { p.CanaryBinary = "/opt/x\x1b[2J/mcp-backend" }, `must not contain control characters`},
+		{"memoryHigh of 1K", func(p *params) { p.Config.Guardrails.MemoryHigh = "1K" }, `guardrails.memoryHigh = "1K": must be at least 64M`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Params{Config: goldenConfig(t)}
+			p := params{Config: goldenConfig(t)}
 			tc.mutate(&p)
-			_, err := Render(p)
+			_, err := render(p)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -246,13 +264,13 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 	cfg := goldenConfig(t)
 	cfg.Install.Root = filepath.Join(tmp, "opt")
-	stub(CurrentBinary(cfg))
-	canary := stub(CanaryBinary(cfg, "v2"))
+	stub(units.CurrentBinary(cfg.Install.Root))
+	canary := stub(units.CanaryBinary(cfg.Install.Root, "v2"))
 	mcpctl := stub(filepath.Join(tmp, "bin", "mcpctl"))
 	tunnel := stub(filepath.Join(tmp, "bin", "tunnel"))
 	cfg.Tunnels[0].Exec = tunnel + " --port 1 --rate 5%"
 	cfg.Tunnels[1].Exec = tunnel + " --port 2"
-	us, err := Render(Params{Config: cfg, MCPCtl: mcpctl, MCPCtlConfig: filepath.Join(tmp, "mcpctl.json"), CanaryBinary: canary})
+	us, err := render(params{Config: cfg, MCPCtl: mcpctl, MCPCtlConfig: filepath.Join(tmp, "mcpctl.json"), CanaryBinary: canary})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +303,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 
 var ownUnitRE = regexp.MustCompile(`mcp-|mcpctl`)
 
-func names(us []Unit) []string {
+func names(us []units.Unit) []string {
 	var s []string
 	for _, u := range us {
 		s = append(s, u.Name)
@@ -297,67 +315,8 @@ func TestGoMemLimit(t *testing.T) {
 	tests := map[string]string{"6G": "5529MiB", "1G": "921MiB", "512M": "460MiB", "64M": "57MiB", "infinity": "", "bogus": "",
 		"1K": "", "1M": ""} // never GOMEMLIMIT=0MiB
 	for high, want := range tests {
-		if got := goMemLimit(high); got != want {
+		if got := units.GoMemLimit(high); got != want {
 			t.Errorf("goMemLimit(%q) = %q, want %q", high, got, want)
 		}
-	}
-}
-
-// TestRenderChecksValuesItself: rendering refuses a value with a control
-// character even if it got past Validate, so no caller can write a unit with
-// a directive of its own making.
-func TestRenderChecksValuesItself(t *testing.T) {
-	type inner struct{ MemoryHigh string }
-	tests := []struct {
-		name string
-		data any
-		want string
-	}{
-		{"clean", struct {
-			Exec string
-			G    inner
-		}{"/bin/x --listen 127.0.0.1:1", inner{"6G"}}, ""},
-		{"newline", struct{ Exec string }{"/bin/x\nUser=root"}, `Exec = "/bin/x\nUser=root": must not contain control characters`},
-		{"in a nested struct", struct{ G inner }{inner{"6G\nMemoryMax=infinity"}}, `MemoryHigh = "6G\nMemoryMax=infinity"`},
-		{"invalid UTF-8", struct{ Name string }{"a\xffb"}, `must not contain control characters`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := checkValues("x.service", tc.data)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestExecLine: each argument stays one ExecStart argument. Plain words go
-// unquoted (the golden units keep their look); the rest is quoted so that a
-// space cannot add an argument and %/$ expand nothing.
-func TestExecLine(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"plain", []string{"/opt/mcp-backend/current/mcp-backend", "serve", "--config", "/etc/mcp-backend/config.json", "--listen", "[::1]:3210"},
-			"/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen [::1]:3210"},
-		{"space", []string{"/bin/x", "--listen", "127.0.0.1 --config /tmp/evil:1"}, `/bin/x --listen "127.0.0.1 --config /tmp/evil:1"`},
-		{"quote and backslash", []string{"/bin/x", `a"b\c`}, `/bin/x "a\"b\\c"`},
-		{"specifier and variable", []string{"/bin/x", "%n$HOME"}, `/bin/x "%%n$$HOME"`},
-		{"empty", []string{"/bin/x", ""}, `/bin/x ""`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := execLine(tc.args...); got != tc.want {
-				t.Fatalf("execLine = %s, want %s", got, tc.want)
-			}
-		})
 	}
 }

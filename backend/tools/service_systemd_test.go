@@ -10,7 +10,7 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 

@@ -1,5 +1,5 @@
 // Command mcp-demo runs the main job end to end against a real systemd in a
-// disposable container (see internal/demo) and exits 0 only if every step
+// disposable container (see package demo beside it) and exits 0 only if every step
 // did what it should. It needs root, systemd-nspawn and socat, and runs from
 // this repository (it builds mcpctl and mcp-backend): `go tool task demo`.
 package main
@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/overdeck/mcp-backend/internal/demo"
+	"github.com/overdeck/mcp-backend/cmd/mcp-demo/demo"
 )
 
 func main() {

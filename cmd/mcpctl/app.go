@@ -7,41 +7,26 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
-// Exit codes of DESIGN.md §4. Scripts branch on them: keep them exactly.
-const (
-	exitOK             = 0
-	exitFailed         = 1 // the operation failed and production is as it was
-	exitUsage          = 2 // usage or config error
-	exitRolledBack     = 3 // cutover failed verification and the rollback completed
-	exitRollbackFailed = 4 // rollback failed: a human is needed
-)
-
-// exitError carries an exit code to run, the one place errors become codes.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// withCode marks err with an exit code.
+// withCode marks err with an exit code (deploy's table: scripts branch on
+// the codes).
 func withCode(code int, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &exitError{code: code, err: err}
+	return &deploy.Error{Code: code, Err: err}
 }
 
 // usageError is a usage or configuration error (exit 2).
 func usageError(format string, args ...any) error {
-	return withCode(exitUsage, fmt.Errorf(format, args...))
+	return withCode(deploy.CodeUsage, fmt.Errorf(format, args...))
 }
 
 // deps is what commands need from the outside world; tests fill it with
@@ -51,6 +36,9 @@ type deps struct {
 	stderr io.Writer
 	getenv func(string) string
 	logger *slog.Logger
+	// out is the output of the command being run, resolved before its
+	// action (withOutput).
+	out *output
 	// stressSampler connects stress's unit sampler; nil means D-Bus.
 	stressSampler stressSamplerFunc
 }
@@ -64,12 +52,12 @@ func newApp(d *deps) *cli.App {
 		ErrWriter: d.stderr,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
-			&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"},
+			jsonFlag(),
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
 			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
 		},
-		Commands:        commands(d),
+		Commands:        withOutput(d, commands(d)),
 		HideHelpCommand: true,
 		Before: func(c *cli.Context) error {
 			if d.getenv("NO_COLOR") != "" {
@@ -80,7 +68,7 @@ func newApp(d *deps) *cli.App {
 		// Errors are turned into exit codes by run, nowhere else.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return withCode(exitUsage, err)
+			return withCode(deploy.CodeUsage, err)
 		},
 	}
 	return app
@@ -92,7 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		stdout: stdout,
 		stderr: stderr,
 		getenv: os.Getenv,
-		logger: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// One logger for every command: progress and warnings on stderr,
+		// never mixed into the report on stdout.
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	return runApp(ctx, newApp(d), args, stderr)
 }
@@ -100,21 +90,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int {
 	err := app.RunContext(ctx, args)
 	if err == nil {
-		return exitOK
+		return deploy.CodeOK
 	}
-	code := exitFailed
-	var ee *exitError
+	code := deploy.CodeFailed
+	var ee *deploy.Error
 	var ce cli.ExitCoder
 	switch {
 	case errors.As(err, &ee):
-		code = ee.code
+		code = ee.Code
 	case errors.As(err, &ce):
 		code = ce.ExitCode()
 	case isUsage(err):
-		code = exitUsage
+		code = deploy.CodeUsage
 	}
-	fmt.Fprintf(stderr, "mcpctl: %v\n", err)
-	if code == exitRollbackFailed {
+	path := commandPath(app, args)
+	msg := requiredFlagsMessage(app, path, err.Error())
+	fmt.Fprintf(stderr, "mcpctl: %s\n", msg)
+	if next := nextCommand(code, path, msg); next != "" && !strings.Contains(msg, "`mcpctl ") {
+		fmt.Fprintf(stderr, "mcpctl: next: run %s\n", next)
+	}
+	if code == deploy.CodeRollbackFailed {
 		fmt.Fprintln(stderr, "mcpctl: HUMAN NEEDED: production could not be brought back to a known state. "+
 			"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). "+
 			"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone.")

@@ -3,9 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/urfave/cli/v2"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // runCLI runs mcpctl with argv and returns exit code, stdout and stderr.
@@ -63,6 +64,41 @@ func TestNoColorAnyValue(t *testing.T) {
 			}
 			if !got {
 				t.Fatal("no-color not set from NO_COLOR")
+			}
+		})
+	}
+}
+
+// TestFailureEndsWithNextCommand: every failure tells the operator what to
+// run next, in mcpctl's own words.
+func TestFailureEndsWithNextCommand(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"required flag", []string{"install"}, 2, []string{"install: --build PATH is required", "next: run `mcpctl install --help`"}},
+		{"required flag after --json", []string{"--json", "canary", "start"}, 2, []string{"canary start: --build PATH is required", "next: run `mcpctl canary start --help`"}},
+		{"stray argument", []string{"snapshot", "list", "extra"}, 2, []string{"next: run `mcpctl snapshot list --help`"}},
+		{"unreadable config", []string{"--config", "/nonexistent/mcpctl.json", "snapshot", "list"}, 2, []string{"next: run `mcpctl --config FILE snapshot list`"}},
+		{"required switch", []string{"cutover", "--build", "/x"}, 2, []string{"cutover: --arm-rollback (arm the automatic rollback before production restarts", "next: run `mcpctl cutover --help`"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr %s", code, tc.code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			last := lines[len(lines)-1]
+			if !strings.Contains(last, "`mcpctl ") {
+				t.Errorf("last line %q names no command to run", last)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q lacks %q", stderr, w)
+				}
 			}
 		})
 	}

@@ -11,8 +11,6 @@ import (
 )
 
 func canaryCommand(d *deps) *cli.Command {
-	// One flag value per subcommand: urfave/cli records state in a flag.
-	jsonFlag := func() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"} }
 	return &cli.Command{
 		Name:  "canary",
 		Usage: "run a candidate build beside production on the canary port",
@@ -21,24 +19,20 @@ func canaryCommand(d *deps) *cli.Command {
 				Name:  "start",
 				Usage: "check, install as a release and start the candidate as the canary; prove production untouched",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)"},
+					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)", Required: true},
 					&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
-					jsonFlag(),
 				},
 				Action: func(c *cli.Context) error {
-					if c.String("build") == "" {
-						return usageError("canary start: --build PATH is required")
-					}
-					env, done, err := deployEnv(c, d)
+					env, done, err := deployEnv(c, d, true)
 					if err != nil {
 						return err
 					}
 					defer done()
 					build, _ := filepath.Abs(c.String("build"))
 					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
-					deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { humanCanary(w, st, rep, err) })
+					d.out.print(rep, func(w io.Writer, st styles) { humanCanary(w, st, rep, err) })
 					if err != nil {
-						return withCode(deployExitCode(err), fmt.Errorf("canary start: %w", err))
+						return fmt.Errorf("canary start: %w", err)
 					}
 					return nil
 				},
@@ -46,33 +40,31 @@ func canaryCommand(d *deps) *cli.Command {
 			{
 				Name:  "status",
 				Usage: "show the canary unit, its release and its health",
-				Flags: []cli.Flag{jsonFlag()},
 				Action: func(c *cli.Context) error {
-					env, done, err := deployEnv(c, d)
+					env, done, err := deployEnv(c, d, true)
 					if err != nil {
 						return err
 					}
 					defer done()
 					st, err := deploy.Status(c.Context, env)
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("canary status: %w", err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("canary status: %w", err))
 					}
-					deployPrint(c, d, st, func(w io.Writer, s deployStyles) { humanCanaryStatus(w, s, st) })
+					d.out.print(st, func(w io.Writer, s styles) { humanCanaryStatus(w, s, st) })
 					return nil
 				},
 			},
 			{
 				Name:  "stop",
 				Usage: "stop the canary and remove its release unless it is current",
-				Flags: []cli.Flag{jsonFlag()},
 				Action: func(c *cli.Context) error {
-					env, done, err := deployEnv(c, d)
+					env, done, err := deployEnv(c, d, true)
 					if err != nil {
 						return err
 					}
 					defer done()
 					rep, err := deploy.Stop(c.Context, env)
-					deployPrint(c, d, rep, func(w io.Writer, s deployStyles) {
+					d.out.print(rep, func(w io.Writer, s styles) {
 						fmt.Fprintf(w, "%s %s %s\n", s.title.Render("canary stop"), rep.Unit, s.verdict(err == nil))
 						if rep.Version != "" {
 							if rep.ReleaseRemoved {
@@ -83,7 +75,7 @@ func canaryCommand(d *deps) *cli.Command {
 						}
 					})
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("canary stop: %w", err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("canary stop: %w", err))
 					}
 					return nil
 				},
@@ -92,7 +84,7 @@ func canaryCommand(d *deps) *cli.Command {
 	}
 }
 
-func humanCanary(w io.Writer, st deployStyles, r *deploy.CanaryReport, err error) {
+func humanCanary(w io.Writer, st styles, r *deploy.CanaryReport, err error) {
 	fmt.Fprintf(w, "%s %s %s %s\n", st.title.Render("canary"), r.Version, st.dim.Render(r.URL), st.verdict(err == nil && r.Pass))
 	for _, reason := range r.Plan.Refusals {
 		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("refused:"), reason)
@@ -114,7 +106,7 @@ func humanCanary(w io.Writer, st deployStyles, r *deploy.CanaryReport, err error
 	}
 }
 
-func humanCanaryStatus(w io.Writer, s deployStyles, st *deploy.CanaryStatus) {
+func humanCanaryStatus(w io.Writer, s styles, st *deploy.CanaryStatus) {
 	fmt.Fprintf(w, "%s %s %s/%s\n", s.title.Render("canary"), st.Unit, st.ActiveState, st.SubState)
 	if st.Record != nil {
 		fmt.Fprintf(w, "  release %s %s started %s verdict %s\n", st.Record.Version, s.dim.Render(st.Record.Digest), st.Record.Started.Format("2006-01-02 15:04:05"), s.verdict(st.Record.Pass))

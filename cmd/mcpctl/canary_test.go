@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 func TestInstallCanaryUsage(t *testing.T) {
@@ -12,9 +14,9 @@ func TestInstallCanaryUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"install without build", []string{"install"}, exitUsage, "--build PATH is required"},
-		{"canary start without build", []string{"canary", "start"}, exitUsage, "--build PATH is required"},
-		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "canary", "status"}, exitUsage, "config"},
+		{"install without build", []string{"install"}, deploy.CodeUsage, "--build PATH is required"},
+		{"canary start without build", []string{"canary", "start"}, deploy.CodeUsage, "--build PATH is required"},
+		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "canary", "status"}, deploy.CodeUsage, "config"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 func cutoverCommand(d *deps) *cli.Command {
@@ -22,7 +20,7 @@ func cutoverCommand(d *deps) *cli.Command {
 		UsageText: "mcpctl cutover --build PATH --arm-rollback [--version V] [--deadline D] [--skip-canary-check REASON]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary `PATH`", Required: true},
-			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts (required)"},
+			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts, so a bad deploy undoes itself even if this session dies", Required: true},
 			&cli.StringFlag{Name: "version", Usage: "release `V`: must equal what the build's --version prints (the default); anything else is refused, exit 2"},
 			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
 			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
@@ -31,37 +29,37 @@ func cutoverCommand(d *deps) *cli.Command {
 			if c.IsSet("skip-canary-check") && strings.TrimSpace(c.String("skip-canary-check")) == "" {
 				return usageError("--skip-canary-check: give the reason, e.g. --skip-canary-check \"hotfix for incident 42\"")
 			}
-			if !c.Bool("arm-rollback") {
-				return usageError("cutover requires --arm-rollback: the spec requires the rollback to be armed before production restarts, so a bad deploy undoes itself even if this session dies")
-			}
 			build, err := filepath.Abs(c.String("build"))
 			if err != nil {
 				return usageError("--build %q: %v", c.String("build"), err)
 			}
-			env, closeEnv, err := cutoverEnv(c, d, true)
+			opts := deploy.Options{
+				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
+				ArmRollback: c.Bool("arm-rollback"), SkipCanaryReason: c.String("skip-canary-check"),
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			env, closeEnv, err := deployEnv(c, d, true)
 			if err != nil {
 				return err
 			}
 			defer closeEnv()
-			rep, err := cutover.Cutover(c.Context, env, cutover.Options{
-				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
-				ArmRollback: true, SkipCanaryReason: c.String("skip-canary-check"),
-			})
-			printReport(c, d, rep, func(w io.Writer) { humanCutover(w, rep, err) })
-			return codeOf(err)
+			rep, err := deploy.Cutover(c.Context, env, opts)
+			d.out.printText(rep, func(w io.Writer) { humanCutover(w, rep, err) })
+			return err
 		},
 	}
 }
 
-// cutoverEnv loads mcpctl.json and connects to systemd for the deploy
-// commands; strict as for probeClient.
-func cutoverEnv(c *cli.Context, d *deps, strict bool) (*cutover.Env, func(), error) {
-	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	b, err := connectOps(c, strict, log)
+// deployEnv loads mcpctl.json and connects to systemd for the commands that
+// act on production; strict as for probeClient.
+func deployEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error) {
+	b, err := connectOps(c, strict, d.logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &cutover.Env{Config: b.cfg, Systemd: b.sd, Supervisors: b.sd, Verify: b.verify, Logger: log, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
+	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: d.logger, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned
@@ -86,22 +84,7 @@ func loadCtlConfig(c *cli.Context) (*ctlconfig.Config, string, error) {
 	return cfg, abs, nil
 }
 
-// codeOf maps a cutover error to an exit code.
-func codeOf(err error) error {
-	var ce *cutover.Error
-	if errors.As(err, &ce) {
-		return withCode(ce.Code, err)
-	}
-	return err
-}
-
-// printReport writes v as JSON with --json, else the human form (plain
-// text; deployPrint when the form wants styles).
-func printReport(c *cli.Context, d *deps, v any, human func(io.Writer)) {
-	deployPrint(c, d, v, func(w io.Writer, _ deployStyles) { human(w) })
-}
-
-func humanCutover(w io.Writer, r *cutover.Report, err error) {
+func humanCutover(w io.Writer, r *deploy.Report, err error) {
 	if r == nil {
 		return
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 // Refusals that must happen before any config, lock or systemd is touched.
@@ -13,14 +15,14 @@ func TestCutoverRollbackUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, exitUsage, "--arm-rollback"},
-		{"cutover without --build", []string{"cutover", "--arm-rollback"}, exitUsage, "build"},
-		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, exitUsage, "reason"},
-		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, exitUsage, "--snapshot"},
-		{"rollback with a stray argument", []string{"rollback", "now"}, exitUsage, "status or disarm"},
-		{"rollback --boot outside the boot-time check", []string{"rollback", "--boot"}, exitUsage, "--boot: only with --if-pending"},
-		{"verify what", []string{"verify", "everything"}, exitUsage, "backend, tunnels or all"},
-		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, exitUsage, "config"},
+		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, deploy.CodeUsage, "--arm-rollback"},
+		{"cutover without --build", []string{"cutover", "--arm-rollback"}, deploy.CodeUsage, "build"},
+		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, deploy.CodeUsage, "reason"},
+		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, deploy.CodeUsage, "--snapshot"},
+		{"rollback with a stray argument", []string{"rollback", "now"}, deploy.CodeUsage, "status or disarm"},
+		{"rollback --boot outside the boot-time check", []string{"rollback", "--boot"}, deploy.CodeUsage, "--boot: only with --if-pending"},
+		{"verify what", []string{"verify", "everything"}, deploy.CodeUsage, "backend, tunnels or all"},
+		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, deploy.CodeUsage, "config"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

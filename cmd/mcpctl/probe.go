@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
@@ -63,7 +64,7 @@ func connectOps(c *cli.Context, strict bool, log *slog.Logger) (*opsBase, error)
 	defer cancel()
 	sd, err := systemd.Connect(ctx, systemd.Options{Logger: log})
 	if err != nil {
-		return nil, withCode(exitFailed, fmt.Errorf("connect to systemd: %w", err))
+		return nil, withCode(deploy.CodeFailed, fmt.Errorf("connect to systemd: %w", err))
 	}
 	return &opsBase{cfg: cfg, cfgPath: cfgPath, self: self, verify: v, sd: sd}, nil
 }

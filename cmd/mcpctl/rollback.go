@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
@@ -38,7 +38,7 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.Bool("boot") && !c.Bool("if-pending") {
 				return usageError("--boot: only with --if-pending (the boot-time check)")
 			}
-			env, closeEnv, err := cutoverEnv(c, d, false)
+			env, closeEnv, err := deployEnv(c, d, false)
 			if err != nil {
 				return err
 			}
@@ -47,10 +47,10 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.String("nonce") != "" || c.Bool("if-pending") {
 				wait = 2 * time.Minute // unattended: outwait a cutover finishing by itself
 			}
-			rep, err := cutover.Rollback(c.Context, env, cutover.RollbackOptions{
+			rep, err := deploy.Rollback(c.Context, env, deploy.RollbackOptions{
 				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"), LockWait: wait,
 			})
-			printReport(c, d, rep, func(w io.Writer) {
+			d.out.printText(rep, func(w io.Writer) {
 				if rep == nil {
 					return
 				}
@@ -62,36 +62,41 @@ func rollbackCommand(d *deps) *cli.Command {
 					fmt.Fprintf(w, "rolled back to %s (snapshot %s) in %s\n", rep.Version, rep.SnapshotID, rep.Duration.Round(time.Millisecond))
 				}
 			})
-			return codeOf(err)
+			return err
 		},
 		Subcommands: []*cli.Command{
 			{
 				Name:  "status",
 				Usage: "is a rollback armed, with how much time left, to which snapshot",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := cutoverEnv(c, d, false)
+					env, closeEnv, err := deployEnv(c, d, false)
 					if err != nil {
 						return err
 					}
 					defer closeEnv()
-					p, err := state.ReadPending(env.Config.StateDir)
-					if err != nil {
-						return err
-					}
+					// A broken marker is still a status: say what it means
+					// and what to run, beside what the timer does.
+					p, markerErr := state.Dir(env.Config.StateDir).ReadPending()
 					rv := rollbackView{Pending: p}
+					if markerErr != nil {
+						rv.Err = markerErr.Error()
+					}
 					// "armed" means the timer counts down, not merely that a
 					// marker exists.
-					st, err := env.Systemd.Unit(c.Context, cutover.RollbackTimer)
+					st, err := env.Systemd.Unit(c.Context, deploy.RollbackTimer)
 					if err != nil {
-						return withCode(exitFailed, fmt.Errorf("rollback status: read %s: %w", cutover.RollbackTimer, err))
+						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: read %s: %w", deploy.RollbackTimer, err))
 					}
 					if st.LoadState != "not-found" {
 						rv.TimerState = st.ActiveState
 					}
 					rv = planRollbackView(rv, time.Now())
-					printReport(c, d, rv, func(w io.Writer) {
+					d.out.printText(rv, func(w io.Writer) {
 						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
 					})
+					if markerErr != nil {
+						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))
+					}
 					return nil
 				},
 			},
@@ -99,13 +104,13 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "disarm",
 				Usage: "stop the armed rollback timer and clear the pending marker",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := cutoverEnv(c, d, false)
+					env, closeEnv, err := deployEnv(c, d, false)
 					if err != nil {
 						return err
 					}
 					defer closeEnv()
-					if err := cutover.Disarm(c.Context, env); err != nil {
-						return codeOf(err)
+					if err := deploy.Disarm(c.Context, env); err != nil {
+						return err
 					}
 					fmt.Fprintln(d.stdout, "rollback disarmed")
 					return nil

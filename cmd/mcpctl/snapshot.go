@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
@@ -31,21 +32,18 @@ func snapshotCommand(d *deps) *cli.Command {
 				Usage: "snapshot the current desired state",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "reason", Value: "manual", Usage: "why the snapshot was taken (kept in the manifest and the audit record)"},
-					snapJSONFlag(),
 				},
 				Action: func(c *cli.Context) error { return snapshotCreate(c, d) },
 			},
 			{
 				Name:   "list",
 				Usage:  "list snapshots, newest first",
-				Flags:  []cli.Flag{snapJSONFlag()},
 				Action: func(c *cli.Context) error { return snapshotList(c, d) },
 			},
 			{
 				Name:      "show",
 				Usage:     "show a snapshot's manifest and verify every file's sha256",
 				ArgsUsage: "ID",
-				Flags:     []cli.Flag{snapJSONFlag()},
 				Action:    func(c *cli.Context) error { return snapshotShow(c, d) },
 			},
 			{
@@ -53,20 +51,11 @@ func snapshotCommand(d *deps) *cli.Command {
 				Usage: "keep the newest N snapshots (install.keepReleases); never the one a pending cutover needs",
 				Flags: []cli.Flag{
 					&cli.IntFlag{Name: "keep", Usage: "how many to keep (default: install.keepReleases)"},
-					snapJSONFlag(),
 				},
 				Action: func(c *cli.Context) error { return snapshotPrune(c, d) },
 			},
 		},
 	}
-}
-
-// snapJSONFlag lets scripts put --json after the subcommand as well as
-// before it (the global flag). A new flag per command: urfave/cli keeps
-// parse state in a flag, so one shared between commands (and apps) would
-// carry it across.
-func snapJSONFlag() *cli.BoolFlag {
-	return &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
 }
 
 func snapshotCreate(c *cli.Context, d *deps) error {
@@ -89,7 +78,7 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	}
 	snapAudit(d, cfg, state.Event{Action: state.ActionSnapshot, SnapshotID: m.ID, FromVersion: m.Version,
 		Outcome: state.OutcomeOK, Reason: reason})
-	v := newSnapView(c, d)
+	v := newSnapView(d)
 	if v.json {
 		return v.writeJSON(m)
 	}
@@ -112,9 +101,9 @@ func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
 // snapLock takes the mcpctl lock; contention is a failed operation (exit 1)
 // that names who holds it.
 func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
-	unlock, err := state.Lock(cfg.StateDir, owner)
+	unlock, err := state.Dir(cfg.StateDir).Lock(owner)
 	if err != nil {
-		return nil, withCode(exitFailed, err)
+		return nil, withCode(deploy.CodeFailed, err)
 	}
 	return unlock, nil
 }
@@ -122,7 +111,7 @@ func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
 // audit records a decision; failing to record does not undo what was done,
 // so it is logged rather than returned.
 func snapAudit(d *deps, cfg *ctlconfig.Config, e state.Event) {
-	if err := state.Audit(cfg.StateDir, e); err != nil {
+	if err := state.Dir(cfg.StateDir).Audit(e); err != nil {
 		d.logger.Warn("audit record not written", "action", e.Action, "err", err)
 	}
 }
@@ -166,7 +155,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 		}
 		entries = append(entries, e)
 	}
-	v := newSnapView(c, d)
+	v := newSnapView(d)
 	if v.json {
 		return v.writeJSON(entries)
 	}
@@ -204,7 +193,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 
 // pendingSnapshot is the id a pending cutover needs, "" when none is pending.
 func pendingSnapshot(cfg *ctlconfig.Config) (string, error) {
-	p, err := state.ReadPending(cfg.StateDir)
+	p, err := state.Dir(cfg.StateDir).ReadPending()
 	if err != nil {
 		return "", fmt.Errorf("pending-cutover marker unreadable: %w", err)
 	}
@@ -226,7 +215,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	}
 	id := c.Args().First()
 	if err := snapshot.ValidateID(id); err != nil {
-		return withCode(exitUsage, err)
+		return withCode(deploy.CodeUsage, err)
 	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
@@ -241,7 +230,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	if verr != nil {
 		res.VerifyError = verr.Error()
 	}
-	v := newSnapView(c, d)
+	v := newSnapView(d)
 	if v.json {
 		if err := v.writeJSON(res); err != nil {
 			return err
@@ -325,7 +314,7 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	v := newSnapView(c, d)
+	v := newSnapView(d)
 	if v.json {
 		return v.writeJSON(res)
 	}
@@ -349,22 +338,8 @@ type snapView struct {
 	r    *lipgloss.Renderer
 }
 
-func newSnapView(c *cli.Context, d *deps) *snapView {
-	v := &snapView{w: d.stdout, r: lipgloss.NewRenderer(d.stdout)}
-	for _, x := range c.Lineage() {
-		// Each context resolves its own flag first: the subcommand's --json,
-		// then the global one.
-		if x.Bool("json") {
-			v.json = true
-		}
-		if x.Bool("no-color") {
-			v.r.SetColorProfile(termenv.Ascii)
-		}
-	}
-	if d.getenv("NO_COLOR") != "" {
-		v.r.SetColorProfile(termenv.Ascii)
-	}
-	return v
+func newSnapView(d *deps) *snapView {
+	return &snapView{w: d.out.w, json: d.out.json, r: d.out.r}
 }
 
 func (v *snapView) plain() bool { return v.r.ColorProfile() == termenv.Ascii }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -72,7 +73,7 @@ func (e *snapEnv) run(t testing.TB, args ...string) (int, string, string) {
 func (e *snapEnv) create(t testing.TB, reason string) string {
 	t.Helper()
 	code, out, errOut := e.run(t, "--json", "snapshot", "create", "--reason", reason)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("snapshot create: exit %d: %s", code, errOut)
 	}
 	var m snapshot.Manifest
@@ -87,13 +88,13 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	id := e.create(t, "before cutover")
 
 	// The audit record names the snapshot.
-	events, err := state.Tail(e.stateDir, 5)
+	events, err := state.Dir(e.stateDir).Tail(5)
 	if err != nil || len(events) != 1 || events[0].Action != state.ActionSnapshot || events[0].SnapshotID != id {
 		t.Fatalf("audit = %+v, %v", events, err)
 	}
 
 	code, out, _ := e.run(t, "snapshot", "list", "--json")
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("list exit %d", code)
 	}
 	var list []snapListEntry
@@ -105,12 +106,12 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	}
 
 	code, out, _ = e.run(t, "snapshot", "list")
-	if code != exitOK || !strings.Contains(out, id) || !strings.Contains(out, "before cutover") || strings.Contains(out, "\x1b[") {
+	if code != deploy.CodeOK || !strings.Contains(out, id) || !strings.Contains(out, "before cutover") || strings.Contains(out, "\x1b[") {
 		t.Fatalf("human list (exit %d) should be plain text naming the snapshot:\n%s", code, out)
 	}
 
 	code, out, _ = e.run(t, "snapshot", "show", id)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("show exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{"integrity", "ok", e.configFile, "10-limits.conf", "0640", "releases/v1"} {
@@ -134,8 +135,8 @@ func TestSnapshotShowCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "show", id)
-	if code != exitFailed {
-		t.Fatalf("show of a corrupt snapshot: exit %d, want %d", code, exitFailed)
+	if code != deploy.CodeFailed {
+		t.Fatalf("show of a corrupt snapshot: exit %d, want %d", code, deploy.CodeFailed)
 	}
 	var res struct {
 		ID          string `json:"id"`
@@ -158,12 +159,12 @@ func TestSnapshotUsageAndFailures(t *testing.T) {
 		code int
 		want string // in stderr
 	}{
-		{"show without id", []string{"snapshot", "show"}, exitUsage, "ID"},
-		{"show with a path for an id", []string{"snapshot", "show", "../../etc"}, exitUsage, "snapshot id"},
-		{"show unknown", []string{"snapshot", "show", "20261202T141500Z-abcdef"}, exitFailed, "not found"},
-		{"negative keep", []string{"snapshot", "prune", "--keep", "-1"}, exitUsage, "--keep"},
-		{"stray argument", []string{"snapshot", "list", "extra"}, exitUsage, "extra"},
-		{"missing explicit config", []string{"--config", filepath.Join(t.TempDir(), "nope.json"), "snapshot", "list"}, exitUsage, "nope.json"},
+		{"show without id", []string{"snapshot", "show"}, deploy.CodeUsage, "ID"},
+		{"show with a path for an id", []string{"snapshot", "show", "../../etc"}, deploy.CodeUsage, "snapshot id"},
+		{"show unknown", []string{"snapshot", "show", "20261202T141500Z-abcdef"}, deploy.CodeFailed, "not found"},
+		{"negative keep", []string{"snapshot", "prune", "--keep", "-1"}, deploy.CodeUsage, "--keep"},
+		{"stray argument", []string{"snapshot", "list", "extra"}, deploy.CodeUsage, "extra"},
+		{"missing explicit config", []string{"--config", filepath.Join(t.TempDir(), "nope.json"), "snapshot", "list"}, deploy.CodeUsage, "nope.json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,13 +178,13 @@ func TestSnapshotUsageAndFailures(t *testing.T) {
 
 func TestSnapshotCreateRefusedWhileLocked(t *testing.T) {
 	e := newSnapEnv(t)
-	unlock, err := state.Lock(e.stateDir, "cutover --build x")
+	unlock, err := state.Dir(e.stateDir).Lock("cutover --build x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := e.run(t, "snapshot", "create")
 	unlock()
-	if code != exitFailed || !strings.Contains(errOut, "cutover --build x") {
+	if code != deploy.CodeFailed || !strings.Contains(errOut, "cutover --build x") {
 		t.Fatalf("create under a held lock: exit %d, stderr %q", code, errOut)
 	}
 	if list, _ := snapshot.List(e.stateDir); len(list) != 0 {
@@ -205,11 +206,11 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 	}
 	oldest := list[len(list)-1].ID
 	nonce, _ := state.NewNonce()
-	if err := state.WritePending(e.stateDir, &state.Pending{SnapshotID: oldest, Nonce: nonce, Deadline: time.Now().Add(time.Minute)}); err != nil {
+	if err := state.Dir(e.stateDir).WritePending(&state.Pending{SnapshotID: oldest, Nonce: nonce, Deadline: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "prune") // keepReleases = 2
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("prune exit %d: %s", code, errOut)
 	}
 	var res snapPruneResult
@@ -226,7 +227,7 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 	// An unreadable marker: prune refuses rather than guess.
 	snapWrite(t, filepath.Join(e.stateDir, state.PendingFile), "{", 0o644)
 	code, _, errOut = e.run(t, "snapshot", "prune", "--keep", "0")
-	if code != exitFailed || !strings.Contains(errOut, "refusing") {
+	if code != deploy.CodeFailed || !strings.Contains(errOut, "refusing") {
 		t.Fatalf("prune with a corrupt marker: exit %d, stderr %q", code, errOut)
 	}
 	if left, _ := snapshot.List(e.stateDir); len(left) != 3 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -13,10 +12,11 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -66,6 +66,9 @@ const (
 	// rollbackStrayTimer: an active timer without a marker: it will no-op
 	// on its stale nonce, but should be disarmed.
 	rollbackStrayTimer = "timer-without-marker"
+	// rollbackMarkerUnreadable: the pending marker exists but cannot be
+	// read, so whether a cutover is unconfirmed is unknown.
+	rollbackMarkerUnreadable = "marker-unreadable"
 )
 
 type rollbackView struct {
@@ -96,16 +99,14 @@ func statusCommand(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "one screen: production, canary, tunnels, an armed rollback, the last cutovers and rollbacks",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}},
 		Action: func(c *cli.Context) error {
-			log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			b, err := connectOps(c, false, log)
+			b, err := connectOps(c, false, d.logger)
 			if err != nil {
 				return err
 			}
 			defer b.sd.Close()
 			rep := gatherStatus(c.Context, b.cfg, b.sd, b.verify, time.Now())
-			deployPrint(c, d, rep, func(w io.Writer, st deployStyles) { renderStatus(w, st, rep) })
+			d.out.print(rep, func(w io.Writer, st styles) { renderStatus(w, st, rep) })
 			return nil
 		},
 	}
@@ -113,7 +114,7 @@ func statusCommand(d *deps) *cli.Command {
 
 // unitReader is the part of the systemd client status reads.
 type unitReader interface {
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 }
 
 var _ unitReader = (*systemd.Client)(nil)
@@ -136,16 +137,16 @@ func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *
 		}
 		rep.Tunnels = append(rep.Tunnels, tv)
 	}
-	p, err := state.ReadPending(cfg.StateDir)
+	p, err := state.Dir(cfg.StateDir).ReadPending()
 	rep.Rollback = rollbackView{Pending: p}
 	if err != nil {
 		rep.Rollback.Err = err.Error()
 	}
-	if st, err := sd.Unit(ctx, cutover.RollbackTimer); err == nil && st.LoadState != "not-found" {
+	if st, err := sd.Unit(ctx, deploy.RollbackTimer); err == nil && st.LoadState != "not-found" {
 		rep.Rollback.TimerState = st.ActiveState
 	}
 	rep.Rollback = planRollbackView(rep.Rollback, now)
-	events, err := state.Tail(cfg.StateDir, 200)
+	events, err := state.Dir(cfg.StateDir).Tail(200)
 	if err != nil {
 		rep.EventsErr = err.Error()
 	}
@@ -211,6 +212,8 @@ func code(ctx context.Context, probe func(context.Context, string) (int, []byte,
 func planRollbackView(r rollbackView, now time.Time) rollbackView {
 	r.Armed = r.TimerState == "active"
 	switch {
+	case r.Err != "" && r.Pending == nil:
+		r.State = rollbackMarkerUnreadable
 	case r.Pending != nil && r.Armed:
 		r.State = rollbackArmed
 	case r.Pending != nil:
@@ -243,6 +246,14 @@ func rollbackLine(rb rollbackView, alarm func(...string) string) string {
 			alarm("PENDING, NOT ARMED"), p.FromVersion, p.ToVersion, p.SnapshotID, timer)
 	case rollbackStrayTimer:
 		return fmt.Sprintf("%s timer %s without a pending marker: run `mcpctl rollback disarm`", alarm("ARMED"), rb.TimerState)
+	case rollbackMarkerUnreadable:
+		timer := rb.TimerState
+		if timer == "" {
+			timer = "not loaded"
+		}
+		return fmt.Sprintf("%s the pending-cutover marker cannot be read (%s); timer %s. Whether a cutover is unconfirmed is unknown: "+
+			"run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` to go back to a known snapshot, or `mcpctl rollback disarm` to keep what runs now (it clears the marker)",
+			alarm("UNKNOWN"), rb.Err, timer)
 	}
 	return "none armed, no cutover pending"
 }
@@ -259,7 +270,7 @@ func deployEvents(events []state.Event, n int) []state.Event {
 	return out
 }
 
-func renderStatus(w io.Writer, st deployStyles, r *statusReport) {
+func renderStatus(w io.Writer, st styles, r *statusReport) {
 	up := func(s string) string {
 		if s == "active" {
 			return st.ok.Render(s)

@@ -13,22 +13,22 @@ import (
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
 // fixedUnits is a systemd seen through fixed unit states; a unit absent from it
 // is not found.
-type fixedUnits map[string]*systemd.UnitState
+type fixedUnits map[string]*unitstate.State
 
-func (u fixedUnits) Unit(_ context.Context, name string) (*systemd.UnitState, error) {
+func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, error) {
 	if st, ok := u[name]; ok {
 		if st == nil {
 			return nil, errors.New("D-Bus gone")
 		}
 		return st, nil
 	}
-	return &systemd.UnitState{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
+	return &unitstate.State{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
 }
 
 func TestPlanRollbackView(t *testing.T) {
@@ -48,6 +48,7 @@ func TestPlanRollbackView(t *testing.T) {
 		{"marker after the timer ran and failed", rollbackView{Pending: late, TimerState: "failed"}, false, rollbackPendingNotArmed, 0},
 		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, rollbackArmed, 0},
 		{"stray timer", rollbackView{TimerState: "active"}, true, rollbackStrayTimer, 0},
+		{"unreadable marker", rollbackView{Err: "read pending-cutover.json: unexpected end of JSON input", TimerState: "active"}, true, rollbackMarkerUnreadable, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +58,8 @@ func TestPlanRollbackView(t *testing.T) {
 			}
 			if line := rollbackLine(got, func(s ...string) string { return strings.Join(s, "") }); tc.wantState == rollbackPendingNotArmed && !strings.Contains(line, "NOT ARMED") {
 				t.Fatalf("line %q does not say the rollback is not armed", line)
+			} else if tc.wantState == rollbackMarkerUnreadable && !strings.Contains(line, "`mcpctl rollback --snapshot ID`") {
+				t.Fatalf("line %q does not say what to run next", line)
 			}
 		})
 	}
@@ -104,7 +107,7 @@ func TestStatusAssembly(t *testing.T) {
 	cfg.Tunnels[0].URL = ts.URL
 	cfg.Tunnels[1].URL = "http://127.0.0.1:1"
 	now := time.Now()
-	if err := state.WritePending(cfg.StateDir, &state.Pending{SnapshotID: "20250101T000000Z-abcd", Nonce: "0123456789abcdef0123456789abcdef",
+	if err := state.Dir(cfg.StateDir).WritePending(&state.Pending{SnapshotID: "20250101T000000Z-abcd", Nonce: "0123456789abcdef0123456789abcdef",
 		FromVersion: "v1", ToVersion: "v2", ArmedAt: now, Deadline: now.Add(time.Minute), TimerUnit: "mcpctl-rollback.timer", ServiceUnit: "mcpctl-rollback.service"}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +116,7 @@ func TestStatusAssembly(t *testing.T) {
 		{Action: state.ActionArmed, Outcome: state.OutcomeOK},
 		{Action: state.ActionRolledBack, ToVersion: "v0", Outcome: state.OutcomeFailed, Reason: "why not"},
 	} {
-		if err := state.Audit(cfg.StateDir, e); err != nil {
+		if err := state.Dir(cfg.StateDir).Audit(e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,4 +171,4 @@ func TestStatusAssembly(t *testing.T) {
 	}
 }
 
-func plainStyles() deployStyles { return stylesFor(&bytes.Buffer{}, true) }
+func plainStyles() styles { return newOutput(&bytes.Buffer{}, false, true).st }

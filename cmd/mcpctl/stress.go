@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,10 +15,11 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"github.com/tsenart/vegeta/v12/lib/plot"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 )
@@ -41,7 +41,6 @@ func stressCommand(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
 			&cli.IntFlag{Name: "pid", Usage: "sample this process instead of a unit (a backend run outside systemd)"},
 			&cli.BoolFlag{Name: "faults", Usage: "also inject faults: disconnects, grandchildren, floods, oversized bodies, slow clients"},
-			&cli.BoolFlag{Name: "json", Usage: "machine-readable report on stdout"},
 			&cli.StringFlag{Name: "plot", Usage: "write vegeta's HTML latency plot to `FILE`"},
 			&cli.StringFlag{Name: "results", Usage: "write vegeta-encoded results to `FILE` (for `vegeta report`)"},
 			&cli.StringFlag{Name: "mix", Value: "5:3:2", Usage: "weights `SHELL:NORMAL:CONTROL` of the offered tool classes"},
@@ -61,7 +60,7 @@ type stressSamplerFunc func(ctx context.Context, unit string) (stress.UnitSample
 
 // stressUnits is what the stress needs from ops/systemd.
 type stressUnits interface {
-	Unit(ctx context.Context, unit string) (*systemd.UnitState, error)
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 }
 
 var _ stressUnits = (*systemd.Client)(nil)
@@ -216,7 +215,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		}
 		s, high, closeFn, err := connect(ctx, unit)
 		if err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
 		}
 		defer closeFn()
 		sampler, th.MemoryHigh = s, high
@@ -246,7 +245,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if path := c.String("results"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return withCode(exitUsage, fmt.Errorf("--results: %w", err))
+			return withCode(deploy.CodeUsage, fmt.Errorf("--results: %w", err))
 		}
 		closers = append(closers, f.Close)
 		enc := vegeta.NewEncoder(f)
@@ -270,12 +269,12 @@ func runStressCommand(c *cli.Context, d *deps) error {
 
 	rep, err := stress.Run(ctx, run)
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("stress: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
 	}
 	if pl != nil {
 		pl.Close()
 		if err := stressWritePlot(c.String("plot"), pl); err != nil {
-			return withCode(exitFailed, err)
+			return withCode(deploy.CodeFailed, err)
 		}
 	}
 	for _, n := range notes {
@@ -287,20 +286,20 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	}
 	recErr := recordStressVerdict(ctx, cfg.StateDir, rep, who)
 
-	if stressFlag(c, "json") {
+	if d.out.json {
 		if err := rep.WriteJSON(d.stdout); err != nil {
-			return withCode(exitFailed, err)
+			return withCode(deploy.CodeFailed, err)
 		}
 	} else {
-		if err := rep.Render(d.stdout, stressColor(c, d.stdout)); err != nil {
-			return withCode(exitFailed, err)
+		if err := rep.Render(d.stdout, d.out.color); err != nil {
+			return withCode(deploy.CodeFailed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {
 			fmt.Fprintln(d.stdout, rep.Build.Note)
 		}
 	}
 	if recErr != nil {
-		return withCode(exitFailed, fmt.Errorf("record the stress verdict: %w", recErr))
+		return withCode(deploy.CodeFailed, fmt.Errorf("record the stress verdict: %w", recErr))
 	}
 	if !rep.Pass {
 		var failed []string
@@ -309,7 +308,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 				failed = append(failed, ch.Name)
 			}
 		}
-		return withCode(exitFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
 	}
 	return nil
 }
@@ -393,7 +392,7 @@ func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Repor
 	if rep.Faults {
 		summary += " (with faults)"
 	}
-	if err := state.RecordVerdict(stateDir, state.Verdict{
+	if err := state.Dir(stateDir).RecordVerdict(state.Verdict{
 		Kind: state.KindStress, Digest: digest, Version: version, Pass: pass, Summary: summary,
 	}); err != nil {
 		b.Note = err.Error()
@@ -478,23 +477,4 @@ func stressSameHostPort(base, listen string) bool {
 		return h
 	}
 	return norm(h1) == norm(h2)
-}
-
-// stressFlag is true when the flag is set on the command or globally.
-func stressFlag(c *cli.Context, name string) bool {
-	for _, x := range c.Lineage() {
-		if x.Bool(name) {
-			return true
-		}
-	}
-	return false
-}
-
-// stressColor: colour only for a terminal, and never with --no-color/NO_COLOR.
-func stressColor(c *cli.Context, w io.Writer) bool {
-	if stressFlag(c, "no-color") {
-		return false
-	}
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -20,8 +20,9 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -61,8 +62,8 @@ func TestStressCommandUsage(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, append([]string{"--config", cfg, "stress"}, tc.args...)...)
-			if code != exitUsage || !strings.Contains(errOut, tc.want) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, exitUsage, tc.want)
+			if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, deploy.CodeUsage, tc.want)
 			}
 		})
 	}
@@ -71,7 +72,7 @@ func TestStressCommandUsage(t *testing.T) {
 func TestStressCommandUnreachableTarget(t *testing.T) {
 	cfg, _ := stressConfigFile(t)
 	code, _, errOut := runCLI(t, "--config", cfg, "stress", "--target", "http://127.0.0.1:1", "--production", "")
-	if code != exitFailed || !strings.Contains(errOut, "limits") {
+	if code != deploy.CodeFailed || !strings.Contains(errOut, "limits") {
 		t.Fatalf("exit %d, stderr %q; want 1 naming the limits it could not read", code, errOut)
 	}
 }
@@ -86,10 +87,10 @@ func TestStressCommandVerdicts(t *testing.T) {
 		code int
 		fail string
 	}{
-		{"honest backend passes", stresstest.Options{}, exitOK, ""},
+		{"honest backend passes", stresstest.Options{}, deploy.CodeOK, ""},
 		{"backend that understates its shells fails", stresstest.Options{RealShell: 8, LieShell: true,
 			Limits: stress.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
-			exitFailed, "shell.bound.measured"},
+			deploy.CodeFailed, "shell.bound.measured"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +104,7 @@ func TestStressCommandVerdicts(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("stdout is not the JSON report: %v\n%s", err, out)
 			}
-			if rep.Pass != (tc.code == exitOK) {
+			if rep.Pass != (tc.code == deploy.CodeOK) {
 				t.Fatalf("report pass %t with exit %d", rep.Pass, code)
 			}
 			if tc.fail != "" && !strings.Contains(errOut, tc.fail) {
@@ -190,9 +191,9 @@ func TestStressVerdictOnlyForTheStressedBuild(t *testing.T) {
 		verdicts int
 		pass     bool
 	}{
-		{"target serves another build: nothing recorded", other, "100", exitFailed, "a build that was not stressed", 0, false},
-		{"shell load never above the limit: recorded as not passing", self, "2", exitOK, "recorded as NOT passing: the run skipped shell.reaches.limit", 1, false},
-		{"the stressed build, load above the limit: a pass", self, "100", exitOK, "recorded for " + self, 1, true},
+		{"target serves another build: nothing recorded", other, "100", deploy.CodeFailed, "a build that was not stressed", 0, false},
+		{"shell load never above the limit: recorded as not passing", self, "2", deploy.CodeOK, "recorded as NOT passing: the run skipped shell.reaches.limit", 1, false},
+		{"the stressed build, load above the limit: a pass", self, "100", deploy.CodeOK, "recorded for " + self, 1, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,11 +205,11 @@ func TestStressVerdictOnlyForTheStressedBuild(t *testing.T) {
 			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
 				t.Fatalf("exit %d, want %d and %q\n%s\n%s", code, tc.code, tc.want, out, errOut)
 			}
-			vs, err := state.Verdicts(stateDir)
+			vs, err := state.Dir(stateDir).Verdicts()
 			if err != nil || len(vs) != tc.verdicts {
 				t.Fatalf("%d verdicts (%v), want %d", len(vs), err, tc.verdicts)
 			}
-			if _, stressOK, err := state.PassingFor(stateDir, self); err != nil || stressOK != tc.pass {
+			if _, stressOK, err := state.Dir(stateDir).PassingFor(self); err != nil || stressOK != tc.pass {
 				t.Fatalf("stress passing for the build = %v (%v), want %v", stressOK, err, tc.pass)
 			}
 		})
@@ -251,7 +252,7 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	args := append([]string{"--config", cfg, "--no-color", "stress", "--target", target, "--unit", "fake.service",
 		"--memory-growth", "10", "--results", results, "--plot", plotFile}, quick...)
 	code, out, errOut := runStressCLI(t, fakeUnitSampler, args...)
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("exit %d; stderr %s\n%s", code, errOut, out)
 	}
 	for _, want := range []string{"verdict: PASS", "recorded for sha256:", "unit.stable", "PASS"} {
@@ -262,7 +263,7 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	if strings.Contains(out, "\x1b[") {
 		t.Error("--no-color output has ANSI escapes")
 	}
-	vs, err := state.Verdicts(stateDir)
+	vs, err := state.Dir(stateDir).Verdicts()
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("verdicts %v, %v; want one", vs, err)
 	}
@@ -397,7 +398,7 @@ func TestStressInRealSystemd(t *testing.T) {
 		if rep.Build == nil || !rep.Build.Recorded || rep.Build.Digest != want || rep.Build.Version != "v-stress-1" {
 			t.Fatalf("build %+v, want recorded for %s version v-stress-1", rep.Build, want)
 		}
-		if _, stressOK, err := state.PassingFor(filepath.Join(work, "state"), want); err != nil || !stressOK {
+		if _, stressOK, err := state.Dir(filepath.Join(work, "state")).PassingFor(want); err != nil || !stressOK {
 			t.Fatalf("no passing stress verdict for %s: %v", want, err)
 		}
 		prodAfter, err := m.Client.Unit(ctx, "mcp-backend.service")

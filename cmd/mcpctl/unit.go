@@ -1,23 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
@@ -68,12 +63,16 @@ func renderUnits(c *cli.Context, canaryVersion string) (*ctlconfig.Config, []uni
 			return nil, nil, fmt.Errorf("locate mcpctl: %w", err)
 		}
 	}
-	p := units.Params{Config: cfg, MCPCtl: mcpctl, MCPCtlConfig: cfgPath}
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		return nil, nil, usageError("%v", err)
+	}
+	p := units.Params{Spec: spec, MCPCtl: mcpctl, MCPCtlConfig: cfgPath}
 	if canaryVersion != "" {
 		if strings.ContainsAny(canaryVersion, "/ \t\n") || canaryVersion == "." || canaryVersion == ".." {
 			return nil, nil, usageError("--canary-version %q: must be a release name (no slashes or spaces)", canaryVersion)
 		}
-		p.CanaryBinary = units.CanaryBinary(cfg, canaryVersion)
+		p.CanaryBinary = units.CanaryBinary(cfg.Install.Root, canaryVersion)
 	}
 	us, err := units.Render(p)
 	if err != nil {
@@ -94,19 +93,16 @@ func unitRender(c *cli.Context, d *deps) error {
 		return err
 	}
 	if out := c.String("out"); out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
+		if err := units.Write(out, us...); err != nil {
 			return fmt.Errorf("--out %s: %w", out, err)
 		}
 		for _, u := range us {
-			if err := writeFileAtomic(filepath.Join(out, u.Name), u.Content, 0o644); err != nil {
-				return err
-			}
-			if !c.Bool("json") {
+			if !d.out.json {
 				fmt.Fprintln(d.stdout, filepath.Join(out, u.Name))
 			}
 		}
 	}
-	if c.Bool("json") {
+	if d.out.json {
 		list := make([]renderedUnit, 0, len(us))
 		for _, u := range us {
 			list = append(list, renderedUnit{u.Name, u.Enable, string(u.Content)})
@@ -148,31 +144,18 @@ func unitInstall(c *cli.Context, d *deps) error {
 	}
 	// One mutating mcpctl at a time: a cutover or install between our
 	// read and our write would have its units overwritten.
-	unlock, err := state.Lock(cfg.StateDir, "unit install")
+	unlock, err := state.Dir(cfg.StateDir).Lock("unit install")
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer unlock()
 
 	rep := unitInstallReport{UnitDir: cfg.UnitDir, Changed: []unitChange{}, Unchanged: []string{}, Enabled: []string{}}
-	type pending struct {
-		u   units.Unit
-		old []byte
+	writes, unchanged, err := units.Changes(cfg.UnitDir, us)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
 	}
-	var writes []pending
-	for _, u := range us {
-		old, err := os.ReadFile(filepath.Join(cfg.UnitDir, u.Name))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			old = nil
-		case err != nil:
-			return withCode(exitFailed, fmt.Errorf("read installed unit: %w", err))
-		case bytes.Equal(old, u.Content):
-			rep.Unchanged = append(rep.Unchanged, u.Name)
-			continue
-		}
-		writes = append(writes, pending{u, old})
-	}
+	rep.Unchanged = append(rep.Unchanged, unchanged...)
 
 	// Connect before writing: without systemd the new files would sit
 	// there unloaded, so fail with nothing changed instead.
@@ -180,30 +163,27 @@ func unitInstall(c *cli.Context, d *deps) error {
 	defer cancel()
 	sd, err := systemd.Connect(ctx, systemd.Options{Logger: d.logger})
 	if err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer sd.Close()
 
-	if err := os.MkdirAll(cfg.UnitDir, 0o755); err != nil {
-		return withCode(exitFailed, fmt.Errorf("unitDir %s: %w", cfg.UnitDir, err))
-	}
 	for _, w := range writes {
-		path := filepath.Join(cfg.UnitDir, w.u.Name)
+		path := filepath.Join(cfg.UnitDir, w.Unit.Name)
 		action := "updated"
-		if w.old == nil {
+		if w.Created() {
 			action = "created"
 		}
-		if err := writeFileAtomic(path, w.u.Content, 0o644); err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit install: %w (written so far: %d of %d changed units)", err, len(rep.Changed), len(writes)))
+		if err := units.Write(cfg.UnitDir, w.Unit); err != nil {
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w (written so far: %d of %d changed units)", err, len(rep.Changed), len(writes)))
 		}
 		rep.Changed = append(rep.Changed, unitChange{
-			Unit: w.u.Name, Action: action,
-			Diff: lineDiff(path+" (installed)", path+" (rendered)", string(w.old), string(w.u.Content)),
+			Unit: w.Unit.Name, Action: action,
+			Diff: units.Diff(path+" (installed)", path+" (rendered)", string(w.Old), string(w.Unit.Content)),
 		})
 	}
 	if len(rep.Changed) > 0 {
 		if err := sd.DaemonReload(ctx); err != nil {
-			return withCode(exitFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
 		}
 		rep.Reloaded = true
 	}
@@ -213,23 +193,18 @@ func unitInstall(c *cli.Context, d *deps) error {
 		}
 	}
 	if err := sd.Enable(ctx, rep.Enabled...); err != nil {
-		return withCode(exitFailed, fmt.Errorf("unit install: %w", err))
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
 	}
 
-	if c.Bool("json") {
+	if d.out.json {
 		return writeJSON(d.stdout, rep)
 	}
-	printUnitInstall(c, d.stdout, rep)
+	printUnitInstall(d.out, rep)
 	return nil
 }
 
-func printUnitInstall(c *cli.Context, w io.Writer, rep unitInstallReport) {
-	r := lipgloss.NewRenderer(w)
-	for _, x := range c.Lineage() {
-		if x.Bool("no-color") {
-			r.SetColorProfile(termenv.Ascii)
-		}
-	}
+func printUnitInstall(o *output, rep unitInstallReport) {
+	w, r := o.w, o.r
 	add := r.NewStyle().Foreground(lipgloss.Color("2"))
 	del := r.NewStyle().Foreground(lipgloss.Color("1"))
 	hdr := r.NewStyle().Bold(true)
@@ -259,144 +234,4 @@ func printUnitInstall(c *cli.Context, w io.Writer, rep unitInstallReport) {
 		fmt.Fprintf(w, "%d unit(s) written to %s, %d unchanged; systemd reloaded\n", len(rep.Changed), rep.UnitDir, len(rep.Unchanged))
 	}
 	fmt.Fprintf(w, "enabled at boot: %s\n", strings.Join(rep.Enabled, " "))
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// writeFileAtomic replaces path with data so that a reader (systemd on a
-// reload) sees the old or the new file, never a part.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-// lineDiff is a small unified diff of two texts: one hunk per run of
-// changes with up to 2 lines of context. Unit files are short, so the
-// quadratic longest-common-subsequence is fine.
-func lineDiff(nameA, nameB, a, b string) string {
-	la, lb := splitLines(a), splitLines(b)
-	n, m := len(la), len(lb)
-	lcs := make([][]int, n+1)
-	for i := range lcs {
-		lcs[i] = make([]int, m+1)
-	}
-	for i := n - 1; i >= 0; i-- {
-		for j := m - 1; j >= 0; j-- {
-			if la[i] == lb[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	type op struct {
-		kind byte // ' ', '-', '+'
-		text string
-		ai   int // line number in a (1-based) of ' ' and '-'
-		bi   int // line number in b of ' ' and '+'
-	}
-	var ops []op
-	i, j := 0, 0
-	for i < n || j < m {
-		switch {
-		case i < n && j < m && la[i] == lb[j]:
-			ops = append(ops, op{' ', la[i], i + 1, j + 1})
-			i++
-			j++
-		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
-			// Deletions first, as diff(1) prints them.
-			ops = append(ops, op{'-', la[i], i + 1, j})
-			i++
-		default:
-			ops = append(ops, op{'+', lb[j], i, j + 1})
-			j++
-		}
-	}
-	const ctx = 2
-	var out strings.Builder
-	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)
-	for k := 0; k < len(ops); {
-		if ops[k].kind == ' ' {
-			k++
-			continue
-		}
-		start := max(k-ctx, 0)
-		end := k
-		for end < len(ops) {
-			if ops[end].kind != ' ' {
-				end++
-				continue
-			}
-			// Stop when the next change is farther than 2*ctx lines away.
-			run := end
-			for run < len(ops) && ops[run].kind == ' ' {
-				run++
-			}
-			if run == len(ops) || run-end > 2*ctx {
-				end = min(end+ctx, len(ops))
-				break
-			}
-			end = run
-		}
-		var aStart, bStart, aLen, bLen int
-		for _, o := range ops[start:end] {
-			if o.kind != '+' {
-				if aLen == 0 {
-					aStart = o.ai
-				}
-				aLen++
-			}
-			if o.kind != '-' {
-				if bLen == 0 {
-					bStart = o.bi
-				}
-				bLen++
-			}
-		}
-		fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", aStart, aLen, bStart, bLen)
-		for _, o := range ops[start:end] {
-			fmt.Fprintf(&out, "%c%s\n", o.kind, o.text)
-		}
-		k = end
-	}
-	return out.String()
-}
-
-func splitLines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }

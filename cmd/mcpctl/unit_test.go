@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -45,7 +46,7 @@ func TestUnitRender(t *testing.T) {
 	dir := t.TempDir()
 	conf := unitTestConfig(t, dir, nil)
 	code, out, errs := runCLI(t, "--config", conf, "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl", "--canary-version", "v7")
-	if code != exitOK {
+	if code != deploy.CodeOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
@@ -65,7 +66,7 @@ func TestUnitRender(t *testing.T) {
 
 	t.Run("json", func(t *testing.T) {
 		code, out, errs := runCLI(t, "--config", conf, "--json", "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != exitOK {
+		if code != deploy.CodeOK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		var list []renderedUnit
@@ -80,14 +81,14 @@ func TestUnitRender(t *testing.T) {
 	t.Run("out", func(t *testing.T) {
 		outDir := filepath.Join(dir, "rendered")
 		code, _, errs := runCLI(t, "--config", conf, "unit", "render", "--out", outDir, "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != exitOK {
+		if code != deploy.CodeOK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		cfg, err := ctlconfig.Load(conf, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := units.Render(units.Params{Config: cfg, MCPCtl: "/usr/local/bin/mcpctl", MCPCtlConfig: conf})
+		want, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: "/usr/local/bin/mcpctl", MCPCtlConfig: conf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,14 +111,14 @@ func TestUnitInstallTakesTheLock(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	conf := unitTestConfig(t, dir, func(m map[string]any) { m["stateDir"] = stateDir })
-	unlock, err := state.Lock(stateDir, "cutover (test holder)")
+	unlock, err := state.Dir(stateDir).Lock("cutover (test holder)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unlock()
 	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
-	if code != exitFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
-		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, exitFailed)
+	if code != deploy.CodeFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
+		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, deploy.CodeFailed)
 	}
 	if out != "" {
 		t.Errorf("stdout %q, want empty", out)
@@ -154,8 +155,8 @@ func TestUnitBadConfigExit2(t *testing.T) {
 					args = append(args, strings.ReplaceAll(a, "OUT", filepath.Join(dir, "out")))
 				}
 				code, out, errs := runCLI(t, args...)
-				if code != exitUsage {
-					t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errs)
+				if code != deploy.CodeUsage {
+					t.Fatalf("exit %d, want %d; stderr %s", code, deploy.CodeUsage, errs)
 				}
 				if !strings.Contains(errs, tc.want) {
 					t.Fatalf("stderr %q lacks %q", errs, tc.want)
@@ -175,22 +176,8 @@ func TestUnitBadConfigExit2(t *testing.T) {
 
 func TestUnitMissingExplicitConfig(t *testing.T) {
 	code, _, errs := runCLI(t, "--config", filepath.Join(t.TempDir(), "nope.json"), "unit", "render")
-	if code != exitUsage || !strings.Contains(errs, "nope.json") {
+	if code != deploy.CodeUsage || !strings.Contains(errs, "nope.json") {
 		t.Fatalf("exit %d, stderr %s", code, errs)
-	}
-}
-
-func TestLineDiff(t *testing.T) {
-	a := "a\nb\nc\nd\ne\nf\ng\nh\n"
-	b := "a\nb\nC\nd\ne\nf\ng\nh\ni\n"
-	got := lineDiff("old", "new", a, b)
-	want := "--- old\n+++ new\n@@ -1,5 +1,5 @@\n a\n b\n-c\n+C\n d\n e\n@@ -7,2 +7,3 @@\n g\n h\n+i\n"
-	if got != want {
-		t.Fatalf("diff:\n%s\nwant:\n%s", got, want)
-	}
-	created := lineDiff("old", "new", "", "x\ny\n")
-	if created != "--- old\n+++ new\n@@ -0,0 +1,2 @@\n+x\n+y\n" {
-		t.Fatalf("diff of a new file:\n%s", created)
 	}
 }
 
@@ -267,4 +254,14 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	if err != nil || st.TasksMax != 256 {
 		t.Fatalf("TasksMax after install = %d (%v), want 256: not reloaded?", st.TasksMax, err)
 	}
+}
+
+// unitSpec is cfg's unit spec; the test fails when cfg cannot be rendered.
+func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
+	t.Helper()
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/cutover"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 func verifyCommand(d *deps) *cli.Command {
@@ -23,18 +23,18 @@ func verifyCommand(d *deps) *cli.Command {
 			if c.NArg() > 1 || (what != "backend" && what != "tunnels" && what != "all") {
 				return usageError("verify %q: want backend, tunnels or all", strings.Join(c.Args().Slice(), " "))
 			}
-			env, closeEnv, err := cutoverEnv(c, d, false)
+			env, closeEnv, err := deployEnv(c, d, false)
 			if err != nil {
 				return err
 			}
 			defer closeEnv()
-			fails := cutover.Check(c.Context, env, what != "tunnels", what != "backend")
+			fails := deploy.Check(c.Context, env, what != "tunnels", what != "backend")
 			type result struct {
 				What     string   `json:"what"`
 				OK       bool     `json:"ok"`
 				Failures []string `json:"failures"`
 			}
-			printReport(c, d, result{what, len(fails) == 0, fails}, func(w io.Writer) {
+			d.out.printText(result{what, len(fails) == 0, fails}, func(w io.Writer) {
 				if len(fails) == 0 {
 					fmt.Fprintf(w, "verify %s: ok\n", what)
 					return
@@ -42,7 +42,7 @@ func verifyCommand(d *deps) *cli.Command {
 				fmt.Fprintf(w, "verify %s: FAILED\n  - %s\n", what, strings.Join(fails, "\n  - "))
 			})
 			if len(fails) > 0 {
-				return withCode(exitFailed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
+				return withCode(deploy.CodeFailed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
 			}
 			return nil
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -28,7 +27,7 @@ func watchdogCommand(d *deps) *cli.Command {
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			log := d.logger
 			sd, err := systemd.Connect(c.Context, systemd.Options{Logger: log})
 			if err != nil {
 				return fmt.Errorf("connect to systemd: %w", err)
@@ -37,7 +36,7 @@ func watchdogCommand(d *deps) *cli.Command {
 			v, _ := probeClient(cfg, false, log)
 			healthz := func(ctx context.Context, url string) error { return v.OK(ctx, url, "/healthz") }
 			rep, err := watchdog.Run(c.Context, cfg, sd, healthz, log, c.Int("threshold"))
-			printReport(c, d, rep, func(w io.Writer) {
+			d.out.printText(rep, func(w io.Writer) {
 				if rep.Skipped != "" {
 					fmt.Fprintf(w, "watchdog skipped: %s\n", rep.Skipped)
 					return

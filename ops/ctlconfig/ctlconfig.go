@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"io"
 	"io/fs"
 	"net/netip"
@@ -20,6 +19,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/overdeck/mcp-backend/internal/strictjson"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // DefaultPath is where mcpctl looks for its config when none is named.
@@ -307,11 +309,11 @@ func (c *Config) Validate() error {
 	if g.TimeoutStopSec < 1 || g.TimeoutStopSec > 600 {
 		add("guardrails.timeoutStopSec = %d: must be 1..600", g.TimeoutStopSec)
 	}
-	high, errHigh := ParseSize(g.MemoryHigh)
+	high, errHigh := units.ParseSize(g.MemoryHigh)
 	if errHigh != nil {
 		add("guardrails.memoryHigh = %q: %v", g.MemoryHigh, errHigh)
 	}
-	max, errMax := ParseSize(g.MemoryMax)
+	max, errMax := units.ParseSize(g.MemoryMax)
 	if errMax != nil {
 		add("guardrails.memoryMax = %q: %v", g.MemoryMax, errMax)
 	}
@@ -430,39 +432,4 @@ func checkURL(s string) error {
 		return errors.New("must be an http:// or https:// URL with a port 1..65535, if any")
 	}
 	return nil
-}
-
-// ParseSize parses a systemd byte size as the units use it: a number of
-// bytes with an optional K, M, G or T suffix (powers of 1024), or "infinity".
-// infinity is returned as the largest uint64, like systemd does.
-func ParseSize(s string) (uint64, error) {
-	if s == "infinity" {
-		return ^uint64(0), nil
-	}
-	if s == "" {
-		return 0, errors.New("not a size: empty (want e.g. 512M, 6G or infinity)")
-	}
-	mult := uint64(1)
-	num := s
-	switch s[len(s)-1] {
-	case 'K':
-		mult = 1 << 10
-	case 'M':
-		mult = 1 << 20
-	case 'G':
-		mult = 1 << 30
-	case 'T':
-		mult = 1 << 40
-	}
-	if mult != 1 {
-		num = s[:len(s)-1]
-	}
-	n, err := strconv.ParseUint(num, 10, 64)
-	if err != nil || n == 0 {
-		return 0, errors.New("not a size (want a positive whole number with an optional K, M, G or T suffix, e.g. 6G, or infinity)")
-	}
-	if n > (^uint64(0))/mult {
-		return 0, errors.New("size too large")
-	}
-	return n * mult, nil
 }

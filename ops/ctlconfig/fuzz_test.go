@@ -1,6 +1,8 @@
 package ctlconfig
 
 import (
+	"github.com/overdeck/mcp-backend/units"
+
 	"bytes"
 	"fmt"
 	"net/netip"
@@ -46,7 +48,7 @@ func usable(c *Config) error {
 		}
 	}
 	for _, s := range []string{c.Guardrails.MemoryHigh, c.Guardrails.MemoryMax} {
-		n, err := ParseSize(s)
+		n, err := units.ParseSize(s)
 		if err != nil || n < MinMemory {
 			return fmt.Errorf("size %q = %d: %v", s, n, err)
 		}

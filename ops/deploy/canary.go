@@ -2,41 +2,28 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
 
-// CanaryFile is the record of the running canary in stateDir: which release
-// it runs, so that stop knows what to remove.
-const CanaryFile = "canary.json"
-
-// CanaryRecord is <stateDir>/canary.json.
-type CanaryRecord struct {
-	Version string    `json:"version"`
-	Digest  string    `json:"digest"`
-	Build   string    `json:"build"`
-	Started time.Time `json:"started"`
-	Pass    bool      `json:"pass"`
-}
-
 // CanaryFacts is what canary start observes before deciding.
 type CanaryFacts struct {
-	Production     *unit.State
+	Production     *unitstate.State
 	ProductionUnit string
-	Canary         *unit.State
+	Canary         *unitstate.State
 	CanaryUnit     string
 	CanaryListen   string
 	CanaryPortFree bool
@@ -84,7 +71,7 @@ type Identity struct {
 	InvocationID string `json:"invocationID"`
 }
 
-func identity(u *unit.State) Identity {
+func identity(u *unitstate.State) Identity {
 	if u == nil {
 		return Identity{}
 	}
@@ -205,8 +192,8 @@ func (s *sampler) finish(ctx context.Context, v *verify.Client, url string) (sam
 // CanaryStart checks the candidate, installs it as a release (never touching
 // current), and runs it as the canary unit beside production, proving both
 // that it serves and that production was untouched. The verdict is recorded
-// by the build's digest. A refusal (*RefusedError) or a configuration
-// problem (*ConfigError) starts nothing.
+// by the build's digest. A refusal (exit 1) or a configuration problem
+// (exit 2) starts nothing.
 func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryReport, error) {
 	begin := time.Now()
 	cfg := env.Config
@@ -216,7 +203,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Lock(cfg.StateDir, "canary start --build "+opts.Build)
+	unlock, err := env.state().Lock("canary start --build " + opts.Build)
 	if err != nil {
 		return rep, err
 	}
@@ -226,11 +213,11 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	// readable JSON object there, there is nothing to prove.
 	prodCfg, err := os.ReadFile(cfg.Backend.Config)
 	if err != nil {
-		return rep, env.audited(state.ActionCanary, opts.Version, &ConfigError{Reasons: []string{fmt.Sprintf("backend.config: %v (the canary runs production's config; run mcpctl install first)", err)}})
+		return rep, env.audited(state.ActionCanary, opts.Version, usage(fmt.Sprintf("backend.config: %v (the canary runs production's config; run mcpctl install first)", err)))
 	}
 	canaryCfg, err := WithListen(prodCfg, cfg.Canary.Listen)
 	if err != nil {
-		return rep, env.audited(state.ActionCanary, opts.Version, &ConfigError{Reasons: []string{fmt.Sprintf("backend.config %s: %v", cfg.Backend.Config, err)}})
+		return rep, env.audited(state.ActionCanary, opts.Version, usage(fmt.Sprintf("backend.config %s: %v", cfg.Backend.Config, err)))
 	}
 	tmp := filepath.Join(cfg.StateDir, fmt.Sprintf("canary-config-%d.json", os.Getpid()))
 	if err := os.WriteFile(tmp, canaryCfg, 0o600); err != nil {
@@ -285,41 +272,30 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 		if err := env.Systemd.Stop(ctx, cfg.Canary.Unit); err == nil {
 			rep.Stopped = true
 		}
-		errs = append(errs, fmt.Errorf("canary %s failed: %s", version, joinProblems(rep.Problems)))
+		errs = append(errs, fmt.Errorf("canary %s failed: %s", version, strings.Join(rep.Problems, "; ")))
 		log.Error("canary failed", "problems", rep.Problems)
 	} else {
 		log.Info("canary passed", "samples", rep.Production.HealthzSamples)
 	}
 	summary := "pass"
 	if !rep.Pass {
-		summary = joinProblems(rep.Problems)
+		summary = strings.Join(rep.Problems, "; ")
 	}
-	if err := state.RecordVerdict(cfg.StateDir, state.Verdict{Kind: state.KindCanary, Digest: cand.Digest, Version: version, Pass: rep.Pass, Summary: summary}); err != nil {
+	if err := env.state().RecordVerdict(state.Verdict{Kind: state.KindCanary, Digest: cand.Digest, Version: version, Pass: rep.Pass, Summary: summary}); err != nil {
 		errs = append(errs, fmt.Errorf("record verdict: %w", err))
 	}
-	if err := atomicfs.WriteJSON(filepath.Join(cfg.StateDir, CanaryFile), CanaryRecord{Version: version, Digest: cand.Digest, Build: opts.Build, Started: begin, Pass: rep.Pass}, 0o644); err != nil {
-		errs = append(errs, fmt.Errorf("canary record: %w", err))
+	if err := env.state().WriteCanary(state.CanaryRecord{Version: version, Digest: cand.Digest, Build: opts.Build, Started: begin, Pass: rep.Pass}); err != nil {
+		errs = append(errs, err)
 	}
 	outcome := state.OutcomeOK
 	if !rep.Pass {
 		outcome = state.OutcomeFailed
 	}
-	if err := state.Audit(cfg.StateDir, state.Event{Action: state.ActionCanary, ToVersion: version, Outcome: outcome, Reason: summary,
+	if err := env.state().Audit(state.Event{Action: state.ActionCanary, ToVersion: version, Outcome: outcome, Reason: summary,
 		Details: map[string]string{"digest": cand.Digest, "build": opts.Build}}); err != nil {
 		errs = append(errs, fmt.Errorf("audit: %w", err))
 	}
 	return rep, errors.Join(errs...)
-}
-
-func joinProblems(p []string) string {
-	s := ""
-	for i, x := range p {
-		if i > 0 {
-			s += "; "
-		}
-		s += x
-	}
-	return s
 }
 
 // start installs the release, the config and the unit, and starts the
@@ -355,7 +331,7 @@ func (rep *CanaryReport) start(ctx context.Context, env *Env, rec *InstallReport
 		}
 		for _, u := range us {
 			if u.Name == cfg.Canary.Unit {
-				_, err := WriteUnits(cfg.UnitDir, []units.Unit{u})
+				_, err := units.Sync(cfg.UnitDir, []units.Unit{u})
 				return err
 			}
 		}
@@ -370,7 +346,7 @@ func (rep *CanaryReport) start(ctx context.Context, env *Env, rec *InstallReport
 	if err := rec.step("start "+cfg.Canary.Unit, func() error { return sd.Start(ctx, cfg.Canary.Unit) }); err != nil {
 		return err
 	}
-	return rec.step("canary ready", func() error { return env.waitReady(ctx, rep.URL) })
+	return rec.step("canary ready", func() error { return env.waitReady(ctx, rep.URL, "", env.readyTimeout()) })
 }
 
 func observeCanary(ctx context.Context, env *Env, version, digest string) (CanaryFacts, error) {
@@ -397,21 +373,21 @@ func observeCanary(ctx context.Context, env *Env, version, digest string) (Canar
 
 // CanaryStatus is what canary status shows.
 type CanaryStatus struct {
-	Unit         string        `json:"unit"`
-	URL          string        `json:"url"`
-	LoadState    string        `json:"loadState"`
-	ActiveState  string        `json:"activeState"`
-	SubState     string        `json:"subState"`
-	MainPID      uint32        `json:"mainPID"`
-	InvocationID string        `json:"invocationID,omitempty"`
-	Since        time.Time     `json:"since,omitzero"`
-	NRestarts    uint32        `json:"nRestarts"`
-	Record       *CanaryRecord `json:"record,omitempty"`
-	Healthz      int           `json:"healthz"`
-	Readyz       int           `json:"readyz"`
-	Version      string        `json:"version,omitempty"`
-	Build        string        `json:"build,omitempty"`
-	Err          string        `json:"error,omitempty"`
+	Unit         string              `json:"unit"`
+	URL          string              `json:"url"`
+	LoadState    string              `json:"loadState"`
+	ActiveState  string              `json:"activeState"`
+	SubState     string              `json:"subState"`
+	MainPID      uint32              `json:"mainPID"`
+	InvocationID string              `json:"invocationID,omitempty"`
+	Since        time.Time           `json:"since,omitzero"`
+	NRestarts    uint32              `json:"nRestarts"`
+	Record       *state.CanaryRecord `json:"record,omitempty"`
+	Healthz      int                 `json:"healthz"`
+	Readyz       int                 `json:"readyz"`
+	Version      string              `json:"version,omitempty"`
+	Build        string              `json:"build,omitempty"`
+	Err          string              `json:"error,omitempty"`
 }
 
 // Status reads the canary unit, its record and probes it.
@@ -424,7 +400,7 @@ func Status(ctx context.Context, env *Env) (*CanaryStatus, error) {
 	}
 	st.LoadState, st.ActiveState, st.SubState = u.LoadState, u.ActiveState, u.SubState
 	st.MainPID, st.InvocationID, st.Since, st.NRestarts = u.MainPID, u.InvocationID, u.ActiveEnterTimestamp, u.NRestarts
-	st.Record, err = readCanaryRecord(cfg.StateDir)
+	st.Record, err = env.state().ReadCanary()
 	if err != nil {
 		return st, err
 	}
@@ -438,21 +414,6 @@ func Status(ctx context.Context, env *Env) (*CanaryStatus, error) {
 		st.Err = errString(err)
 	}
 	return st, nil
-}
-
-func readCanaryRecord(stateDir string) (*CanaryRecord, error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, CanaryFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("canary record: %w", err)
-	}
-	var r CanaryRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("canary record %s: %w", filepath.Join(stateDir, CanaryFile), err)
-	}
-	return &r, nil
 }
 
 // StopReport is what canary stop did.
@@ -473,7 +434,7 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Lock(cfg.StateDir, "canary stop")
+	unlock, err := env.state().Lock("canary stop")
 	if err != nil {
 		return rep, err
 	}
@@ -497,7 +458,7 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 	if err := env.Systemd.DaemonReload(ctx); err != nil {
 		return rep, err
 	}
-	rec, err := readCanaryRecord(cfg.StateDir)
+	rec, err := env.state().ReadCanary()
 	if err != nil {
 		return rep, err
 	}
@@ -513,10 +474,10 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 		default:
 			return rep, fmt.Errorf("remove release %s: %w", rec.Version, err)
 		}
-		if err := atomicfs.Remove(filepath.Join(cfg.StateDir, CanaryFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return rep, fmt.Errorf("canary record: %w", err)
+		if err := env.state().RemoveCanary(); err != nil {
+			return rep, err
 		}
 	}
-	err = state.Audit(cfg.StateDir, state.Event{Action: "canary-stop", FromVersion: rep.Version, Outcome: state.OutcomeOK})
+	err = env.state().Audit(state.Event{Action: "canary-stop", FromVersion: rep.Version, Outcome: state.OutcomeOK})
 	return rep, err
 }

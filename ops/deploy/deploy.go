@@ -1,7 +1,10 @@
-// Package deploy holds the first install of production and the blue/green
-// canary: each decision is a pure plan from observed facts, and a small
-// executor applies it through the systemd client, the release store and the
-// verify probes.
+// Package deploy changes production: the first install, the blue/green
+// canary, the cutover under an armed automatic rollback, and the rollback.
+// Each decision is a pure plan from observed facts (PlanInstall, PlanCanary,
+// PlanPreflight, Judge, PlanRollback); a small executor applies it through
+// the Systemd its caller passes in, the release store, the state directory
+// and the verify probes. Every failure is an *Error carrying mcpctl's exit
+// code.
 package deploy
 
 import (
@@ -12,42 +15,51 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
 
-// Systemd is the part of the systemd client install and canary use
-// (ops/systemd's *Client; the e2e test asserts it, so that this package and
-// its planners do not link D-Bus).
+// Systemd is the part of the systemd client install, canary, cutover and
+// rollback act through (ops/systemd's *Client; the e2e test asserts it, so
+// that this package and its planners do not link D-Bus).
 type Systemd interface {
 	DaemonReload(ctx context.Context) error
 	Enable(ctx context.Context, units ...string) error
-	Start(ctx context.Context, name string) error
-	Stop(ctx context.Context, name string) error
 	Disable(ctx context.Context, units ...string) error
-	ResetFailed(ctx context.Context, name string) error
-	Unit(ctx context.Context, name string) (*unit.State, error)
+	Start(ctx context.Context, unit string) error
+	Stop(ctx context.Context, unit string) error
+	Restart(ctx context.Context, unit string) error
+	ResetFailed(ctx context.Context, unit string) error
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
+	ArmTransient(ctx context.Context, t unitstate.Transient) error
+	DisarmTransient(ctx context.Context, timer, service string) error
+	Gone(ctx context.Context, units ...string) (bool, error)
+	WaitGone(ctx context.Context, units ...string) error
+	// What the duplicate-supervisor preflight reads of every loaded service.
+	ListUnits(ctx context.Context) ([]unitstate.Listed, error)
+	ExecStart(ctx context.Context, service string) ([]unitstate.ExecCommand, error)
+	UnitFileState(ctx context.Context, unit string) (string, error)
+	Strings(ctx context.Context, unit, property string) ([]string, error)
 }
 
-// Env is what install and canary act on.
+// Env is what install, canary, cutover and rollback act on.
 type Env struct {
 	Config  *ctlconfig.Config
 	Systemd Systemd
-	// Verify runs the probes; a zero verify.Client (no token) when nil.
+	// Verify runs every probe (verify.ForBackend builds it with the backend's
+	// bearer token); a zero verify.Client (no token) when nil.
 	Verify *verify.Client
 	Logger *slog.Logger
-	// MCPCtl is the mcpctl binary the rendered units run (units.DefaultMCPCtl
-	// when empty) and MCPCtlConfig the --config they pass ("" for none).
+	// MCPCtl is the absolute path of the mcpctl binary the rendered units and
+	// the armed rollback timer run (units.DefaultMCPCtl when empty for the
+	// units), and MCPCtlConfig the --config they pass ("" for none).
 	MCPCtl       string
 	MCPCtlConfig string
 	// ReadyTimeout bounds the wait for /healthz and /readyz after a start;
@@ -56,6 +68,8 @@ type Env struct {
 	// SampleEvery is how often canary start samples production's /healthz;
 	// DefaultSampleEvery when zero.
 	SampleEvery time.Duration
+	// Now is time.Now when nil.
+	Now func() time.Time
 }
 
 // DefaultSampleEvery is Env.SampleEvery when zero.
@@ -66,6 +80,13 @@ func (e *Env) sampleEvery() time.Duration {
 		return DefaultSampleEvery
 	}
 	return e.SampleEvery
+}
+
+func (e *Env) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
 }
 
 func (e *Env) log() *slog.Logger {
@@ -89,10 +110,19 @@ func (e *Env) readyTimeout() time.Duration {
 	return e.ReadyTimeout
 }
 
+func (e *Env) backendURL() string { return URL(e.Config.Backend.Listen) }
+
+// state is the state directory of mcpctl.json.
+func (e *Env) state() state.Dir { return state.Dir(e.Config.StateDir) }
+
 func (e *Env) store() *release.Store { return &release.Store{Root: e.Config.Install.Root} }
 
 func (e *Env) render(canaryBinary string) ([]units.Unit, error) {
-	us, err := units.Render(units.Params{Config: e.Config, MCPCtl: e.MCPCtl, MCPCtlConfig: e.MCPCtlConfig, CanaryBinary: canaryBinary})
+	spec, err := e.Config.UnitSpec()
+	if err != nil {
+		return nil, err
+	}
+	us, err := units.Render(units.Params{Spec: spec, MCPCtl: e.MCPCtl, MCPCtlConfig: e.MCPCtlConfig, CanaryBinary: canaryBinary})
 	if err != nil {
 		return nil, fmt.Errorf("render units: %w", err)
 	}
@@ -101,27 +131,6 @@ func (e *Env) render(canaryBinary string) ([]units.Unit, error) {
 
 // URL is the http base URL of a listen address.
 func URL(listen string) string { return "http://" + listen }
-
-// WriteUnits writes each unit into dir atomically, skipping files whose
-// content is already the same, and returns the names it wrote. The caller
-// reloads systemd when the list is not empty.
-func WriteUnits(dir string, us []units.Unit) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("unit dir %s: %w", dir, err)
-	}
-	var written []string
-	for _, u := range us {
-		p := filepath.Join(dir, u.Name)
-		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, u.Content) {
-			continue
-		}
-		if err := atomicfs.WriteFile(p, u.Content, 0o644); err != nil {
-			return written, fmt.Errorf("write unit %s: %w", p, err)
-		}
-		written = append(written, u.Name)
-	}
-	return written, nil
-}
 
 // DefaultBackendConfig is the backend config install writes where none
 // exists: every default, listening where mcpctl.json says.
@@ -160,39 +169,60 @@ func PortFree(listen string) bool {
 	return true
 }
 
-// waitReady polls /healthz and then /readyz until both answer 200.
-func (e *Env) waitReady(ctx context.Context, baseURL string) error {
-	ctx, cancel := context.WithTimeout(ctx, e.readyTimeout())
+// waitReady polls url until /healthz and /readyz answer 200 and, when
+// digest is set, system.info reports that build, or until timeout passes.
+func (e *Env) waitReady(ctx context.Context, url, digest string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v := e.verifier()
 	var last string
 	for {
-		hc, _, herr := v.Healthz(ctx, baseURL)
+		hc, _, herr := v.Healthz(ctx, url)
 		if herr == nil && hc == 200 {
-			rc, body, rerr := v.Readyz(ctx, baseURL)
+			rc, body, rerr := v.Readyz(ctx, url)
 			if rerr == nil && rc == 200 {
-				return nil
+				if digest == "" {
+					return nil
+				}
+				_, got, err := e.info(ctx, url)
+				if err == nil && got == digest {
+					return nil
+				}
+				if err != nil {
+					last = "system.info: " + err.Error()
+				} else {
+					last = fmt.Sprintf("backend reports build %q, want %q", got, digest)
+				}
+			} else {
+				last = fmt.Sprintf("/readyz: %d %s %v", rc, bytes.TrimSpace(body), rerr)
 			}
-			last = fmt.Sprintf("/readyz: %d %s %v", rc, bytes.TrimSpace(body), rerr)
 		} else {
 			last = fmt.Sprintf("/healthz: %d %v", hc, herr)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready within %s (last: %s)", baseURL, e.readyTimeout(), last)
+			return fmt.Errorf("%s not ready within %s (last: %s)", url, timeout, last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
+// info asks the backend at url for its version and build within
+// verify.ProbeTimeout.
+func (e *Env) info(ctx context.Context, url string) (version, digest string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
+	defer cancel()
+	return e.verifier().SystemInfo(ctx, url)
+}
+
 // loaded reports whether systemd knows the unit with a unit file or a
 // running process.
-func loaded(u *unit.State) bool {
+func loaded(u *unitstate.State) bool {
 	return u != nil && u.LoadState != "" && u.LoadState != "not-found"
 }
 
 // active reports a unit that runs or is starting or stopping.
-func active(u *unit.State) bool {
+func active(u *unitstate.State) bool {
 	if u == nil {
 		return false
 	}
@@ -210,29 +240,20 @@ func errString(err error) string {
 	return err.Error()
 }
 
-var errRefused = errors.New("refused")
-
-// ConfigError is a problem with the configuration or the command line
-// (mcpctl exits 2): found before anything was changed.
-type ConfigError struct{ Reasons []string }
-
-func (e *ConfigError) Error() string { return strings.Join(e.Reasons, "; ") }
-
-// IsConfig reports whether err is a *ConfigError.
-func IsConfig(err error) bool {
-	var ce *ConfigError
-	return errors.As(err, &ce)
-}
+// ErrVersionName is a --version that differs from what the build prints
+// (a usage error: nothing is changed).
+var ErrVersionName = errors.New("--version does not match the build")
 
 // checkVersion enforces that a release is named by what its build prints:
 // verification compares system.info's backend.version with it, so any other
-// name would fail after production was touched.
+// name would fail after production was touched. Both failures are usage
+// errors; a mismatch also wraps ErrVersionName.
 func checkVersion(cand *candidate.Result, want string) error {
 	if want != "" && want != cand.Version {
-		return &ConfigError{Reasons: []string{fmt.Sprintf("the build prints version %s; --version %s would name it wrongly: rebuild with the version stamp, or omit --version", cand.Version, want)}}
+		return &Error{Code: CodeUsage, Err: fmt.Errorf("%w: the build prints version %s; --version %s would name it wrongly: rebuild with the version stamp, or omit --version", ErrVersionName, cand.Version, want)}
 	}
 	if err := release.ValidateVersion(cand.Version); err != nil {
-		return &ConfigError{Reasons: []string{fmt.Sprintf("the build prints version %q, which cannot name a release: %v", cand.Version, err)}}
+		return &Error{Code: CodeUsage, Err: fmt.Errorf("the build prints version %q, which cannot name a release: %w", cand.Version, err)}
 	}
 	return nil
 }

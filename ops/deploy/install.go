@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/candidate"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -24,7 +24,7 @@ type InstallFacts struct {
 	Current string
 	// CurrentErr is an error reading the link other than its absence.
 	CurrentErr   error
-	Backend      *unit.State
+	Backend      *unitstate.State
 	BackendUnit  string
 	BackendPort  string
 	PortFree     bool
@@ -107,44 +107,10 @@ type InstallOptions struct {
 	Version string
 }
 
-// UndoError is a failed install whose undo failed too: the host is neither
-// as it was nor installed, and a human is needed.
-type UndoError struct {
-	Err  error // why install failed
-	Undo error // what could not be taken back
-}
-
-func (e *UndoError) Error() string {
-	return fmt.Sprintf("%v; undoing the install failed too: %v", e.Err, e.Undo)
-}
-
-func (e *UndoError) Unwrap() []error { return []error{e.Err, e.Undo} }
-
-// RefusedError is a decision not to act: nothing was changed.
-type RefusedError struct{ Reasons []string }
-
-func (e *RefusedError) Error() string {
-	s := "refused"
-	for i, r := range e.Reasons {
-		if i == 0 {
-			s += ": " + r
-		} else {
-			s += "; " + r
-		}
-	}
-	return s
-}
-
-func (e *RefusedError) Is(target error) bool { return target == errRefused }
-
-// IsRefused reports whether err is a refusal (nothing was changed).
-func IsRefused(err error) bool { return errors.Is(err, errRefused) }
-
-// Install performs a first install. A refusal returns a *RefusedError and a
-// configuration problem a *ConfigError; both change nothing. A failure after
-// the first change is undone in reverse order, so that the host is as it was
-// and a corrected retry can run; when the undo fails too the error is an
-// *UndoError.
+// Install performs a first install. A refusal (exit 1) and a configuration
+// problem (exit 2) change nothing. A failure after the first change is undone
+// in reverse order, so that the host is as it was and a corrected retry can
+// run; when the undo fails too the error's code is CodeRollbackFailed.
 func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport, error) {
 	start := time.Now()
 	cfg := env.Config
@@ -152,12 +118,12 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 	defer func() { rep.DurationMs = ms(time.Since(start)) }()
 	// Units and verification need every tunnel's url and exec.
 	if err := cfg.ValidateTunnels(); err != nil {
-		return rep, &ConfigError{Reasons: []string{err.Error()}}
+		return rep, usage(err.Error())
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := state.Lock(cfg.StateDir, "install --build "+opts.Build)
+	unlock, err := env.state().Lock("install --build " + opts.Build)
 	if err != nil {
 		return rep, err
 	}
@@ -220,14 +186,14 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 		ev.Outcome, ev.Reason = state.OutcomeFailed, err.Error()
 		ev.Details["undone"] = fmt.Sprint(rep.UndoOK)
 		if !rep.UndoOK {
-			err = &UndoError{Err: err, Undo: errors.Join(undoErrs...)}
+			err = undoFailed(err, errors.Join(undoErrs...))
 			log.Error("undo failed: a human is needed", "err", err)
 		}
 	} else {
 		rep.OK = true
 		log.Info("installed")
 	}
-	if aerr := state.Audit(cfg.StateDir, ev); aerr != nil {
+	if aerr := env.state().Audit(ev); aerr != nil {
 		err = errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return rep, err
@@ -302,7 +268,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 			return err
 		}
 		undo.push("restore units", func(ctx context.Context) error { return restoreUnits(ctx, sd, cfg.UnitDir, prev) })
-		rep.UnitsWritten, err = WriteUnits(cfg.UnitDir, us)
+		rep.UnitsWritten, err = units.Sync(cfg.UnitDir, us)
 		return err
 	}); err != nil {
 		return err
@@ -339,7 +305,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 		rep.Started = append(rep.Started, u)
 	}
 	backendURL := URL(cfg.Backend.Listen)
-	if err := rep.step("backend ready", func() error { return env.waitReady(ctx, backendURL) }); err != nil {
+	if err := rep.step("backend ready", func() error { return env.waitReady(ctx, backendURL, "", env.readyTimeout()) }); err != nil {
 		return err
 	}
 	var failed []error
@@ -351,7 +317,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 	}
 	for _, t := range cfg.Tunnels {
 		// A tunnel may take a moment to listen after its start job.
-		_ = env.waitReady(ctx, t.URL)
+		_ = env.waitReady(ctx, t.URL, "", env.readyTimeout())
 		tr := env.verifier().Tunnel(ctx, t.URL)
 		tr.Target = t.Name + " " + t.URL
 		rep.Tunnels = append(rep.Tunnels, tr)
@@ -443,10 +409,10 @@ func observeInstall(ctx context.Context, env *Env) (InstallFacts, error) {
 	return f, nil
 }
 
-// audited records err (a *ConfigError) as a refusal and returns it.
+// audited records err (a usage error) as a refusal and returns it.
 func (e *Env) audited(action, version string, err error) error {
 	e.log().Warn(action+" refused", "version", version, "err", err)
-	if aerr := state.Audit(e.Config.StateDir, state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
+	if aerr := e.state().Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
 		return errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return err
@@ -454,9 +420,9 @@ func (e *Env) audited(action, version string, err error) error {
 
 // refuse records a refusal and returns it.
 func (e *Env) refuse(action, version string, reasons []string) error {
-	err := &RefusedError{Reasons: reasons}
+	err := refused(reasons)
 	e.log().Warn(action+" refused", "version", version, "reasons", reasons)
-	if aerr := state.Audit(e.Config.StateDir, state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
+	if aerr := e.state().Audit(state.Event{Action: action, ToVersion: version, Outcome: state.OutcomeRefused, Reason: err.Error()}); aerr != nil {
 		return errors.Join(err, fmt.Errorf("audit: %w", aerr))
 	}
 	return err

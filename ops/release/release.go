@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
 )
 
 // Names inside the install root and a release directory.

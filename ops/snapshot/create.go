@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/ops/release"
 )
 

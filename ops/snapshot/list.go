@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // Info is one snapshot as listed: its manifest, or the error loading it (a

@@ -52,7 +52,8 @@ type Event struct {
 
 // Audit appends e to <stateDir>/audit.jsonl (O_APPEND, fsync). A zero Time
 // is now; PID defaults to this process.
-func Audit(stateDir string, e Event) error {
+func (d Dir) Audit(e Event) error {
+	stateDir := string(d)
 	if e.Action == "" {
 		return errors.New("audit: action must not be empty")
 	}
@@ -71,7 +72,8 @@ const tailChunk = 64 * 1024
 
 // Tail returns the last n readable events, oldest first, reading the file
 // backwards so its length does not matter. Torn lines are skipped.
-func Tail(stateDir string, n int) ([]Event, error) {
+func (d Dir) Tail(n int) ([]Event, error) {
+	stateDir := string(d)
 	if n <= 0 {
 		return nil, nil
 	}

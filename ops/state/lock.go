@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,7 +44,8 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 // close-on-exec, so children never inherit it. On contention the error is a
 // *LockedError (errors.Is ErrLocked) naming the holder. release is safe to
 // call more than once.
-func Lock(stateDir, owner string) (release func() error, err error) {
+func (d Dir) Lock(owner string) (release func() error, err error) {
+	stateDir := string(d)
 	if err := ensureDir(stateDir); err != nil {
 		return nil, err
 	}
@@ -88,7 +90,8 @@ func Lock(stateDir, owner string) (release func() error, err error) {
 // or nil when nobody does. It does not probe the lock itself, since a probe
 // would make a concurrent Lock fail; it trusts the record, which a clean
 // release clears, and drops a record whose process is gone (SIGKILLed).
-func ReadHolder(stateDir string) *Holder {
+func (d Dir) ReadHolder() *Holder {
+	stateDir := string(d)
 	h := readHolder(filepath.Join(stateDir, LockFile))
 	if h == nil {
 		return nil
@@ -126,6 +129,23 @@ func flock(f *os.File, how int) error {
 		err := syscall.Flock(int(f.Fd()), how)
 		if !errors.Is(err, syscall.EINTR) {
 			return err
+		}
+	}
+}
+
+// LockWait takes the lock like Lock, retrying up to wait while another
+// command holds it.
+func (d Dir) LockWait(ctx context.Context, owner string, wait time.Duration) (release func() error, err error) {
+	deadline := time.Now().Add(wait)
+	for {
+		release, err := d.Lock(owner)
+		if err == nil || !errors.Is(err, ErrLocked) || time.Now().After(deadline) {
+			return release, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // a leaked descriptor, reports "locked PID GRANDCHILD" and holds the lock
 // until stdin closes.
 func holdLock(dir string) int {
-	release, err := Lock(dir, "holder --test")
+	release, err := Dir(dir).Lock("holder --test")
 	if err != nil {
 		fmt.Println("error", err)
 		return 3
@@ -104,7 +104,7 @@ func TestLockContentionBetweenProcesses(t *testing.T) {
 	dir := t.TempDir()
 	h := startHolder(t, dir, false)
 
-	_, err := Lock(dir, "cutover")
+	_, err := Dir(dir).Lock("cutover")
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("Lock while another process holds it = %v, want ErrLocked", err)
 	}
@@ -115,7 +115,7 @@ func TestLockContentionBetweenProcesses(t *testing.T) {
 	if !strings.Contains(err.Error(), strconv.Itoa(h.pid)) {
 		t.Fatalf("message %q lacks the holder's pid", err)
 	}
-	if got := ReadHolder(dir); got == nil || got.PID != h.pid {
+	if got := Dir(dir).ReadHolder(); got == nil || got.PID != h.pid {
 		t.Fatalf("ReadHolder = %+v, want pid %d", got, h.pid)
 	}
 
@@ -124,14 +124,14 @@ func TestLockContentionBetweenProcesses(t *testing.T) {
 	if err := h.cmd.Wait(); err != nil {
 		t.Fatalf("holder exited with %v", err)
 	}
-	if got := ReadHolder(dir); got != nil {
+	if got := Dir(dir).ReadHolder(); got != nil {
 		t.Fatalf("ReadHolder after release = %+v, want nil", got)
 	}
-	release, err := Lock(dir, "cutover")
+	release, err := Dir(dir).Lock("cutover")
 	if err != nil {
 		t.Fatalf("Lock after the holder released: %v", err)
 	}
-	if got := ReadHolder(dir); got == nil || got.PID != os.Getpid() || got.Owner != "cutover" {
+	if got := Dir(dir).ReadHolder(); got == nil || got.PID != os.Getpid() || got.Owner != "cutover" {
 		t.Fatalf("ReadHolder = %+v, want this process", got)
 	}
 	if err := release(); err != nil {
@@ -147,7 +147,7 @@ func TestLockDiesWithProcess(t *testing.T) {
 	if h.grand == 0 {
 		t.Fatal("holder did not start a grandchild")
 	}
-	if _, err := Lock(dir, "x"); !errors.Is(err, ErrLocked) {
+	if _, err := Dir(dir).Lock("x"); !errors.Is(err, ErrLocked) {
 		t.Fatalf("Lock = %v, want ErrLocked while the holder lives", err)
 	}
 	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -157,10 +157,10 @@ func TestLockDiesWithProcess(t *testing.T) {
 	if err := syscall.Kill(h.grand, 0); err != nil {
 		t.Fatalf("grandchild should still be alive for this test to mean anything: %v", err)
 	}
-	if got := ReadHolder(dir); got != nil {
+	if got := Dir(dir).ReadHolder(); got != nil {
 		t.Fatalf("ReadHolder after SIGKILL = %+v, want nil (process gone)", got)
 	}
-	release, err := Lock(dir, "after kill")
+	release, err := Dir(dir).Lock("after kill")
 	if err != nil {
 		t.Fatalf("Lock after the holder was killed: %v", err)
 	}
@@ -169,11 +169,11 @@ func TestLockDiesWithProcess(t *testing.T) {
 
 func TestLockInProcess(t *testing.T) {
 	dir := t.TempDir()
-	release, err := Lock(dir, "first")
+	release, err := Dir(dir).Lock("first")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Lock(dir, "second"); !errors.Is(err, ErrLocked) {
+	if _, err := Dir(dir).Lock("second"); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Lock = %v, want ErrLocked", err)
 	}
 	if err := release(); err != nil {
@@ -182,12 +182,12 @@ func TestLockInProcess(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	r2, err := Lock(dir, "third")
+	r2, err := Dir(dir).Lock("third")
 	if err != nil {
 		t.Fatalf("Lock after release: %v", err)
 	}
 	r2()
-	if _, err := Lock("", "x"); err == nil {
+	if _, err := Dir("").Lock("x"); err == nil {
 		t.Fatal("Lock with an empty state dir succeeded")
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // ErrStaleNonce: the nonce a rollback was started with does not name the
@@ -62,7 +62,8 @@ func (p *Pending) Matches(nonce string) bool {
 func (p *Pending) Remaining(now time.Time) time.Duration { return p.Deadline.Sub(now) }
 
 // WritePending replaces the marker atomically.
-func WritePending(stateDir string, p *Pending) error {
+func (d Dir) WritePending(p *Pending) error {
+	stateDir := string(d)
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -70,7 +71,8 @@ func WritePending(stateDir string, p *Pending) error {
 }
 
 // ReadPending returns the marker, or (nil, nil) when none is pending.
-func ReadPending(stateDir string) (*Pending, error) {
+func (d Dir) ReadPending() (*Pending, error) {
+	stateDir := string(d)
 	var p Pending
 	found, err := readJSON(stateDir, PendingFile, &p)
 	if err != nil || !found {
@@ -80,14 +82,15 @@ func ReadPending(stateDir string) (*Pending, error) {
 }
 
 // ClearPending removes the marker; an absent marker is fine.
-func ClearPending(stateDir string) error {
+func (d Dir) ClearPending() error {
+	stateDir := string(d)
 	return atomicfs.Remove(filepath.Join(stateDir, PendingFile))
 }
 
 // CheckNonce returns the marker if nonce names it, else ErrStaleNonce (also
 // when nothing is pending).
-func CheckNonce(stateDir, nonce string) (*Pending, error) {
-	p, err := ReadPending(stateDir)
+func (d Dir) CheckNonce(nonce string) (*Pending, error) {
+	p, err := d.ReadPending()
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +106,9 @@ func CheckNonce(stateDir, nonce string) (*Pending, error) {
 // ClearPendingIf removes the marker only if nonce names it, so that a late
 // rollback or disarm of an old cutover cannot clear a newer one. The caller
 // holds the lock, which makes check-then-remove safe.
-func ClearPendingIf(stateDir, nonce string) error {
-	if _, err := CheckNonce(stateDir, nonce); err != nil {
+func (d Dir) ClearPendingIf(nonce string) error {
+	if _, err := d.CheckNonce(nonce); err != nil {
 		return err
 	}
-	return ClearPending(stateDir)
+	return d.ClearPending()
 }

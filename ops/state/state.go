@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/overdeck/mcp-backend/ops/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // File names inside the state directory.
@@ -23,6 +23,10 @@ const (
 	AuditFile    = "audit.jsonl"
 	WatchdogFile = "watchdog.json"
 )
+
+// Dir is mcpctl's state directory: every record in it is read and written
+// through its methods.
+type Dir string
 
 func ensureDir(stateDir string) error {
 	if stateDir == "" {

@@ -30,7 +30,7 @@ func onlyFiles(t testing.TB, dir string, names ...string) {
 
 func TestPendingMarker(t *testing.T) {
 	dir := t.TempDir()
-	if p, err := ReadPending(dir); p != nil || err != nil {
+	if p, err := Dir(dir).ReadPending(); p != nil || err != nil {
 		t.Fatalf("ReadPending on empty dir = %+v, %v; want nil, nil", p, err)
 	}
 	nonce, err := NewNonce()
@@ -45,11 +45,11 @@ func TestPendingMarker(t *testing.T) {
 		ArmedAt: t0, Deadline: t0.Add(120 * time.Second),
 		TimerUnit: "mcpctl-rollback.timer", ServiceUnit: "mcpctl-rollback.service",
 	}
-	if err := WritePending(dir, want); err != nil {
+	if err := Dir(dir).WritePending(want); err != nil {
 		t.Fatal(err)
 	}
 	onlyFiles(t, dir, PendingFile)
-	got, err := ReadPending(dir)
+	got, err := Dir(dir).ReadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestPendingMarker(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := CheckNonce(dir, tc.nonce)
+			p, err := Dir(dir).CheckNonce(tc.nonce)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("CheckNonce = %v, want %v", err, tc.wantErr)
 			}
@@ -86,22 +86,22 @@ func TestPendingMarker(t *testing.T) {
 	}
 
 	// A stale nonce must not clear a newer cutover's marker.
-	if err := ClearPendingIf(dir, "ffffffffffffffffffffffffffffffff"); !errors.Is(err, ErrStaleNonce) {
-		t.Fatalf("ClearPendingIf(stale) = %v", err)
+	if err := Dir(dir).ClearPendingIf("ffffffffffffffffffffffffffffffff"); !errors.Is(err, ErrStaleNonce) {
+		t.Fatalf("Dir(stale).ClearPendingIf() = %v", err)
 	}
-	if p, _ := ReadPending(dir); p == nil {
+	if p, _ := Dir(dir).ReadPending(); p == nil {
 		t.Fatal("a stale nonce cleared the marker")
 	}
-	if err := ClearPendingIf(dir, nonce); err != nil {
+	if err := Dir(dir).ClearPendingIf(nonce); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := ReadPending(dir); p != nil || err != nil {
+	if p, err := Dir(dir).ReadPending(); p != nil || err != nil {
 		t.Fatalf("marker still there after clear: %+v, %v", p, err)
 	}
-	if err := ClearPending(dir); err != nil {
+	if err := Dir(dir).ClearPending(); err != nil {
 		t.Fatalf("clearing an absent marker: %v", err)
 	}
-	if _, err := CheckNonce(dir, nonce); !errors.Is(err, ErrStaleNonce) {
+	if _, err := Dir(dir).CheckNonce(nonce); !errors.Is(err, ErrStaleNonce) {
 		t.Fatalf("CheckNonce with nothing pending = %v", err)
 	}
 }
@@ -122,7 +122,7 @@ func TestPendingValidation(t *testing.T) {
 			p := ok
 			tc.mutate(&p)
 			dir := t.TempDir()
-			err := WritePending(dir, &p)
+			err := Dir(dir).WritePending(&p)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("WritePending = %v, want an error naming %s", err, tc.field)
 			}
@@ -137,7 +137,7 @@ func TestPendingCorruptIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Corrupt must not read as "nothing pending": that would skip a rollback.
-	if p, err := ReadPending(dir); err == nil {
+	if p, err := Dir(dir).ReadPending(); err == nil {
 		t.Fatalf("ReadPending of a corrupt marker = %+v, nil", p)
 	}
 }
@@ -166,11 +166,11 @@ func TestPassingFor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for _, r := range tc.records {
-				if err := RecordVerdict(dir, r); err != nil {
+				if err := Dir(dir).RecordVerdict(r); err != nil {
 					t.Fatal(err)
 				}
 			}
-			c, s, err := PassingFor(dir, a)
+			c, s, err := Dir(dir).PassingFor(a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,34 +195,34 @@ func TestRecordVerdictValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			err := RecordVerdict(dir, tc.v)
+			err := Dir(dir).RecordVerdict(tc.v)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("RecordVerdict = %v, want an error naming %s", err, tc.field)
 			}
 			onlyFiles(t, dir)
 		})
 	}
-	if _, _, err := PassingFor(t.TempDir(), "nope"); err == nil {
+	if _, _, err := Dir(t.TempDir()).PassingFor("nope"); err == nil {
 		t.Fatal("PassingFor accepted a malformed digest")
 	}
 }
 
 func TestVerdictTornLineSkipped(t *testing.T) {
 	dir := t.TempDir()
-	if err := RecordVerdict(dir, Verdict{Kind: KindCanary, Digest: digest('a'), Pass: true, Time: t0}); err != nil {
+	if err := Dir(dir).RecordVerdict(Verdict{Kind: KindCanary, Digest: digest('a'), Pass: true, Time: t0}); err != nil {
 		t.Fatal(err)
 	}
 	f, _ := os.OpenFile(filepath.Join(dir, VerdictsFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"kind":"stress","digest":"sha256:aaaa`)
 	f.Close()
-	if err := RecordVerdict(dir, Verdict{Kind: KindStress, Digest: digest('a'), Pass: true, Time: t0}); err != nil {
+	if err := Dir(dir).RecordVerdict(Verdict{Kind: KindStress, Digest: digest('a'), Pass: true, Time: t0}); err != nil {
 		t.Fatal(err)
 	}
-	all, err := Verdicts(dir)
+	all, err := Dir(dir).Verdicts()
 	if err != nil || len(all) != 2 {
 		t.Fatalf("Verdicts = %d records, %v; want 2 (torn one skipped)", len(all), err)
 	}
-	if c, s, _ := PassingFor(dir, digest('a')); !c || !s {
+	if c, s, _ := Dir(dir).PassingFor(digest('a')); !c || !s {
 		t.Fatalf("PassingFor = %v %v after a torn line", c, s)
 	}
 }
@@ -248,11 +248,11 @@ func TestAuditTail(t *testing.T) {
 				e := Event{Time: t0.Add(time.Duration(i) * time.Second), Action: ActionCutover,
 					FromVersion: "v1", ToVersion: "v2", Outcome: OutcomeOK, Reason: fmt.Sprintf("event %d", i),
 					Details: map[string]string{"pad": strings.Repeat("x", 60)}}
-				if err := Audit(dir, e); err != nil {
+				if err := Dir(dir).Audit(e); err != nil {
 					t.Fatal(err)
 				}
 			}
-			got, err := Tail(dir, tc.n)
+			got, err := Dir(dir).Tail(tc.n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,19 +270,19 @@ func TestAuditTail(t *testing.T) {
 
 func TestAuditTornAndEmpty(t *testing.T) {
 	dir := t.TempDir()
-	if err := Audit(dir, Event{}); err == nil {
+	if err := Dir(dir).Audit(Event{}); err == nil {
 		t.Fatal("an event without action was accepted")
 	}
-	if err := Audit(dir, Event{Action: ActionArmed, Reason: "first"}); err != nil {
+	if err := Dir(dir).Audit(Event{Action: ActionArmed, Reason: "first"}); err != nil {
 		t.Fatal(err)
 	}
 	f, _ := os.OpenFile(filepath.Join(dir, AuditFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"action":"cut`)
 	f.Close()
-	if err := Audit(dir, Event{Action: ActionDisarmed, Reason: "second"}); err != nil {
+	if err := Dir(dir).Audit(Event{Action: ActionDisarmed, Reason: "second"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Tail(dir, 10)
+	got, err := Dir(dir).Tail(10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestAuditTornAndEmpty(t *testing.T) {
 
 func TestWatchdogState(t *testing.T) {
 	dir := t.TempDir()
-	w, err := LoadWatchdog(dir)
+	w, err := Dir(dir).LoadWatchdog()
 	if err != nil || len(w.Tunnels) != 0 {
 		t.Fatalf("LoadWatchdog on empty dir = %+v, %v", w, err)
 	}
@@ -302,11 +302,11 @@ func TestWatchdogState(t *testing.T) {
 		t.Fatalf("streak = %d, want 2", n)
 	}
 	w.Tunnel("overdeck-vm").OK(t0)
-	if err := SaveWatchdog(dir, w); err != nil {
+	if err := Dir(dir).SaveWatchdog(w); err != nil {
 		t.Fatal(err)
 	}
 	onlyFiles(t, dir, WatchdogFile)
-	got, err := LoadWatchdog(dir)
+	got, err := Dir(dir).LoadWatchdog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestWatchdogState(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, WatchdogFile), []byte("nonsense"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadWatchdog(dir); err == nil {
+	if _, err := Dir(dir).LoadWatchdog(); err == nil {
 		t.Fatal("a corrupt watchdog state loaded without error")
 	}
 }

@@ -48,7 +48,8 @@ func (v *Verdict) validate() error {
 }
 
 // RecordVerdict appends v to <stateDir>/verdicts.jsonl (a zero Time is now).
-func RecordVerdict(stateDir string, v Verdict) error {
+func (d Dir) RecordVerdict(v Verdict) error {
+	stateDir := string(d)
 	if err := v.validate(); err != nil {
 		return fmt.Errorf("record verdict: %w", err)
 	}
@@ -62,7 +63,8 @@ func RecordVerdict(stateDir string, v Verdict) error {
 // Verdicts returns every readable record, in file order. A line torn by a
 // crash is skipped: it can only lose a record, which makes a cutover refuse,
 // never pass.
-func Verdicts(stateDir string) ([]Verdict, error) {
+func (d Dir) Verdicts() ([]Verdict, error) {
+	stateDir := string(d)
 	f, err := os.Open(filepath.Join(stateDir, VerdictsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -89,8 +91,8 @@ func Verdicts(stateDir string) ([]Verdict, error) {
 
 // Latest returns the newest verdict of kind for digest, or nil. Newest is by
 // Time; at equal times the later line wins.
-func Latest(stateDir, kind, digest string) (*Verdict, error) {
-	all, err := Verdicts(stateDir)
+func (d Dir) Latest(kind, digest string) (*Verdict, error) {
+	all, err := d.Verdicts()
 	if err != nil {
 		return nil, err
 	}
@@ -106,15 +108,15 @@ func Latest(stateDir, kind, digest string) (*Verdict, error) {
 
 // PassingFor reports whether the newest canary and the newest stress verdict
 // for digest passed. A build without a record of a kind has not passed it.
-func PassingFor(stateDir, digest string) (canaryOK, stressOK bool, err error) {
+func (d Dir) PassingFor(digest string) (canaryOK, stressOK bool, err error) {
 	if err := ValidateDigest(digest); err != nil {
 		return false, false, err
 	}
-	c, err := Latest(stateDir, KindCanary, digest)
+	c, err := d.Latest(KindCanary, digest)
 	if err != nil {
 		return false, false, err
 	}
-	s, err := Latest(stateDir, KindStress, digest)
+	s, err := d.Latest(KindStress, digest)
 	if err != nil {
 		return false, false, err
 	}

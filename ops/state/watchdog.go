@@ -61,7 +61,8 @@ func (t *TunnelHealth) Restarted(now time.Time) {
 // LoadWatchdog returns the saved state, or an empty one when there is none.
 // A file that cannot be parsed is an error: the caller decides whether to
 // start over.
-func LoadWatchdog(stateDir string) (*Watchdog, error) {
+func (d Dir) LoadWatchdog() (*Watchdog, error) {
+	stateDir := string(d)
 	w := &Watchdog{}
 	if _, err := readJSON(stateDir, WatchdogFile, w); err != nil {
 		return nil, fmt.Errorf("watchdog state: %w", err)
@@ -73,7 +74,8 @@ func LoadWatchdog(stateDir string) (*Watchdog, error) {
 }
 
 // SaveWatchdog replaces the state atomically, stamping Updated.
-func SaveWatchdog(stateDir string, w *Watchdog) error {
+func (d Dir) SaveWatchdog(w *Watchdog) error {
+	stateDir := string(d)
 	w.Updated = time.Now().UTC()
 	return writeJSON(stateDir, WatchdogFile, w)
 }

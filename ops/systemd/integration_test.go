@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -14,9 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/proctest"
+
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -79,7 +81,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := units.Render(units.Params{Config: cfg, MCPCtl: mcpctl})
+	rendered, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: mcpctl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +144,8 @@ func TestUnitsInRealSystemd(t *testing.T) {
 
 	t.Run("guardrails", func(t *testing.T) {
 		g := cfg.Guardrails
-		high, _ := ctlconfig.ParseSize(g.MemoryHigh)
-		max, _ := ctlconfig.ParseSize(g.MemoryMax)
+		high, _ := units.ParseSize(g.MemoryHigh)
+		max, _ := units.ParseSize(g.MemoryMax)
 		tests := []struct {
 			name      string
 			got, want uint64
@@ -176,7 +178,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	}
 
 	t.Run("backend restart leaves tunnels alone", func(t *testing.T) {
-		before := map[string]*systemd.UnitState{}
+		before := map[string]*unitstate.State{}
 		for _, tu := range cfg.Tunnels {
 			st, err := sd.Unit(ctx, tu.Unit)
 			if err != nil {
@@ -309,7 +311,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []systemd.ExecCommand{{Path: "/bin/sleep", Argv: []string{"/bin/sleep", "3600"}}, {Path: "/bin/true", Argv: []string{"/bin/true", "one", "two"}}}
+		want := []unitstate.ExecCommand{{Path: "/bin/sleep", Argv: []string{"/bin/sleep", "3600"}}, {Path: "/bin/true", Argv: []string{"/bin/true", "one", "two"}}}
 		if fmt.Sprint(cmds) != fmt.Sprint(want) {
 			t.Fatalf("ExecStart = %+v, want %+v", cmds, want)
 		}
@@ -343,7 +345,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 
 	t.Run("disarmed before it fires", func(t *testing.T) {
 		marker := filepath.Join(work, "disarmed-ran")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-disarm.timer", Service: "it-disarm.service", Description: "disarm test",
 			Argv: []string{"/usr/bin/touch", marker}, After: time.Hour,
 		}
@@ -387,14 +389,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		}
 		// What is not armed cannot be disarmed: a caller must not mistake
 		// a fired timer for a disarmed one.
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("second disarm: %v, want ErrAlreadyFired", err)
 		}
 	})
 
 	t.Run("left armed it fires and runs its service", func(t *testing.T) {
 		marker := filepath.Join(work, "fired")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-fire.timer", Service: "it-fire.service",
 			Argv: []string{"/usr/bin/touch", marker}, After: time.Second,
 		}
@@ -409,14 +411,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
 			t.Fatal(err)
 		}
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("disarm after firing: %v, want ErrAlreadyFired", err)
 		}
 	})
 
 	t.Run("a failed run unloads too and the names can be armed again", func(t *testing.T) {
 		marker := filepath.Join(work, "failed-run")
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-fail.timer", Service: "it-fail.service",
 			Argv: []string{"/bin/sh", "-c", "touch " + marker + "; exit 4"}, After: time.Second,
 		}
@@ -442,7 +444,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 	})
 
 	t.Run("disarm refuses to kill a running service", func(t *testing.T) {
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-busy.timer", Service: "it-busy.service",
 			Argv: []string{"/bin/sleep", "60"}, After: time.Second,
 		}
@@ -463,7 +465,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, systemd.ErrAlreadyFired) {
+		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("err = %v, want ErrAlreadyFired", err)
 		}
 		if err := sd.Stop(ctx, tr.Service); err != nil {
@@ -472,7 +474,7 @@ func TestJobsAndTransientTimers(t *testing.T) {
 	})
 
 	t.Run("transient units do not survive a reboot", func(t *testing.T) {
-		tr := systemd.Transient{
+		tr := unitstate.Transient{
 			Timer: "it-reboot.timer", Service: "it-reboot.service",
 			Argv: []string{"/usr/bin/true"}, After: time.Hour,
 		}
@@ -485,4 +487,14 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			t.Fatalf("Gone after reboot = %v, %v", gone, err)
 		}
 	})
+}
+
+// unitSpec is cfg's unit spec; the test fails when cfg cannot be rendered.
+func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
+	t.Helper()
+	spec, err := cfg.UnitSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

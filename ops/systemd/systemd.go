@@ -18,20 +18,8 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 
-	"github.com/overdeck/mcp-backend/ops/unit"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 )
-
-// The plain facts live in ops/unit so planners need no D-Bus; these aliases
-// keep older callers compiling.
-type (
-	UnitState   = unit.State
-	Listed      = unit.Listed
-	ExecCommand = unit.ExecCommand
-	Transient   = unit.Transient
-)
-
-// ErrAlreadyFired is unit.ErrAlreadyFired.
-var ErrAlreadyFired = unit.ErrAlreadyFired
 
 // DefaultJobTimeout bounds the wait for a job when the context has no
 // deadline: a unit's own timeouts end every job well before it.
@@ -171,11 +159,6 @@ func (c *Client) Restart(ctx context.Context, unit string) error {
 	return c.job(ctx, "restart", unit, c.conn.RestartUnitContext)
 }
 
-// TryRestart restarts unit only if it is running, and waits for the job.
-func (c *Client) TryRestart(ctx context.Context, unit string) error {
-	return c.job(ctx, "try-restart", unit, c.conn.TryRestartUnitContext)
-}
-
 // job queues a job in "replace" mode and waits for its result. Only "done"
 // is success; on any other result the unit's failed state is reset so a
 // later start (a rollback) is not refused by the start limit.
@@ -252,12 +235,12 @@ func (c *Client) Disable(ctx context.Context, units ...string) error {
 
 // Unit reads unit's properties. A unit systemd does not know has LoadState
 // "not-found"; that is not an error.
-func (c *Client) Unit(ctx context.Context, unit string) (*UnitState, error) {
+func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error) {
 	props, err := c.conn.GetUnitPropertiesContext(ctx, unit)
 	if err != nil {
 		return nil, fmt.Errorf("properties of %s: %w", unit, err)
 	}
-	st := &UnitState{Name: unit}
+	st := &unitstate.State{Name: unit}
 	st.LoadState = str(props["LoadState"])
 	st.ActiveState = str(props["ActiveState"])
 	st.SubState = str(props["SubState"])
@@ -301,7 +284,7 @@ func isGone(s string) bool { return s == "not-found" || s == "" }
 // ArmTransient creates and starts the timer with its service as an auxiliary
 // unit (StartTransientUnitAux). Transient units vanish at reboot; callers that
 // must survive one keep their own marker.
-func (c *Client) ArmTransient(ctx context.Context, t Transient) error {
+func (c *Client) ArmTransient(ctx context.Context, t unitstate.Transient) error {
 	service := strings.TrimSuffix(t.Timer, ".timer") + ".service"
 	if t.Service == "" {
 		t.Service = service
@@ -369,7 +352,7 @@ func (c *Client) DisarmTransient(ctx context.Context, timer, service string) err
 		return fmt.Errorf("disarm: %w", err)
 	}
 	if isGone(st.LoadState) || st.ActiveState != "active" {
-		return fmt.Errorf("disarm %s (%s/%s): %w", timer, st.LoadState, st.ActiveState, ErrAlreadyFired)
+		return fmt.Errorf("disarm %s (%s/%s): %w", timer, st.LoadState, st.ActiveState, unitstate.ErrAlreadyFired)
 	}
 	if err := c.Stop(ctx, timer); err != nil {
 		return fmt.Errorf("disarm: %w", err)
@@ -380,7 +363,7 @@ func (c *Client) DisarmTransient(ctx context.Context, timer, service string) err
 		return fmt.Errorf("disarm: %w", err)
 	}
 	if svc.ActiveState != "inactive" || svc.InvocationID != "" {
-		return fmt.Errorf("disarm %s: service %s is %s: %w", timer, service, svc.ActiveState, ErrAlreadyFired)
+		return fmt.Errorf("disarm %s: service %s is %s: %w", timer, service, svc.ActiveState, unitstate.ErrAlreadyFired)
 	}
 	if err := c.stopIfLoaded(ctx, service); err != nil {
 		return fmt.Errorf("disarm: %w", err)
@@ -439,21 +422,21 @@ func (c *Client) WaitGone(ctx context.Context, units ...string) error {
 
 // ListUnits lists the units systemd has in memory (loaded, or referenced
 // and not found), with their states.
-func (c *Client) ListUnits(ctx context.Context) ([]Listed, error) {
+func (c *Client) ListUnits(ctx context.Context) ([]unitstate.Listed, error) {
 	sts, err := c.conn.ListUnitsContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list units: %w", err)
 	}
-	out := make([]Listed, 0, len(sts))
+	out := make([]unitstate.Listed, 0, len(sts))
 	for _, s := range sts {
-		out = append(out, Listed{Name: s.Name, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState})
+		out = append(out, unitstate.Listed{Name: s.Name, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState})
 	}
 	return out, nil
 }
 
 // ExecStart reads a service's ExecStart commands. The property is an array
 // of (path, argv, ignore_errors, timestamps..., pid, code, status) structs.
-func (c *Client) ExecStart(ctx context.Context, service string) ([]ExecCommand, error) {
+func (c *Client) ExecStart(ctx context.Context, service string) ([]unitstate.ExecCommand, error) {
 	p, err := c.conn.GetServicePropertyContext(ctx, service, "ExecStart")
 	if err != nil {
 		return nil, fmt.Errorf("ExecStart of %s: %w", service, err)
@@ -462,12 +445,12 @@ func (c *Client) ExecStart(ctx context.Context, service string) ([]ExecCommand, 
 }
 
 // decodeExec turns the ExecStart property's value into commands.
-func decodeExec(v any) ([]ExecCommand, error) {
+func decodeExec(v any) ([]unitstate.ExecCommand, error) {
 	rows, ok := v.([][]any)
 	if !ok {
 		return nil, fmt.Errorf("ExecStart: unexpected value of type %T, want an array of structs", v)
 	}
-	out := make([]ExecCommand, 0, len(rows))
+	out := make([]unitstate.ExecCommand, 0, len(rows))
 	for i, r := range rows {
 		if len(r) < 2 {
 			return nil, fmt.Errorf("ExecStart[%d]: %d fields, want at least path and argv", i, len(r))
@@ -477,7 +460,7 @@ func decodeExec(v any) ([]ExecCommand, error) {
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("ExecStart[%d]: fields of type %T, %T, want string, []string", i, r[0], r[1])
 		}
-		out = append(out, ExecCommand{Path: path, Argv: argv})
+		out = append(out, unitstate.ExecCommand{Path: path, Argv: argv})
 	}
 	return out, nil
 }

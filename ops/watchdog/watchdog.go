@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 	rep := &Report{Tunnels: map[string]string{}}
 	// A mutating command (cutover, rollback) restarts things on purpose:
 	// stay out of its way, and keep our state file single-writer.
-	release, err := state.Lock(cfg.StateDir, "watchdog")
+	release, err := state.Dir(cfg.StateDir).Lock("watchdog")
 	if errors.Is(err, state.ErrLocked) {
 		rep.Skipped = "another mcpctl command is running"
 		return rep, nil
@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		return rep, fmt.Errorf("watchdog: %w", err)
 	}
 	defer release()
-	w, err := state.LoadWatchdog(cfg.StateDir)
+	w, err := state.Dir(cfg.StateDir).LoadWatchdog()
 	if err != nil {
 		log.Warn("watchdog state unreadable, starting over", "err", err)
 		w = &state.Watchdog{}
@@ -108,10 +108,10 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		} else {
 			rep.Restarted = append(rep.Restarted, name)
 		}
-		_ = state.Audit(cfg.StateDir, state.Event{Action: state.ActionWatchdog, Outcome: outcome, Reason: w.Tunnel(name).LastError,
+		_ = state.Dir(cfg.StateDir).Audit(state.Event{Action: state.ActionWatchdog, Outcome: outcome, Reason: w.Tunnel(name).LastError,
 			Details: map[string]string{"tunnel": name, "unit": units[name]}})
 	}
-	if err := state.SaveWatchdog(cfg.StateDir, w); err != nil {
+	if err := state.Dir(cfg.StateDir).SaveWatchdog(w); err != nil {
 		errsOut = append(errsOut, err)
 	}
 	return rep, errors.Join(errsOut...)

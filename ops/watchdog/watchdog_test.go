@@ -77,7 +77,7 @@ func TestRunAcrossProcesses(t *testing.T) {
 	if fmt.Sprint(r) != fmt.Sprint([]string{cfg.Tunnels[0].Unit}) {
 		t.Fatalf("restarts = %v, want only %s", r, cfg.Tunnels[0].Unit)
 	}
-	release, err := state.Lock(cfg.StateDir, "cutover")
+	release, err := state.Dir(cfg.StateDir).Lock("cutover")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+// output is how a command writes, resolved once per run (resolveOutput):
+// JSON on stdout for scripts, or text styled with lipgloss for people, colour
+// only on a terminal and never with --no-color or NO_COLOR.
+type output struct {
+	w     io.Writer
+	json  bool
+	color bool
+	r     *lipgloss.Renderer
+	st    styles
+}
+
+// styles are the few text styles every human form uses.
+type styles struct {
+	title, ok, bad, dim lipgloss.Style
+}
+
+func (s styles) verdict(ok bool) string {
+	if ok {
+		return s.ok.Render("PASS")
+	}
+	return s.bad.Render("FAIL")
+}
+
+// newOutput styles w: colour only on a terminal, never with noColor.
+func newOutput(w io.Writer, asJSON, noColor bool) *output {
+	r := lipgloss.NewRenderer(w)
+	f, isFile := w.(*os.File)
+	color := !noColor && isFile && term.IsTerminal(int(f.Fd()))
+	if !color {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	return &output{w: w, json: asJSON, color: color, r: r, st: styles{
+		title: r.NewStyle().Bold(true),
+		ok:    r.NewStyle().Foreground(lipgloss.Color("2")).Bold(true),
+		bad:   r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+		dim:   r.NewStyle().Faint(true),
+	}}
+}
+
+// resolveOutput is the one place the output flags are read: --json and
+// --no-color before or after the command (the command's own --json, then the
+// global one), NO_COLOR having been folded into --no-color by the app.
+func resolveOutput(c *cli.Context, d *deps) *output {
+	var asJSON, noColor bool
+	for _, x := range c.Lineage() {
+		asJSON = asJSON || x.Bool("json")
+		noColor = noColor || x.Bool("no-color")
+	}
+	return newOutput(d.stdout, asJSON, noColor)
+}
+
+// print writes v as JSON with --json, else its human form.
+func (o *output) print(v any, human func(io.Writer, styles)) {
+	if o.json {
+		_ = writeJSON(o.w, v)
+		return
+	}
+	human(o.w, o.st)
+}
+
+// printText is print for a human form that needs no styles.
+func (o *output) printText(v any, human func(io.Writer)) {
+	o.print(v, func(w io.Writer, _ styles) { human(w) })
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// jsonFlag is --json as every command accepts it after its name (scripts
+// write it there); each command needs its own value, urfave/cli keeps state
+// in it.
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "machine-readable output on stdout"}
+}
+
+// withOutput gives every command --json and resolves the output once before
+// its action runs.
+func withOutput(d *deps, cmds []*cli.Command) []*cli.Command {
+	for _, cmd := range cmds {
+		if cmd.Action != nil {
+			if !hasFlag(cmd, "json") {
+				cmd.Flags = append(cmd.Flags, jsonFlag())
+			}
+			action := cmd.Action
+			cmd.Action = func(c *cli.Context) error {
+				d.out = resolveOutput(c, d)
+				return action(c)
+			}
+		}
+		withOutput(d, cmd.Subcommands)
+	}
+	return cmds
+}
+
+func hasFlag(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/state"
+)
+
+// TestRollbackStatusBrokenMarkerInRealSystemd: rollback status is what the
+// HUMAN NEEDED message sends the operator to; with a pending marker it cannot
+// read it still reports (exit 1), says what that means and what to run next,
+// in text and in --json.
+func TestRollbackStatusBrokenMarkerInRealSystemd(t *testing.T) {
+	work := t.TempDir()
+	mcpctl := filepath.Join(work, "bin", "mcpctl")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "v-rollback-test"), mcpctl)
+	stateDir := filepath.Join(work, "state")
+	conf := unitTestConfig(t, work, func(m map[string]any) { m["stateDir"] = stateDir })
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, state.PendingFile), []byte(`{"snapshotId": "2026`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := nspawntest.Boot(t, nspawntest.Options{Binds: []string{work}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := m.Command(ctx, append([]string{mcpctl, "--config", conf, "--no-color"}, args...)...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, out.String(), errb.String()
+		case errors.As(err, &ee):
+			return ee.ExitCode(), out.String(), errb.String()
+		}
+		t.Fatalf("mcpctl %v: %v", args, err)
+		return -1, "", ""
+	}
+
+	code, out, errOut := run("rollback", "status")
+	if code != deploy.CodeFailed {
+		t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, deploy.CodeFailed, out, errOut)
+	}
+	for _, want := range []string{"UNKNOWN", "pending-cutover marker cannot be read", "timer not loaded", "`mcpctl rollback --snapshot ID`", "`mcpctl rollback disarm`"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "`mcpctl snapshot list`") {
+		t.Errorf("stderr names no next command:\n%s", errOut)
+	}
+
+	code, out, _ = run("rollback", "status", "--json")
+	var rv rollbackView
+	if err := json.Unmarshal([]byte(out), &rv); err != nil || code != deploy.CodeFailed {
+		t.Fatalf("exit %d, %v: %s", code, err, out)
+	}
+	if rv.State != rollbackMarkerUnreadable || rv.Err == "" || rv.Armed {
+		t.Fatalf("rollback status --json = %+v, want state %s with the error", rv, rollbackMarkerUnreadable)
+	}
+}

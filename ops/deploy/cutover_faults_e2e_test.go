@@ -1,0 +1,384 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// writeUnit writes a unit (or drop-in, when name has a directory) into the
+// container's unit dir and reloads systemd.
+func (s *site) writeUnit(name, content string) {
+	s.t.Helper()
+	p := filepath.Join(s.m.UnitsDir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.m.Client.DaemonReload(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// untouched asserts a refused cutover changed nothing: production still on
+// v1 with the same unit invocation, no snapshot, no rollback armed.
+func (s *site) untouched(inv string) {
+	s.t.Helper()
+	if _, now := s.unit(s.cfg.Backend.Unit); now != inv {
+		s.t.Fatal("a refused cutover restarted the backend")
+	}
+	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
+		s.t.Fatalf("production %s, current %s after a refused cutover, want v1", v, c)
+	}
+	if list, _ := snapshot.List(s.cfg.StateDir); len(list) != 0 {
+		s.t.Fatalf("a refused cutover took %d snapshots", len(list))
+	}
+	s.assertNoRollbackArmed()
+}
+
+// TestCutoverRefusesDuplicateSupervisors: a second unit running production's
+// binary, or a second watchdog, makes cutover refuse (exit 1) with nothing
+// changed (issue 6, preflight). The second unit listens on another port, so
+// only the unit check can catch it.
+func TestCutoverRefusesDuplicateSupervisors(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	s.pass(s.builds["v2"])
+	_, inv := s.unit(s.cfg.Backend.Unit)
+
+	t.Run("second unit on the same binary", func(t *testing.T) {
+		s.t = t
+		addr := proctest.FreeAddr(t)
+		legacyCfg := filepath.Join(s.dir, "etc", "legacy.json")
+		writeJSON(t, legacyCfg, map[string]any{"listen": addr})
+		s.writeUnit("legacy-mcp.service", fmt.Sprintf("[Service]\nType=simple\nExecStart=%s serve --config %s --listen %s\n",
+			units.CurrentBinary(s.cfg.Install.Root), legacyCfg, addr))
+		if err := s.m.Client.Start(context.Background(), "legacy-mcp.service"); err != nil {
+			t.Fatal(err)
+		}
+		s.waitHTTP("http://"+addr+"/healthz", 10*time.Second)
+		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		if code != 1 || !strings.Contains(out, "duplicate supervisor: legacy-mcp.service") {
+			t.Fatalf("exit %d, want 1 naming legacy-mcp.service:\n%s", code, out)
+		}
+		s.untouched(inv)
+		if err := s.m.Client.Stop(context.Background(), "legacy-mcp.service"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("second watchdog under another name", func(t *testing.T) {
+		s.t = t
+		s.writeUnit("other-watchdog.service", fmt.Sprintf("[Service]\nType=oneshot\nExecStart=%s --config %s watchdog\n", s.mcpctl, s.cfgPath))
+		s.writeUnit("other-watchdog.timer", "[Timer]\nOnActiveSec=1h\n")
+		if err := s.m.Client.Start(context.Background(), "other-watchdog.timer"); err != nil {
+			t.Fatal(err)
+		}
+		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		if code != 1 || !strings.Contains(out, "other-watchdog.service") || strings.Contains(out, "legacy-mcp") {
+			t.Fatalf("exit %d, want 1 naming other-watchdog.service only (legacy-mcp is stopped):\n%s", code, out)
+		}
+		s.untouched(inv)
+		if err := s.m.Client.Stop(context.Background(), "other-watchdog.timer"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("with both stopped the cutover goes through", func(t *testing.T) {
+		s.t = t
+		if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+			t.Fatalf("exit %d, want 0 (stopped units supervise nothing):\n%s", code, out)
+		}
+		if v := s.version(); v != "v2" {
+			t.Fatalf("production %s, want v2", v)
+		}
+	})
+}
+
+// showMono reads a monotonic timestamp property of a unit inside the
+// container.
+func (s *site) showMono(unit, prop string) uint64 {
+	s.t.Helper()
+	out, err := s.m.Exec(context.Background(), "systemctl", "show", "-P", prop, unit)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+	if err != nil || n == 0 {
+		s.t.Fatalf("%s %s = %q: want a timestamp", unit, prop, out)
+	}
+	return n
+}
+
+// TestBootRollsBackAPendingCutover is fault 4: mcpctl is SIGKILLed right
+// after restarting production onto a new build, with a deadline long enough
+// that the timer cannot fire first, and the machine reboots (the transient
+// timer is gone). The enabled boot-time unit must restore the previous
+// release before the backend starts, so the new build never serves again.
+func TestBootRollsBackAPendingCutover(t *testing.T) {
+	s := newSite(t, 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	us, err := units.Render(units.Params{Spec: unitSpec(t, s.cfg), MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enable []string
+	for _, u := range us {
+		if u.Enable {
+			enable = append(enable, u.Name)
+		}
+	}
+	if err := s.m.Client.Enable(ctx, enable...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The real v2 build, slow to start: mcpctl is killed while it waits on
+	// the restart, and v2 then serves with the cutover still pending.
+	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	out := s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.builds["v2"], 5*time.Second), inv0)
+	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
+	p, err := state.Dir(s.cfg.StateDir).ReadPending()
+	if err != nil || p == nil || s.current() != "v2" || s.version() != "v2" {
+		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, serving it:\n%s",
+			p, err, s.current(), s.version(), out)
+	}
+
+	s.m.Reboot(t)
+	s.waitHTTP(s.backend+"/readyz", 30*time.Second)
+	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
+		t.Fatalf("after the reboot production serves %s, current %s; want v1", v, c)
+	}
+	if p, err := state.Dir(s.cfg.StateDir).ReadPending(); err != nil || p != nil {
+		t.Fatalf("pending marker after the boot-time rollback = %+v, %v; want none", p, err)
+	}
+	st, err := s.m.Client.Unit(ctx, units.PendingRollbackService)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Result != "success" || st.ExecMainStatus != 0 {
+		t.Fatalf("%s: result %s status %d", units.PendingRollbackService, st.Result, st.ExecMainStatus)
+	}
+	be, err := s.m.Client.Unit(ctx, s.cfg.Backend.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Started once this boot, after the restore finished: the new build
+	// never served after the reboot.
+	if be.ActiveState != "active" || be.NRestarts != 0 {
+		t.Fatalf("backend %s with %d restarts, want active, started once", be.ActiveState, be.NRestarts)
+	}
+	restored := s.showMono(units.PendingRollbackService, "ExecMainExitTimestampMonotonic")
+	started := s.showMono(s.cfg.Backend.Unit, "ExecMainStartTimestampMonotonic")
+	if restored > started {
+		t.Fatalf("backend started (%d us) before the boot-time rollback finished (%d us)", started, restored)
+	}
+	events, err := state.Dir(s.cfg.StateDir).Tail(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rolled bool
+	for _, e := range events {
+		rolled = rolled || (e.Action == state.ActionRolledBack && e.Outcome == state.OutcomeOK && e.ToVersion == "v1")
+	}
+	if !rolled {
+		t.Fatalf("no rolled-back record to v1 in the audit: %+v", events)
+	}
+	s.assertStatus("v1", state.ActionRolledBack)
+}
+
+// watchdogRun runs one mcpctl watchdog round in the container and returns
+// the tunnels it restarted.
+func (s *site) watchdogRun() []string {
+	s.t.Helper()
+	code, out := s.run("--json", "watchdog")
+	if code != 0 {
+		s.t.Fatalf("watchdog exit %d:\n%s", code, out)
+	}
+	var rep struct {
+		Skipped   string   `json:"skipped"`
+		BackendOK bool     `json:"backendOK"`
+		Restarted []string `json:"restarted"`
+	}
+	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:strings.LastIndex(out, "}")+1]), &rep) != nil || rep.Skipped != "" || !rep.BackendOK {
+		s.t.Fatalf("watchdog report: %s", out)
+	}
+	return rep.Restarted
+}
+
+// identities are the InvocationIDs of the backend and both tunnels.
+func (s *site) identities() map[string]string {
+	out := s.invocations()
+	_, out["backend"] = s.unit(s.cfg.Backend.Unit)
+	return out
+}
+
+// TestWatchdogInSystemd is fault 9: a tunnel whose unit stays active but
+// does not forward is restarted after three consecutive failed rounds, and
+// nothing else is; a saturated backend (/readyz 503) restarts nothing.
+func TestWatchdogInSystemd(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	broken, healthy := s.cfg.Tunnels[0], s.cfg.Tunnels[1]
+	dropIn := broken.Unit + ".d/broken.conf"
+
+	t.Run("a tunnel that does not forward", func(t *testing.T) {
+		s.t = t
+		_, port, _ := strings.Cut(strings.TrimPrefix(broken.URL, "http://"), ":")
+		// Listens, accepts, and closes every connection: active, useless.
+		s.writeUnit(dropIn, fmt.Sprintf("[Service]\nExecStart=\nExecStart=/usr/bin/socat TCP-LISTEN:%s,bind=127.0.0.1,reuseaddr,fork EXEC:/bin/false\n", port))
+		if err := s.m.Client.Restart(context.Background(), broken.Unit); err != nil {
+			t.Fatal(err)
+		}
+		before := s.identities()
+		for round := 1; round < 3; round++ {
+			if got := s.watchdogRun(); len(got) != 0 {
+				t.Fatalf("round %d restarted %v, want nothing before 3 failures", round, got)
+			}
+			if now := s.identities(); fmt.Sprint(now) != fmt.Sprint(before) {
+				t.Fatalf("round %d changed units: %v -> %v", round, before, now)
+			}
+		}
+		if got := s.watchdogRun(); fmt.Sprint(got) != fmt.Sprint([]string{broken.Name}) {
+			t.Fatalf("round 3 restarted %v, want [%s]", got, broken.Name)
+		}
+		after := s.identities()
+		if after[broken.Name] == before[broken.Name] {
+			t.Fatalf("%s InvocationID unchanged after the watchdog restarted it", broken.Unit)
+		}
+		if after[healthy.Name] != before[healthy.Name] || after["backend"] != before["backend"] {
+			t.Fatalf("the watchdog restarted more than %s: %v -> %v", broken.Unit, before, after)
+		}
+		if st, _ := s.unit(broken.Unit); st != "active" {
+			t.Fatalf("%s is %s after the restart", broken.Unit, st)
+		}
+	})
+
+	t.Run("a saturated backend restarts nothing", func(t *testing.T) {
+		s.t = t
+		if err := os.Remove(filepath.Join(s.m.UnitsDir, dropIn)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.m.Client.DaemonReload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// One shell slot and a queue of one: two sleeping shell.exec calls
+		// fill it, and /readyz answers 503 while /healthz stays 200.
+		writeJSON(t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen,
+			"concurrency": map[string]any{"maxActive": 2, "reservedControl": 1, "maxShell": 1, "maxQueue": 1, "queueWaitMs": 120000}})
+		for _, u := range []string{broken.Unit, s.cfg.Backend.Unit} {
+			if err := s.m.Client.Restart(context.Background(), u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, url := range []string{s.backend, broken.URL, healthy.URL} {
+			s.waitHTTP(url+"/readyz", 10*time.Second)
+		}
+		s.watchdogRun() // a passing round clears the broken tunnel's record
+
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, _ = (&verify.Client{}).CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 120", "timeoutMs": 150000})
+			}()
+		}
+		status := func(url string) int {
+			resp, err := http.Get(url)
+			if err != nil {
+				return 0
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		proctest.Eventually(t, "/readyz 503 with the queue full", func() bool { return status(s.backend+"/readyz") == http.StatusServiceUnavailable })
+		before := s.identities()
+		for round := 1; round <= 4; round++ {
+			if got := s.watchdogRun(); len(got) != 0 {
+				t.Fatalf("round %d restarted %v while the backend was only busy", round, got)
+			}
+		}
+		for _, tun := range s.cfg.Tunnels {
+			if c := status(tun.URL + "/readyz"); c != http.StatusServiceUnavailable {
+				t.Fatalf("%s /readyz = %d through the tunnel, want 503: the backend must still be saturated", tun.Name, c)
+			}
+		}
+		if after := s.identities(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("a saturated backend made the watchdog restart units: %v -> %v", before, after)
+		}
+	})
+}
+
+// TestFailedTimerRollbackThenCutover: the armed timer's rollback fails (its
+// snapshot is corrupt) after mcpctl was killed. The failed run must not
+// block what comes next: `rollback status` says a human is needed (pending,
+// not armed), `rollback disarm` clears the marker, and the next cutover runs
+// without anyone running systemctl reset-failed.
+func TestFailedTimerRollbackThenCutover(t *testing.T) {
+	s := newSite(t, 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.build("v3"), 3*time.Second), inv0)
+	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
+	snap := lastSnapshotManifest(t, s)
+	for _, f := range snap.Files {
+		if f.Role == snapshot.RoleConfig {
+			if err := os.WriteFile(filepath.Join(snap.Dir, f.Stored), []byte(`{"listen":"127.0.0.1:1"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var failed bool
+	for end := time.Now().Add(60 * time.Second); !failed; time.Sleep(200 * time.Millisecond) {
+		events, _ := state.Dir(s.cfg.StateDir).Tail(50)
+		for _, e := range events {
+			failed = failed || e.Action == state.ActionRollbackFailed
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the timer's rollback never failed: %+v", events)
+		}
+	}
+	// The failed run is not left loaded as failed.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if gone, err := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
+			break
+		}
+		if time.Now().After(end) {
+			st, _ := s.m.Client.Unit(ctx, deploy.RollbackService)
+			t.Fatalf("the failed rollback run is still loaded: %+v", st)
+		}
+	}
+	code, status := s.run("rollback", "status")
+	if code != 0 || !strings.Contains(status, "NOT ARMED") || !strings.Contains(status, "a human is needed") {
+		t.Fatalf("rollback status: exit %d, want pending, NOT armed:\n%s", code, status)
+	}
+	if code, out := s.run("rollback", "disarm"); code != 0 {
+		t.Fatalf("rollback disarm after a failed timer run: exit %d:\n%s", code, out)
+	}
+	s.waitHTTP(s.backend+"/readyz", 15*time.Second)
+	s.pass(s.builds["v2"])
+	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+		t.Fatalf("the next cutover: exit %d:\n%s", code, out)
+	}
+	if v := s.version(); v != "v2" {
+		t.Fatalf("production %s after the next cutover, want v2", v)
+	}
+	s.assertNoRollbackArmed()
+}

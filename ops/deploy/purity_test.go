@@ -1,0 +1,21 @@
+package deploy
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLinksNoDBus keeps the planners and executors free of a bus client:
+// mcpctl passes the real one in through Systemd.
+func TestLinksNoDBus(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.Contains(pkg, "godbus") || strings.Contains(pkg, "go-systemd") || strings.HasSuffix(pkg, "/ops/systemd") {
+			t.Errorf("ops/deploy links %s", pkg)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
+)
+
+// RollbackOptions are the flags of mcpctl rollback.
+type RollbackOptions struct {
+	SnapshotID string
+	Nonce      string
+	IfPending  bool
+	// Boot: run by the boot-time unit, ordered before the backend, so the
+	// restore must not start the backend (it would wait on this very run).
+	// Only then is the start skipped; anyone else gets a restart and a check.
+	Boot bool
+	// LockWait is how long to wait for the lock (the timer may fire while a
+	// cutover still runs; that cutover finishes or rolls back itself first).
+	LockWait time.Duration
+}
+
+// RollbackReport says what a rollback did.
+type RollbackReport struct {
+	Noop       bool              `json:"noop"`
+	Reason     string            `json:"reason"`
+	SnapshotID string            `json:"snapshotId,omitempty"`
+	Version    string            `json:"version,omitempty"`
+	Changes    []snapshot.Change `json:"changes,omitempty"`
+	Restarted  bool              `json:"restarted"`
+	Duration   time.Duration     `json:"duration"`
+	Timings    []Timing          `json:"timings,omitempty"`
+}
+
+// Rollback runs mcpctl rollback: takes the lock, plans, restores.
+func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
+	dir := env.Config.StateDir
+	release, err := env.state().LockWait(ctx, "rollback", opts.LockWait)
+	if err != nil {
+		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("rollback: %w", err)}
+	}
+	defer release()
+	pending, err := env.state().ReadPending()
+	if err != nil {
+		return nil, fail(CodeRollbackFailed, "rollback: read pending marker: %w", err)
+	}
+	facts := RollbackFacts{SnapshotID: opts.SnapshotID, Nonce: opts.Nonce, IfPending: opts.IfPending, Pending: pending}
+	if opts.SnapshotID == "" && pending == nil {
+		if list, err := snapshot.List(dir); err == nil && len(list) > 0 {
+			facts.Newest = list[0].ID
+		}
+	}
+	plan := PlanRollback(facts)
+	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
+	if !plan.Act {
+		_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
+		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
+	}
+	return restore(ctx, env, plan, opts.Boot)
+}
+
+// restore applies a rollback plan; the caller holds the lock.
+func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*RollbackReport, error) {
+	start := env.now()
+	dir := env.Config.StateDir
+	log := env.log().With("snapshot", plan.SnapshotID)
+	rep := &RollbackReport{SnapshotID: plan.SnapshotID, Reason: plan.Reason}
+	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
+	failed := func(err error) (*RollbackReport, error) {
+		log.Error("rollback failed", "err", err)
+		_ = env.state().Audit(state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
+		return rep, &Error{Code: CodeRollbackFailed, Err: err}
+	}
+
+	t0 := env.now()
+	m, err := snapshot.Load(dir, plan.SnapshotID)
+	if err == nil {
+		err = snapshot.Verify(m)
+	}
+	if err != nil {
+		if errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, snapshot.ErrNotFound) {
+			return failed(fmt.Errorf("snapshot %s refused, nothing was touched: %w; restore by hand from another snapshot (`mcpctl snapshot list`, then `mcpctl rollback --snapshot ID`)", plan.SnapshotID, err))
+		}
+		return failed(fmt.Errorf("load snapshot %s: %w", plan.SnapshotID, err))
+	}
+	rep.Version = m.Version
+	res, err := snapshot.Restore(m)
+	if err != nil {
+		return failed(fmt.Errorf("restore snapshot %s: %w; run `mcpctl rollback --snapshot %s` again to complete it", plan.SnapshotID, err, plan.SnapshotID))
+	}
+	rep.Changes = res.Changes
+	step("restore", t0)
+
+	unit := env.Config.Backend.Unit
+	st, err := env.Systemd.Unit(ctx, unit)
+	if err != nil {
+		return failed(fmt.Errorf("read %s: %w", unit, err))
+	}
+	healthy := st.ActiveState == "active" && env.verifier().OK(ctx, env.backendURL(), "/healthz") == nil
+	// The build is identified by its digest, not by the release's name
+	// (which an operator may once have typed).
+	_, build, infoErr := env.info(ctx, env.backendURL())
+	switch {
+	case res.Changed() == 0 && healthy && infoErr == nil && (m.Digest == "" || build == m.Digest):
+		rep.Noop = true
+		rep.Reason = fmt.Sprintf("snapshot %s (%s) is already in place and running: no-op", plan.SnapshotID, m.Version)
+	case boot && st.ActiveState != "active":
+		// The boot-time unit runs ordered before the backend: starting it
+		// from here would wait on ourselves. Reload so the restored unit is
+		// what systemd starts next.
+		t0 = env.now()
+		if err := env.Systemd.DaemonReload(ctx); err != nil {
+			return failed(fmt.Errorf("daemon-reload: %w", err))
+		}
+		_ = env.Systemd.ResetFailed(ctx, unit)
+		step("daemon-reload", t0)
+	default:
+		t0 = env.now()
+		if err := env.Systemd.DaemonReload(ctx); err != nil {
+			return failed(fmt.Errorf("daemon-reload: %w", err))
+		}
+		if err := env.Systemd.ResetFailed(ctx, unit); err != nil {
+			log.Warn("reset-failed", "unit", unit, "err", err)
+		}
+		if err := env.Systemd.Restart(ctx, unit); err != nil {
+			return failed(fmt.Errorf("back to %s: %w", m.Version, err))
+		}
+		rep.Restarted = true
+		step("restart", t0)
+		t0 = env.now()
+		if err := env.waitReady(ctx, env.backendURL(), m.Digest, 15*time.Second); err != nil {
+			return failed(fmt.Errorf("restored %s but the backend is not healthy: %w", m.Version, err))
+		}
+		step("verify", t0)
+	}
+
+	if err := disarm(ctx, env); err != nil && !errors.Is(err, unitstate.ErrAlreadyFired) {
+		log.Warn("disarm after rollback", "err", err)
+	}
+	if plan.Nonce != "" {
+		if err := env.state().ClearPendingIf(plan.Nonce); err != nil {
+			log.Warn("clear pending marker", "err", err)
+		}
+	}
+	rep.Duration = env.now().Sub(start)
+	outcome := state.OutcomeOK
+	if rep.Noop {
+		outcome = state.OutcomeNoop
+	}
+	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
+	_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
+		Details: map[string]string{"duration": rep.Duration.String()}})
+	return rep, nil
+}
+
+// disarm stops the armed rollback timer, if any, and confirms it is gone. A
+// timer that already fired and whose service has finished (a failed run
+// stays loaded as failed) is a leftover: it is reset and waited away. A
+// service still running is left alone (ErrAlreadyFired).
+func disarm(ctx context.Context, env *Env) error {
+	gone, err := env.Systemd.Gone(ctx, RollbackTimer, RollbackService)
+	if err != nil || gone {
+		return err
+	}
+	err = env.Systemd.DisarmTransient(ctx, RollbackTimer, RollbackService)
+	if !errors.Is(err, unitstate.ErrAlreadyFired) {
+		return err
+	}
+	for _, u := range []string{RollbackTimer, RollbackService} {
+		st, serr := env.Systemd.Unit(ctx, u)
+		if serr != nil {
+			return errors.Join(err, serr)
+		}
+		if st.ActiveState != "inactive" && st.ActiveState != "failed" && st.LoadState != "not-found" {
+			return err
+		}
+	}
+	for _, u := range []string{RollbackService, RollbackTimer} {
+		if rerr := env.Systemd.ResetFailed(ctx, u); rerr != nil {
+			env.log().Debug("reset-failed a leftover rollback unit", "unit", u, "err", rerr)
+		}
+	}
+	if werr := env.Systemd.WaitGone(ctx, RollbackTimer, RollbackService); werr != nil {
+		return fmt.Errorf("a finished rollback run is still loaded: %w", werr)
+	}
+	return nil
+}
+
+// Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
+func Disarm(ctx context.Context, env *Env) error {
+	release, err := env.state().Lock("rollback disarm")
+	if err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	defer release()
+	if err := disarm(ctx, env); err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	if err := env.state().ClearPending(); err != nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
+	}
+	_ = env.state().Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
+	return nil
+}

@@ -1,0 +1,4 @@
+package units
+
+// GoMemLimit exposes goMemLimit to the external tests.
+var GoMemLimit = goMemLimit
