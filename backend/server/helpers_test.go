@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // backend is a real Server behind a real HTTP listener.
@@ -155,9 +155,9 @@ func getJSON(t testing.TB, url string, v any) int {
 	return resp.StatusCode
 }
 
-func (b *backend) metrics(t testing.TB) admission.Snapshot {
+func (b *backend) metrics(t testing.TB) mcpwire.Metrics {
 	t.Helper()
-	var s admission.Snapshot
+	var s mcpwire.Metrics
 	if code := getJSON(t, b.url+"/metrics", &s); code != 200 {
 		t.Fatalf("/metrics = %d", code)
 	}
