@@ -12,7 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/backend/tools"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"mime"
 	"net/http"
 	"strconv"
@@ -269,7 +269,7 @@ func Messages(contentType string, body []byte) ([]json.RawMessage, error) {
 }
 
 // ShellResult is shell.exec's structured result, as the backend defines it.
-type ShellResult = tools.ShellExecResult
+type ShellResult = mcpwire.ShellResult
 
 // ShellOf decodes a shell.exec result from the structured content, or from
 // the text content when the server sent no structured content.

@@ -128,7 +128,7 @@ func (r toolReply) errorCode() string {
 		// Strict clients would reject it against the outputSchema.
 		return "STRUCTURED"
 	}
-	e := toolerr.Decode(r.Result.Meta[toolerr.MetaKey])
+	e := toolerr.Decode(r.Result.Meta[mcpwire.ErrorMetaKey])
 	if e == nil {
 		return "UNSTRUCTURED"
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func memoryError() *toolerr.Error {
-	return toolerr.New(toolerr.Overloaded, "backend overloaded: memory use is above its high-water mark; retry later")
+	return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: memory use is above its high-water mark; retry later")
 }
 
 // UseMemGuard replaces the memory guard (New installs one reading the

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Content encodings of file.read and file.write.
@@ -106,13 +107,13 @@ type FileListResult struct {
 // absPath requires an absolute path without NUL and returns it cleaned.
 func absPath(field, p string) (string, error) {
 	if p == "" {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must not be empty", field)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must not be empty", field)
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must not contain NUL bytes", field)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must not contain NUL bytes", field)
 	}
 	if !filepath.IsAbs(p) {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must be an absolute path (got %q)", field, p)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must be an absolute path (got %q)", field, p)
 	}
 	return filepath.Clean(p), nil
 }
@@ -126,17 +127,17 @@ func fsError(field string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return toolerr.New(toolerr.NotFound, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeNotFound, "argument %q: %s", field, msg)
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return toolerr.New(toolerr.PermissionDenied, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodePermissionDenied, "argument %q: %s", field, msg)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG),
 		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EINVAL):
-		return toolerr.New(toolerr.InvalidArgument, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: %s", field, msg)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EBUSY),
 		errors.Is(err, syscall.ETXTBSY), errors.Is(err, syscall.EAGAIN):
-		return toolerr.New(toolerr.Unavailable, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeUnavailable, "argument %q: %s", field, msg)
 	}
-	return toolerr.New(toolerr.Internal, "argument %q: %s", field, msg)
+	return toolerr.New(mcpwire.CodeInternal, "argument %q: %s", field, msg)
 }
 
 func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, error) {
@@ -146,12 +147,12 @@ func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, e
 		return res, err
 	}
 	if in.Offset < 0 {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"offset\": must be >= 0 (got %d)", in.Offset)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"offset\": must be >= 0 (got %d)", in.Offset)
 	}
 	length := t.opts.OutputBytes
 	if in.Length != nil {
 		if *in.Length < 0 {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"length\": must be >= 0 (got %d)", *in.Length)
+			return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"length\": must be >= 0 (got %d)", *in.Length)
 		}
 		length = min(*in.Length, t.opts.OutputBytes)
 	}
@@ -166,10 +167,10 @@ func (t *Tools) fileRead(_ context.Context, in FileReadInput) (FileReadResult, e
 		return res, fsError("path", err)
 	}
 	if fi.IsDir() {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory (use file.list)", p)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is a directory (use file.list)", p)
 	}
 	if !fi.Mode().IsRegular() {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
 	}
 	if in.Offset > 0 {
 		if _, err := f.Seek(in.Offset, io.SeekStart); err != nil {
@@ -243,7 +244,7 @@ func (t *Tools) fileWrite(_ context.Context, in FileWriteInput) (FileWriteResult
 		return res, err
 	}
 	if p == "/" {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": / is a directory")
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": / is a directory")
 	}
 	var data []byte
 	switch in.Encoding {
@@ -252,16 +253,16 @@ func (t *Tools) fileWrite(_ context.Context, in FileWriteInput) (FileWriteResult
 	case encodingBase64:
 		data, err = base64.StdEncoding.DecodeString(in.Content)
 		if err != nil {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"content\": invalid base64: %v", err)
+			return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"content\": invalid base64: %v", err)
 		}
 	default:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"encoding\": must be %q or %q (got %q)", encodingUTF8, encodingBase64, in.Encoding)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"encoding\": must be %q or %q (got %q)", encodingUTF8, encodingBase64, in.Encoding)
 	}
 	mode := os.FileMode(0o644)
 	if in.Mode != "" {
 		m, err := strconv.ParseUint(in.Mode, 8, 32)
 		if err != nil || m > 0o777 {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"mode\": must be octal permission bits 000..777, e.g. \"0644\" (got %q)", in.Mode)
+			return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"mode\": must be octal permission bits 000..777, e.g. \"0644\" (got %q)", in.Mode)
 		}
 		mode = os.FileMode(m)
 	}
@@ -284,12 +285,12 @@ func (t *Tools) fileWrite(_ context.Context, in FileWriteInput) (FileWriteResult
 		}
 		p = target
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
+			return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is a directory", p)
 		}
 	case err == nil && fi.IsDir():
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is a directory", p)
 	case err == nil && !fi.Mode().IsRegular():
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, fileType(fi.Mode()))
 	case errors.Is(err, fs.ErrNotExist):
 		created = true
 	case err != nil:
@@ -369,14 +370,14 @@ func (t *Tools) fileList(_ context.Context, in FileListInput) (FileListResult, e
 	case limit == 0:
 		limit = defaultFileListLimit
 	case limit < 0 || limit > maxFileListLimit:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxFileListLimit, limit)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxFileListLimit, limit)
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
 		return res, fsError("path", err)
 	}
 	if !fi.IsDir() {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
 	}
 	d, err := os.Open(p)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,7 +82,7 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 	case limit == 0:
 		limit = defaultProcessLimit
 	case limit < 0 || limit > maxProcessLimit:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxProcessLimit, limit)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"limit\": must be 1..%d (got %d)", maxProcessLimit, limit)
 	}
 	wantUID := -1
 	if in.User != "" {
@@ -95,7 +96,7 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return res, toolerr.New(toolerr.Unavailable, "read /proc: %v", err)
+		return res, toolerr.New(mcpwire.CodeUnavailable, "read /proc: %v", err)
 	}
 	pids := make([]int, 0, len(entries))
 	for _, e := range entries {
@@ -252,11 +253,11 @@ func resolveUser(s string) (int, error) {
 	}
 	u, err := user.Lookup(s)
 	if err != nil {
-		return 0, toolerr.New(toolerr.NotFound, "argument \"user\": no user %q", s)
+		return 0, toolerr.New(mcpwire.CodeNotFound, "argument \"user\": no user %q", s)
 	}
 	uid, err := strconv.Atoi(u.Uid)
 	if err != nil {
-		return 0, toolerr.New(toolerr.Internal, "argument \"user\": uid %q of %s is not numeric", u.Uid, s)
+		return 0, toolerr.New(mcpwire.CodeInternal, "argument \"user\": uid %q of %s is not numeric", u.Uid, s)
 	}
 	return uid, nil
 }
@@ -269,17 +270,17 @@ func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKill
 	}
 	switch {
 	case in.PID <= 1:
-		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", in.PID)
+		return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", in.PID)
 	case in.PID == selfPID:
-		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", in.PID)
+		return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", in.PID)
 	}
 	name := signalName(sig)
 	if err := syscall.Kill(in.PID, sig); err != nil {
 		switch {
 		case errors.Is(err, syscall.ESRCH):
-			return res, toolerr.New(toolerr.NotFound, "argument \"pid\": no process %d", in.PID)
+			return res, toolerr.New(mcpwire.CodeNotFound, "argument \"pid\": no process %d", in.PID)
 		case errors.Is(err, syscall.EPERM):
-			return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": not permitted to signal pid %d", in.PID)
+			return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": not permitted to signal pid %d", in.PID)
 		}
 		return res, fmt.Errorf("kill %d %s: %w", in.PID, name, err)
 	}
@@ -291,7 +292,7 @@ func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKill
 // (JSON number or numeric string) from 0 to SIGRTMAX.
 func parseSignal(v any) (syscall.Signal, error) {
 	bad := func() error {
-		return toolerr.New(toolerr.InvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
 	}
 	switch s := v.(type) {
 	case nil:

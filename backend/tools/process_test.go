@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // startSleeper starts a real child process with a unique argument and
@@ -35,7 +35,7 @@ func TestProcessList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := ok[ProcessListResult](t, h, NameProcessList, map[string]any{"name": "3001.25"})
+	r := ok[ProcessListResult](t, h, mcpwire.ToolProcessList, map[string]any{"name": "3001.25"})
 	if r.Total != 1 || len(r.Processes) != 1 || r.Truncated {
 		t.Fatalf("name filter: %+v", r)
 	}
@@ -70,15 +70,15 @@ func TestProcessList(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ok[ProcessListResult](t, h, NameProcessList, tc.args)
+			r := ok[ProcessListResult](t, h, mcpwire.ToolProcessList, tc.args)
 			if !tc.check(r) {
 				t.Fatalf("want %s, got total %d, %d processes, truncated %v", tc.explain, r.Total, len(r.Processes), r.Truncated)
 			}
 		})
 	}
 
-	fails(t, h, NameProcessList, map[string]any{"user": "no-such-user-xyz"}, toolerr.NotFound)
-	e := fails(t, h, NameProcessList, map[string]any{"limit": 5001}, toolerr.InvalidArgument)
+	fails(t, h, mcpwire.ToolProcessList, map[string]any{"user": "no-such-user-xyz"}, mcpwire.CodeNotFound)
+	e := fails(t, h, mcpwire.ToolProcessList, map[string]any{"limit": 5001}, mcpwire.CodeInvalidArgument)
 	if !strings.Contains(e.Message, "limit") {
 		t.Fatalf("message %q", e.Message)
 	}
@@ -110,7 +110,7 @@ func TestProcessKill(t *testing.T) {
 	}
 	for _, tc := range refusals {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
-			e := fails(t, h, NameProcessKill, map[string]any{"pid": tc.pid, "signal": "KILL"}, toolerr.PermissionDenied)
+			e := fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": tc.pid, "signal": "KILL"}, mcpwire.CodePermissionDenied)
 			if !strings.Contains(e.Message, "pid") {
 				t.Fatalf("message %q", e.Message)
 			}
@@ -122,7 +122,7 @@ func TestProcessKill(t *testing.T) {
 		if err := gone.Run(); err != nil {
 			t.Fatal(err)
 		}
-		fails(t, h, NameProcessKill, map[string]any{"pid": gone.Process.Pid}, toolerr.NotFound)
+		fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": gone.Process.Pid}, mcpwire.CodeNotFound)
 	})
 
 	signals := []struct {
@@ -144,7 +144,7 @@ func TestProcessKill(t *testing.T) {
 			if tc.signal != nil {
 				args["signal"] = tc.signal
 			}
-			r := ok[ProcessKillResult](t, h, NameProcessKill, args)
+			r := ok[ProcessKillResult](t, h, mcpwire.ToolProcessKill, args)
 			if r.PID != child.Process.Pid || r.Signal != tc.name || !r.Sent {
 				t.Fatalf("result %+v", r)
 			}
@@ -158,7 +158,7 @@ func TestProcessKill(t *testing.T) {
 
 	bad := []any{"FOO", 65, -1, 9.5, "", true}
 	for _, sig := range bad {
-		e := fails(t, h, NameProcessKill, map[string]any{"pid": 999999, "signal": sig}, toolerr.InvalidArgument)
+		e := fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": 999999, "signal": sig}, mcpwire.CodeInvalidArgument)
 		if !strings.Contains(e.Message, "signal") {
 			t.Fatalf("signal %v: message %q", sig, e.Message)
 		}

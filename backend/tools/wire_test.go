@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -20,7 +22,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // mcpctl decode these fields by name, so a rename must show up here.
 func TestShellExecWireGolden(t *testing.T) {
 	h := newHarness(t, testOptions())
-	res := h.call(t, NameShellExec, map[string]any{"command": "printf out; printf err >&2; exit 3"})
+	res := h.call(t, mcpwire.ToolShellExec, map[string]any{"command": "printf out; printf err >&2; exit 3"})
 	if res.IsError {
 		t.Fatalf("shell.exec failed: %s", res.Content[0].(*mcp.TextContent).Text)
 	}
@@ -30,7 +32,7 @@ func TestShellExecWireGolden(t *testing.T) {
 	wireGolden(t, "shell-exec-result.golden.json", append(text, '\n'))
 
 	for _, d := range h.tools.defs {
-		if d.tool.Name != NameShellExec {
+		if d.tool.Name != mcpwire.ToolShellExec {
 			continue
 		}
 		schema, err := json.MarshalIndent(d.tool.OutputSchema, "", "  ")
@@ -40,7 +42,7 @@ func TestShellExecWireGolden(t *testing.T) {
 		wireGolden(t, "shell-exec-output-schema.golden.json", append(schema, '\n'))
 		return
 	}
-	t.Fatalf("no tool %s", NameShellExec)
+	t.Fatalf("no tool %s", mcpwire.ToolShellExec)
 }
 
 func wireGolden(t testing.TB, name string, got []byte) {
