@@ -45,6 +45,8 @@ func TestClassify(t *testing.T) {
 			`{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"OVERLOADED"}]}}`, KindToolError, ""},
 		{"json-rpc error", 200, "", "application/json",
 			`{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"boom"}}`, KindRPCError, "-32603"},
+		{"json-rpc error with id null", 200, "", "application/json",
+			`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`, KindRPCError, "-32700"},
 		{"http 500", 500, "", "text/plain", "too busy", KindHTTPError, "500"},
 		{"http 401", 401, "", "text/plain", "no token", KindHTTPError, "401"},
 		{"transport", 0, "dial tcp: connection refused", "", "", KindTransport, ""},
