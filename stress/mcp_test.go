@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestClassify(t *testing.T) {
@@ -62,7 +64,7 @@ func TestClassify(t *testing.T) {
 func TestShellOfAndSpan(t *testing.T) {
 	r := Classify(7, 200, "", "application/json",
 		[]byte(`{"jsonrpc":"2.0","id":7,"result":{"content":[],"structuredContent":{"exitCode":0,"stdout":"S 100\nE 250\n","timedOut":false}}}`))
-	sh, err := ShellOf(r)
+	sh, err := r.Shell()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestTrafficMixAndUniqueIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint64]bool{}
-	count := map[Class]int{}
+	count := map[mcpwire.Class]int{}
 	tools := map[string]int{}
 	for range 100 {
 		id, tool, body := tr.Next()
@@ -111,13 +113,13 @@ func TestTrafficMixAndUniqueIDs(t *testing.T) {
 			t.Fatalf("id %d repeated", id)
 		}
 		seen[id] = true
-		count[ClassOf(tool)]++
+		count[mcpwire.ClassOf(tool)]++
 		tools[tool]++
 		if !strings.Contains(string(body), `"method":"tools/call"`) {
 			t.Fatalf("body %s is not a tools/call", body)
 		}
 	}
-	if count[ClassShell] != 50 || count[ClassNormal] != 30 || count[ClassControl] != 20 {
+	if count[mcpwire.ClassShell] != 50 || count[mcpwire.ClassNormal] != 30 || count[mcpwire.ClassControl] != 20 {
 		t.Fatalf("class counts %v, want 50/30/20", count)
 	}
 	for _, tool := range []string{"file.list", "file.read", "system.info", "process.list"} {

@@ -22,6 +22,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -88,7 +89,7 @@ func TestStressCommandVerdicts(t *testing.T) {
 	}{
 		{"honest backend passes", stresstest.Options{}, exitOK, ""},
 		{"backend that understates its shells fails", stresstest.Options{RealShell: 8, LieShell: true,
-			Limits: stress.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
+			Limits: mcpwire.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
 			exitFailed, "shell.bound.measured"},
 	}
 	for _, tc := range tests {
