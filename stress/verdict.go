@@ -387,7 +387,7 @@ func assessFaults(ff FaultFacts, th Thresholds) []Check {
 	var fl []string
 	for _, f := range ff.Floods {
 		ok := f.Err == "" && f.Status == 200 && f.BodyBytes <= th.ResponseBytes &&
-			((f.Outcome == OutcomeOK && f.OutputLimited) || (f.Outcome == OutcomeToolError && f.Code == "OUTPUT_LIMIT"))
+			((f.Outcome == OutcomeOK && f.OutputLimited) || (f.Outcome == OutcomeToolError && f.Code == string(mcpwire.CodeOutputLimit)))
 		if ok {
 			okFloods++
 		}
