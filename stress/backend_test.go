@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
 
 	"github.com/overdeck/mcp-backend/stress"
 )

@@ -16,13 +16,16 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpclient"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // faultEnv is what the fault injections need.
 type faultEnv struct {
 	target        *Client
 	base          string
-	limits        Limits
+	limits        mcpwire.Limits
 	responseBytes int64
 	log           *slog.Logger
 }
@@ -50,7 +53,7 @@ func runFaults(ctx context.Context, env faultEnv) FaultFacts {
 		f := flood(ctx, env, fl.name, fl.cmd)
 		ff.Floods = append(ff.Floods, f)
 		ff.ToolCalls++
-		if f.Code == "OVERLOADED" {
+		if f.Code == string(mcpwire.CodeOverloaded) {
 			ff.Overloaded++
 		}
 	}
@@ -70,11 +73,11 @@ func runFaults(ctx context.Context, env faultEnv) FaultFacts {
 // faultClient sends one tools/call and returns status, content type and
 // the body (read up to limit bytes).
 func faultCall(ctx context.Context, base string, id uint64, tool string, args any, limit int64) (int, string, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/mcp", bytes.NewReader(CallBody(id, tool, args)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/mcp", bytes.NewReader(callBody(id, tool, args)))
 	if err != nil {
 		return 0, "", nil, err
 	}
-	req.Header = Headers()
+	req.Header = mcpclient.Header("")
 	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -144,7 +147,7 @@ func disconnects(ctx context.Context, env faultEnv) (queued, running DisconnectF
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, _, _ = faultCall(runCtx, env.base, faultIDs.Add(1), "shell.exec",
+			_, _, _, _ = faultCall(runCtx, env.base, faultIDs.Add(1), mcpwire.ToolShellExec,
 				map[string]any{"command": "exec -a " + mark + " sleep 20", "timeoutMs": 30000}, 1<<20)
 		}()
 	}
@@ -152,7 +155,7 @@ func disconnects(ctx context.Context, env faultEnv) (queued, running DisconnectF
 	pollUntil(ctx, 5*time.Second, func() bool {
 		m, err := env.target.Metrics(ctx)
 		if err == nil {
-			running.Seen = max(running.Seen, m.Active.Shell)
+			running.Seen = max(running.Seen, int(m.Active.Shell))
 		}
 		running.ProcsSeen = max(running.ProcsSeen, len(procsWith(mark)))
 		return running.Seen >= n && running.ProcsSeen >= n
@@ -174,7 +177,7 @@ func disconnects(ctx context.Context, env faultEnv) (queued, running DisconnectF
 			qwg.Add(1)
 			go func() {
 				defer qwg.Done()
-				_, _, _, _ = faultCall(qCtx, env.base, faultIDs.Add(1), "shell.exec",
+				_, _, _, _ = faultCall(qCtx, env.base, faultIDs.Add(1), mcpwire.ToolShellExec,
 					map[string]any{"command": "true"}, 1<<20)
 			}()
 		}
@@ -182,7 +185,7 @@ func disconnects(ctx context.Context, env faultEnv) (queued, running DisconnectF
 		pollUntil(ctx, 3*time.Second, func() bool {
 			m, err := env.target.Metrics(ctx)
 			if err == nil {
-				queued.Seen = max(queued.Seen, m.Queued.Total)
+				queued.Seen = max(queued.Seen, int(m.Queued.Total))
 			}
 			return queued.Seen >= q
 		})
@@ -194,7 +197,7 @@ func disconnects(ctx context.Context, env faultEnv) (queued, running DisconnectF
 				return false
 			}
 			queued.CancelledDelta = m.Counters.Cancelled - before.Counters.Cancelled
-			return m.Queued.Total == 0 && queued.CancelledDelta >= uint64(q)
+			return m.Queued.Total == 0 && queued.CancelledDelta >= int64(q)
 		})
 	} else if q == 0 {
 		queued.Err = "maxQueue is 0: nothing can queue"
@@ -228,7 +231,7 @@ func grandchildren(ctx context.Context, env faultEnv) (ProcFacts, int) {
 	id := faultIDs.Add(1)
 	go func() {
 		defer close(done)
-		status, ctype, body, err = faultCall(ctx, env.base, id, "shell.exec",
+		status, ctype, body, err = faultCall(ctx, env.base, id, mcpwire.ToolShellExec,
 			map[string]any{"command": cmd, "timeoutMs": 1500}, 8<<20)
 	}()
 	func() {
@@ -249,7 +252,7 @@ func grandchildren(ctx context.Context, env faultEnv) (ProcFacts, int) {
 	}
 	rep := Classify(id, status, "", ctype, body)
 	pf.Outcome, pf.Code = rep.Outcome, rep.Code
-	if sh, err := ShellOf(rep); err == nil {
+	if sh, err := rep.Shell(); err == nil {
 		pf.TimedOut = sh.TimedOut
 	}
 	pollUntil(ctx, 3*time.Second, func() bool { return len(procsWith(mark)) == 0 })
@@ -264,7 +267,7 @@ func flood(ctx context.Context, env faultEnv, name, cmd string) FloodFacts {
 	id := faultIDs.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	status, ctype, body, err := faultCall(ctx, env.base, id, "shell.exec",
+	status, ctype, body, err := faultCall(ctx, env.base, id, mcpwire.ToolShellExec,
 		map[string]any{"command": cmd, "timeoutMs": 20000}, 4*env.responseBytes+(1<<20))
 	f.Status = status
 	if err != nil {
@@ -273,7 +276,7 @@ func flood(ctx context.Context, env faultEnv, name, cmd string) FloodFacts {
 	}
 	// The budget is on the JSON-RPC message; SSE framing adds a few bytes.
 	f.BodyBytes = int64(len(body))
-	if msgs, err := Messages(ctype, body); err == nil {
+	if msgs, err := mcpclient.Messages(ctype, body); err == nil {
 		f.BodyBytes = 0
 		for _, m := range msgs {
 			f.BodyBytes = max(f.BodyBytes, int64(len(m)))
@@ -282,7 +285,7 @@ func flood(ctx context.Context, env faultEnv, name, cmd string) FloodFacts {
 	rep := Classify(id, status, "", ctype, body)
 	f.Outcome, f.Code = rep.Outcome, rep.Code
 	if rep.Outcome == OutcomeOK {
-		if sh, err := ShellOf(rep); err == nil {
+		if sh, err := rep.Shell(); err == nil {
 			f.OutputLimited = sh.OutputLimited
 		}
 	}
@@ -295,7 +298,7 @@ func oversized(ctx context.Context, env faultEnv) (OversizedFacts, bool) {
 	const size = 32 << 20
 	of := OversizedFacts{BodyBytes: size}
 	pad := bytes.Repeat([]byte("x"), size)
-	body := CallBody(faultIDs.Add(1), "system.info", map[string]any{"pad": string(pad)})
+	body := callBody(faultIDs.Add(1), mcpwire.ToolSystemInfo, map[string]any{"pad": string(pad)})
 	of.BodyBytes = int64(len(body))
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -304,7 +307,7 @@ func oversized(ctx context.Context, env faultEnv) (OversizedFacts, bool) {
 		of.Err = err.Error()
 		return of, false
 	}
-	req.Header = Headers()
+	req.Header = mcpclient.Header("")
 	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -317,7 +320,7 @@ func oversized(ctx context.Context, env faultEnv) (OversizedFacts, bool) {
 	code, herr := env.target.Health(ctx)
 	of.HealthyAfter = herr == nil && code == http.StatusOK
 	id := faultIDs.Add(1)
-	status, ctype, rb, err := faultCall(ctx, env.base, id, "system.info", map[string]any{}, 8<<20)
+	status, ctype, rb, err := faultCall(ctx, env.base, id, mcpwire.ToolSystemInfo, map[string]any{}, 8<<20)
 	if err == nil {
 		of.CallOKAfter = Classify(id, status, "", ctype, rb).Outcome == OutcomeOK
 	}
@@ -351,12 +354,12 @@ func slowClient(ctx context.Context, env faultEnv) (sf SlowFacts, sent bool) {
 	defer stop()
 	id := faultIDs.Add(1)
 	req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(env.base, "/")+"/mcp",
-		bytes.NewReader(CallBody(id, "shell.exec", map[string]any{"command": "head -c 2097152 /dev/zero | tr '\\0' y", "timeoutMs": 20000})))
+		bytes.NewReader(callBody(id, mcpwire.ToolShellExec, map[string]any{"command": "head -c 2097152 /dev/zero | tr '\\0' y", "timeoutMs": 20000})))
 	if err != nil {
 		sf.Err = err.Error()
 		return sf, sent
 	}
-	req.Header = Headers()
+	req.Header = mcpclient.Header("")
 	t0 := time.Now()
 	if err := req.Write(conn); err != nil {
 		sf.Err = "write request: " + err.Error()

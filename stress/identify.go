@@ -1,17 +1,14 @@
 package stress
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/mcpclient"
 )
 
 // Build identifies what was stressed, for the verdict record.
@@ -38,46 +35,10 @@ func ExeDigest(pid uint32) (string, error) {
 func ServerVersion(ctx context.Context, base string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	body, _ := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "id": 1, "method": "initialize",
-		"params": map[string]any{
-			"protocolVersion": ProtocolVersion,
-			"capabilities":    map[string]any{},
-			"clientInfo":      map[string]any{"name": "mcpctl-stress", "version": "1"},
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/mcp", bytes.NewReader(body))
+	c := &mcpclient.Client{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil}}}
+	info, err := c.Initialize(ctx, base, "mcpctl-stress")
 	if err != nil {
-		return "", fmt.Errorf("initialize: %w", err)
+		return "", err
 	}
-	req.Header = Headers()
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
-	if err != nil {
-		return "", fmt.Errorf("initialize: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("initialize: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("initialize: HTTP %d: %s", resp.StatusCode, snippet(b))
-	}
-	msgs, err := Messages(resp.Header.Get("Content-Type"), b)
-	if err != nil {
-		return "", fmt.Errorf("initialize: %w", err)
-	}
-	for _, m := range msgs {
-		var r struct {
-			Result *struct {
-				ServerInfo struct {
-					Version string `json:"version"`
-				} `json:"serverInfo"`
-			} `json:"result"`
-		}
-		if json.Unmarshal(m, &r) == nil && r.Result != nil {
-			return r.Result.ServerInfo.Version, nil
-		}
-	}
-	return "", fmt.Errorf("initialize: no result in %s", snippet(b))
+	return info.Version, nil
 }

@@ -1,23 +1,23 @@
 package stress
 
 import (
-	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
+// TestClassify checks the outcome the stress gives each kind of answer;
+// the parsing itself (JSON and SSE, ids, where the error code sits) is
+// mcpclient's and tested there.
 func TestClassify(t *testing.T) {
 	okResult := `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{}"}],"structuredContent":{"stdout":"S 1\nE 2\n"}}}`
-	// The backend's error shape: the envelope in _meta and as the text.
 	toolErr := func(code string) string {
 		env := `{"error":{"code":"` + code + `","message":"m","retryable":true}}`
-		text, _ := json.Marshal(env)
-		return `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":` + string(text) + `}],"_meta":{"mcp-backend/error":` + env + `}}}`
+		return `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"x"}],"_meta":{"mcp-backend/error":` + env + `}}}`
 	}
-	// A client reading only the text content gets the same.
-	textOnly := `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"{\"error\":{\"code\":\"OVERLOADED\",\"message\":\"m\",\"retryable\":true}}"}]}}`
 	tests := []struct {
 		name      string
 		status    int
@@ -27,27 +27,17 @@ func TestClassify(t *testing.T) {
 		want      Outcome
 		code      string
 	}{
-		{"json ok", 200, "", "application/json", okResult, OutcomeOK, ""},
-		{"sse ok", 200, "", "text/event-stream", "event: message\ndata: " + okResult + "\n\n", OutcomeOK, ""},
-		{"sse crlf and notification first", 200, "", "text/event-stream; charset=utf-8",
-			"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nid: 1\r\ndata: " + okResult + "\r\n\r\n", OutcomeOK, ""},
-		{"sse sniffed without content type", 200, "", "", "data: " + okResult + "\n\n", OutcomeOK, ""},
+		{"ok", 200, "", "application/json", okResult, OutcomeOK, ""},
 		{"overloaded", 200, "", "application/json", toolErr("OVERLOADED"), OutcomeOverloaded, "OVERLOADED"},
 		{"cancelled over sse", 200, "", "text/event-stream", "data: " + toolErr("CANCELLED") + "\n\n", OutcomeCancelled, "CANCELLED"},
 		{"other tool error", 200, "", "application/json", toolErr("TIMEOUT"), OutcomeToolError, "TIMEOUT"},
-		{"overloaded, envelope only in the text", 200, "", "application/json", textOnly, OutcomeOverloaded, "OVERLOADED"},
-		{"unstructured tool error", 200, "", "application/json",
+		{"tool error without envelope", 200, "", "application/json",
 			`{"jsonrpc":"2.0","id":7,"result":{"isError":true,"content":[{"type":"text","text":"OVERLOADED"}]}}`, OutcomeToolError, ""},
 		{"json-rpc error", 200, "", "application/json",
 			`{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"boom"}}`, OutcomeRPCError, "-32603"},
 		{"http 500", 500, "", "text/plain", "too busy", OutcomeHTTPError, "500"},
-		{"http 413", 413, "", "text/plain", "too big", OutcomeHTTPError, "413"},
 		{"transport", 0, "dial tcp: connection refused", "", "", OutcomeTransport, ""},
-		{"body read failed", 200, "unexpected EOF", "application/json", "", OutcomeTransport, ""},
 		{"wrong id", 200, "", "application/json", strings.Replace(okResult, `"id":7`, `"id":8`, 1), OutcomeBadReply, ""},
-		{"not json", 200, "", "application/json", "<html>", OutcomeBadReply, ""},
-		{"empty", 200, "", "application/json", "", OutcomeBadReply, ""},
-		{"sse without response", 200, "", "text/event-stream", ": ping\n\n", OutcomeBadReply, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +52,7 @@ func TestClassify(t *testing.T) {
 func TestShellOfAndSpan(t *testing.T) {
 	r := Classify(7, 200, "", "application/json",
 		[]byte(`{"jsonrpc":"2.0","id":7,"result":{"content":[],"structuredContent":{"exitCode":0,"stdout":"S 100\nE 250\n","timedOut":false}}}`))
-	sh, err := ShellOf(r)
+	sh, err := r.Shell()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +93,7 @@ func TestTrafficMixAndUniqueIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint64]bool{}
-	count := map[Class]int{}
+	count := map[mcpwire.Class]int{}
 	tools := map[string]int{}
 	for range 100 {
 		id, tool, body := tr.Next()
@@ -111,13 +101,13 @@ func TestTrafficMixAndUniqueIDs(t *testing.T) {
 			t.Fatalf("id %d repeated", id)
 		}
 		seen[id] = true
-		count[ClassOf(tool)]++
+		count[mcpwire.ClassOf(tool)]++
 		tools[tool]++
 		if !strings.Contains(string(body), `"method":"tools/call"`) {
 			t.Fatalf("body %s is not a tools/call", body)
 		}
 	}
-	if count[ClassShell] != 50 || count[ClassNormal] != 30 || count[ClassControl] != 20 {
+	if count[mcpwire.ClassShell] != 50 || count[mcpwire.ClassNormal] != 30 || count[mcpwire.ClassControl] != 20 {
 		t.Fatalf("class counts %v, want 50/30/20", count)
 	}
 	for _, tool := range []string{"file.list", "file.read", "system.info", "process.list"} {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/mcpclient"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -34,15 +36,15 @@ func (m Mix) Validate() error {
 }
 
 // Share is the fraction of calls of class c.
-func (m Mix) Share(c Class) float64 {
+func (m Mix) Share(c mcpwire.Class) float64 {
 	total := float64(m.Shell + m.Normal + m.Control)
 	if total == 0 {
 		return 0
 	}
 	switch c {
-	case ClassShell:
+	case mcpwire.ClassShell:
 		return float64(m.Shell) / total
-	case ClassNormal:
+	case mcpwire.ClassNormal:
 		return float64(m.Normal) / total
 	}
 	return float64(m.Control) / total
@@ -50,11 +52,11 @@ func (m Mix) Share(c Class) float64 {
 
 // pattern interleaves the classes by weight (smooth weighted round robin),
 // so a short attack still sees the mix rather than runs of one class.
-func (m Mix) pattern() []Class {
+func (m Mix) pattern() []mcpwire.Class {
 	w := []int{m.Shell, m.Normal, m.Control}
 	total := m.Shell + m.Normal + m.Control
 	cur := make([]int, 3)
-	out := make([]Class, 0, total)
+	out := make([]mcpwire.Class, 0, total)
 	for range total {
 		best := 0
 		for i := range w {
@@ -64,7 +66,7 @@ func (m Mix) pattern() []Class {
 			}
 		}
 		cur[best] -= total
-		out = append(out, Classes[best])
+		out = append(out, mcpwire.Classes()[best])
 	}
 	return out
 }
@@ -104,7 +106,7 @@ func ParseSpan(stdout string) (Span, error) {
 	}
 	switch {
 	case !haveS || !haveE:
-		return s, fmt.Errorf("stdout lacks the S/E time lines: %q", snippet([]byte(stdout)))
+		return s, fmt.Errorf("stdout lacks the S/E time lines: %q", mcpclient.Snippet([]byte(stdout)))
 	case s.End < s.Start:
 		return s, fmt.Errorf("end %d before start %d", s.End, s.Start)
 	}
@@ -118,12 +120,12 @@ func ParseSpan(stdout string) (Span, error) {
 type Traffic struct {
 	endpoint   string // http://host:port/mcp
 	shellSleep time.Duration
-	pattern    []Class
+	pattern    []mcpwire.Class
 	header     http.Header
 
 	mu   sync.Mutex
 	next uint64 // next id
-	turn map[Class]int
+	turn map[mcpwire.Class]int
 }
 
 // NewTraffic returns the traffic for base (http://host:port). Shell calls
@@ -136,33 +138,33 @@ func NewTraffic(base string, mix Mix, shellSleep time.Duration, firstID uint64) 
 		endpoint:   strings.TrimSuffix(base, "/") + "/mcp",
 		shellSleep: shellSleep,
 		pattern:    mix.pattern(),
-		header:     Headers(),
+		header:     mcpclient.Header(""),
 		next:       firstID,
-		turn:       map[Class]int{},
+		turn:       map[mcpwire.Class]int{},
 	}, nil
 }
 
 // toolsOf are the tools used per class; they alternate.
-var toolsOf = map[Class][]string{
-	ClassShell:   {"shell.exec"},
-	ClassNormal:  {"file.list", "file.read"},
-	ClassControl: {"system.info", "process.list"},
+var toolsOf = map[mcpwire.Class][]string{
+	mcpwire.ClassShell:   {mcpwire.ToolShellExec},
+	mcpwire.ClassNormal:  {mcpwire.ToolFileList, mcpwire.ToolFileRead},
+	mcpwire.ClassControl: {mcpwire.ToolSystemInfo, mcpwire.ToolProcessList},
 }
 
 // ArgsFor returns harmless arguments for the tools the traffic uses.
 func ArgsFor(tool string, shellSleep time.Duration) map[string]any {
 	switch tool {
-	case "shell.exec":
+	case mcpwire.ToolShellExec:
 		return map[string]any{
 			"command":   ShellSpanCommand(shellSleep),
 			"timeoutMs": (shellSleep + 30*time.Second).Milliseconds(),
 		}
-	case "file.list":
+	case mcpwire.ToolFileList:
 		return map[string]any{"path": "/", "limit": 100}
-	case "file.read":
+	case mcpwire.ToolFileRead:
 		// /bin/sh is on every host and in minimal containers alike.
 		return map[string]any{"path": "/bin/sh", "length": 256}
-	case "process.list":
+	case mcpwire.ToolProcessList:
 		return map[string]any{"limit": 50}
 	}
 	return map[string]any{}
@@ -178,7 +180,7 @@ func (t *Traffic) Next() (uint64, string, []byte) {
 	tool := tools[t.turn[class]%len(tools)]
 	t.turn[class]++
 	t.mu.Unlock()
-	return id, tool, CallBody(id, tool, ArgsFor(tool, t.shellSleep))
+	return id, tool, callBody(id, tool, ArgsFor(tool, t.shellSleep))
 }
 
 // Targeter is the vegeta targeter of the traffic.

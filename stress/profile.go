@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -63,7 +64,7 @@ func DefaultDuration(p Profile) time.Duration {
 // PlanFor derives the offered load from the target's limits. rate (req/s)
 // overrides the derived rate (the peak rate for spike); 0 derives it.
 // duration 0 takes the profile's default.
-func PlanFor(p Profile, l Limits, mix Mix, shellSleep, duration time.Duration, rate float64) (Plan, error) {
+func PlanFor(p Profile, l mcpwire.Limits, mix Mix, shellSleep, duration time.Duration, rate float64) (Plan, error) {
 	if err := mix.Validate(); err != nil {
 		return Plan{}, err
 	}
@@ -80,7 +81,7 @@ func PlanFor(p Profile, l Limits, mix Mix, shellSleep, duration time.Duration, r
 		duration = DefaultDuration(p)
 	}
 	capacity := 100.0 // without shell calls: an arbitrary but bounded base
-	if share := mix.Share(ClassShell); share > 0 {
+	if share := mix.Share(mcpwire.ClassShell); share > 0 {
 		capacity = float64(l.MaxShell) / shellSleep.Seconds() / share
 	}
 	pl := Plan{Profile: p, Duration: duration, CapacityRate: capacity}

@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 func TestPlanFor(t *testing.T) {
-	lim := Limits{MaxActive: 48, ReservedControl: 8, MaxNonControl: 40, MaxShell: 8, MaxQueue: 64, QueueWaitMs: 30000}
+	lim := mcpwire.Limits{MaxActive: 48, ReservedControl: 8, MaxNonControl: 40, MaxShell: 8, MaxQueue: 64, QueueWaitMs: 30000}
 	sleep := 500 * time.Millisecond
 	// 8 shells / 0.5 s = 16 shell calls/s; at half shell traffic: 32 req/s.
 	tests := []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 	"github.com/muesli/termenv"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Report is the outcome of a run: what was offered, what came back, what
@@ -32,13 +33,13 @@ type Report struct {
 	OfferedRate   float64 `json:"offeredRate"`
 	AchievedRate  float64 `json:"achievedRate"`
 
-	Limits    Limits                        `json:"limits"`
-	Outcomes  map[Class]map[Outcome]int     `json:"outcomes"`
-	Latency   map[Class]map[Outcome]Latency `json:"latency"`
-	ByClass   map[Class]Latency             `json:"latencyByClass"`
-	ByOutcome map[Outcome]Latency           `json:"latencyByOutcome"`
-	Examples  map[Outcome]string            `json:"examples,omitempty"`
-	Shell     ShellStats                    `json:"shell"`
+	Limits    mcpwire.Limits                        `json:"limits"`
+	Outcomes  map[mcpwire.Class]map[Outcome]int     `json:"outcomes"`
+	Latency   map[mcpwire.Class]map[Outcome]Latency `json:"latency"`
+	ByClass   map[mcpwire.Class]Latency             `json:"latencyByClass"`
+	ByOutcome map[Outcome]Latency                   `json:"latencyByOutcome"`
+	Examples  map[Outcome]string                    `json:"examples,omitempty"`
+	Shell     ShellStats                            `json:"shell"`
 
 	Metrics     MetricsReport `json:"metrics"`
 	Healthz     HealthReport  `json:"healthz"`
@@ -55,10 +56,10 @@ type Report struct {
 
 // MetricsReport is the target's own view.
 type MetricsReport struct {
-	Before  Metrics       `json:"before"`
-	After   Metrics       `json:"after"`
-	Settled bool          `json:"settled"`
-	Series  MetricsSeries `json:"series"`
+	Before  mcpwire.Metrics `json:"before"`
+	After   mcpwire.Metrics `json:"after"`
+	Settled bool            `json:"settled"`
+	Series  MetricsSeries   `json:"series"`
 }
 
 // HealthReport summarises /healthz samples.
@@ -91,7 +92,7 @@ func newReport(cfg Config, plan Plan, f Facts, took time.Duration, checks []Chec
 		Profile: plan.Profile, Plan: plan, Mix: cfg.Mix, ShellSleep: cfg.ShellSleep.String(), Faults: cfg.Faults,
 		Requests: len(f.Calls), AttackSeconds: round3(took.Seconds()), OfferedRate: round3(plan.MeanRate()),
 		Limits: f.Limits, Outcomes: cs.Counts, ByClass: cs.ByClass, ByOutcome: cs.ByOutcome, Examples: cs.Examples,
-		Latency: map[Class]map[Outcome]Latency{},
+		Latency: map[mcpwire.Class]map[Outcome]Latency{},
 		Shell:   ShellStatsOf(f.Calls),
 		Metrics: MetricsReport{Before: f.Before, After: f.After, Settled: f.Settled, Series: f.Series},
 		Healthz: healthReport(f.Health), FaultFacts: f.Faults,
@@ -200,7 +201,7 @@ func (r *Report) Render(w io.Writer, color bool) error {
 		L.MaxActive, L.ReservedControl, L.MaxNonControl, L.MaxShell, L.MaxQueue, L.QueueWait())
 
 	lat := newTable("class", "outcome", "count", "p50", "p95", "p99", "max")
-	for _, c := range Classes {
+	for _, c := range mcpwire.Classes() {
 		for _, o := range Outcomes {
 			n := r.Outcomes[c][o]
 			if n == 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -122,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("read the target's limits: %w", err)
 	}
 	limits := before.Limits
-	if err := limits.Validate(); err != nil {
+	if err := checkLimits(limits); err != nil {
 		return nil, err
 	}
 	plan, err := PlanFor(cfg.Profile, limits, cfg.Mix, cfg.ShellSleep, cfg.Duration, cfg.Rate)
@@ -192,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // attack runs vegeta with the traffic and classifies every result.
-func attack(ctx context.Context, cfg Config, plan Plan, limits Limits, traffic *Traffic) ([]CallRecord, error) {
+func attack(ctx context.Context, cfg Config, plan Plan, limits mcpwire.Limits, traffic *Traffic) ([]CallRecord, error) {
 	// Long enough for a call to wait its whole queue time and then run.
 	timeout := limits.QueueWait() + cfg.ShellSleep + 15*time.Second
 	// Bounded in-flight requests: what the backend may hold plus headroom.
@@ -246,7 +247,7 @@ func attack(ctx context.Context, cfg Config, plan Plan, limits Limits, traffic *
 // into Error, since vegeta counts every HTTP 200 as a success.
 func classifyResult(res *vegeta.Result) CallRecord {
 	tool, id, err := ParseTag(res.URL)
-	rec := CallRecord{ID: id, Tool: tool, Class: ClassOf(tool), Start: res.Timestamp, Latency: res.Latency}
+	rec := CallRecord{ID: id, Tool: tool, Class: mcpwire.ClassOf(tool), Start: res.Timestamp, Latency: res.Latency}
 	if err != nil {
 		rec.Outcome, rec.Detail = OutcomeBadReply, err.Error()
 		return rec
@@ -257,8 +258,8 @@ func classifyResult(res *vegeta.Result) CallRecord {
 	}
 	reply := Classify(id, int(res.Code), transportErr, res.Headers.Get("Content-Type"), res.Body)
 	rec.Outcome, rec.Code, rec.Detail = reply.Outcome, reply.Code, reply.Detail
-	if rec.Class == ClassShell && reply.Outcome == OutcomeOK {
-		sh, err := ShellOf(reply)
+	if rec.Class == mcpwire.ClassShell && reply.Outcome == OutcomeOK {
+		sh, err := reply.Shell()
 		if err == nil {
 			var sp Span
 			if sp, err = ParseSpan(sh.Stdout); err == nil {
@@ -314,9 +315,9 @@ func (b *cancelBody) Close() error {
 
 // settle polls /metrics until nothing is active or queued and every accepted
 // operation completed, or the timeout passes.
-func settle(ctx context.Context, c *Client, timeout time.Duration) (Metrics, bool) {
+func settle(ctx context.Context, c *Client, timeout time.Duration) (mcpwire.Metrics, bool) {
 	deadline := time.Now().Add(timeout)
-	var last Metrics
+	var last mcpwire.Metrics
 	for {
 		m, err := c.Metrics(ctx)
 		if err == nil {

@@ -13,6 +13,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
 )
@@ -84,7 +85,7 @@ func TestRunAgainstFakes(t *testing.T) {
 		{
 			name: "runs 16 shells while metrics claim 8",
 			opts: stresstest.Options{
-				Limits:    stress.Limits{MaxActive: 24, ReservedControl: 4, MaxNonControl: 20, MaxShell: 8, MaxQueue: 16, QueueWaitMs: 2000},
+				Limits:    mcpwire.Limits{MaxActive: 24, ReservedControl: 4, MaxNonControl: 20, MaxShell: 8, MaxQueue: 16, QueueWaitMs: 2000},
 				RealShell: 16, LieShell: true,
 			},
 			fail: []string{"shell.bound.measured", "shell.metrics.honest"},
@@ -105,7 +106,7 @@ func TestRunAgainstFakes(t *testing.T) {
 		{
 			name: "slow control calls",
 			opts: stresstest.Options{ControlDelay: 150 * time.Millisecond,
-				Limits: stress.Limits{MaxActive: 24, ReservedControl: 8, MaxNonControl: 16, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
+				Limits: mcpwire.Limits{MaxActive: 24, ReservedControl: 8, MaxNonControl: 16, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
 			p99:  100 * time.Millisecond,
 			fail: []string{"control.p99"},
 			pass: []string{"control.success", "shell.bound.measured"},
@@ -191,7 +192,7 @@ func TestRunResultsAndReport(t *testing.T) {
 	if int(m.Requests) != n {
 		t.Fatalf("decoded %d results, wrote %d", m.Requests, n)
 	}
-	if got := rep.Outcomes[stress.ClassShell][stress.OutcomeOverloaded]; overloaded != got+rep.Outcomes[stress.ClassNormal][stress.OutcomeOverloaded]+rep.Outcomes[stress.ClassControl][stress.OutcomeOverloaded] {
+	if got := rep.Outcomes[mcpwire.ClassShell][stress.OutcomeOverloaded]; overloaded != got+rep.Outcomes[mcpwire.ClassNormal][stress.OutcomeOverloaded]+rep.Outcomes[mcpwire.ClassControl][stress.OutcomeOverloaded] {
 		t.Fatalf("results mark %d overloaded, report counts %d shell", overloaded, got)
 	}
 
@@ -247,7 +248,7 @@ func TestRunFaultsAgainstFakes(t *testing.T) {
 		},
 		{
 			name: "disconnects do not reach the tools",
-			opts: stresstest.Options{IgnoreDisconnect: true, Limits: stress.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 2, MaxQueue: 8, QueueWaitMs: 1000}},
+			opts: stresstest.Options{IgnoreDisconnect: true, Limits: mcpwire.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 2, MaxQueue: 8, QueueWaitMs: 1000}},
 			fail: []string{"fault.disconnect.queued", "fault.disconnect.running"},
 		},
 	}

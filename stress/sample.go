@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // UnitSample is one observation of the target's systemd unit (or process).
@@ -84,7 +86,7 @@ type MetricsSeries struct {
 	MaxQueued     int `json:"maxQueued"`
 }
 
-func (s *MetricsSeries) add(m Metrics, err error) {
+func (s *MetricsSeries) add(m mcpwire.Metrics, err error) {
 	if err != nil {
 		s.Errors++
 		if s.FirstErr == "" {
@@ -93,11 +95,11 @@ func (s *MetricsSeries) add(m Metrics, err error) {
 		return
 	}
 	s.Samples++
-	s.MaxActive = max(s.MaxActive, m.Active.Total)
-	s.MaxControl = max(s.MaxControl, m.Active.Control)
-	s.MaxNonControl = max(s.MaxNonControl, m.Active.NonControl)
-	s.MaxShell = max(s.MaxShell, m.Active.Shell)
-	s.MaxQueued = max(s.MaxQueued, m.Queued.Total)
+	s.MaxActive = max(s.MaxActive, int(m.Active.Total))
+	s.MaxControl = max(s.MaxControl, int(m.Active.Control))
+	s.MaxNonControl = max(s.MaxNonControl, int(m.Active.NonControl))
+	s.MaxShell = max(s.MaxShell, int(m.Active.Shell))
+	s.MaxQueued = max(s.MaxQueued, int(m.Queued.Total))
 }
 
 // HealthSeries summarises the /healthz samples of one endpoint.

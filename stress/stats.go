@@ -4,13 +4,15 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // CallRecord is one tools/call of the attack, as the stress saw it.
 type CallRecord struct {
 	ID      uint64        `json:"id"`
 	Tool    string        `json:"tool"`
-	Class   Class         `json:"class"`
+	Class   mcpwire.Class `json:"class"`
 	Outcome Outcome       `json:"outcome"`
 	Code    string        `json:"code,omitempty"`
 	Detail  string        `json:"detail,omitempty"`
@@ -76,7 +78,7 @@ func ShellStatsOf(calls []CallRecord) ShellStats {
 	var s ShellStats
 	var spans, flight []Interval
 	for _, c := range calls {
-		if c.Class != ClassShell {
+		if c.Class != mcpwire.ClassShell {
 			continue
 		}
 		s.Calls++
@@ -138,25 +140,25 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // CallStats are outcome counts and latencies of the attack's calls.
 type CallStats struct {
-	Total     int                       `json:"total"`
-	Counts    map[Class]map[Outcome]int `json:"counts"`
-	ByClass   map[Class]Latency         `json:"byClass"`
-	ByOutcome map[Outcome]Latency       `json:"byOutcome"`
-	Examples  map[Outcome]string        `json:"examples,omitempty"` // first detail of each unacceptable outcome
-	latencies map[Class][]time.Duration
-	byBoth    map[Class]map[Outcome][]time.Duration
+	Total     int                               `json:"total"`
+	Counts    map[mcpwire.Class]map[Outcome]int `json:"counts"`
+	ByClass   map[mcpwire.Class]Latency         `json:"byClass"`
+	ByOutcome map[Outcome]Latency               `json:"byOutcome"`
+	Examples  map[Outcome]string                `json:"examples,omitempty"` // first detail of each unacceptable outcome
+	latencies map[mcpwire.Class][]time.Duration
+	byBoth    map[mcpwire.Class]map[Outcome][]time.Duration
 }
 
 // CallStatsOf aggregates the calls.
 func CallStatsOf(calls []CallRecord) CallStats {
 	s := CallStats{
 		Total:     len(calls),
-		Counts:    map[Class]map[Outcome]int{},
-		ByClass:   map[Class]Latency{},
+		Counts:    map[mcpwire.Class]map[Outcome]int{},
+		ByClass:   map[mcpwire.Class]Latency{},
 		ByOutcome: map[Outcome]Latency{},
 		Examples:  map[Outcome]string{},
-		latencies: map[Class][]time.Duration{},
-		byBoth:    map[Class]map[Outcome][]time.Duration{},
+		latencies: map[mcpwire.Class][]time.Duration{},
+		byBoth:    map[mcpwire.Class]map[Outcome][]time.Duration{},
 	}
 	byOutcome := map[Outcome][]time.Duration{}
 	for _, c := range calls {
@@ -183,7 +185,7 @@ func CallStatsOf(calls []CallRecord) CallStats {
 
 // Count returns the number of calls of class c with outcome o; an empty
 // class means every class.
-func (s CallStats) Count(c Class, o Outcome) int {
+func (s CallStats) Count(c mcpwire.Class, o Outcome) int {
 	if c != "" {
 		return s.Counts[c][o]
 	}
@@ -195,7 +197,7 @@ func (s CallStats) Count(c Class, o Outcome) int {
 }
 
 // ClassTotal is the number of calls of class c.
-func (s CallStats) ClassTotal(c Class) int {
+func (s CallStats) ClassTotal(c mcpwire.Class) int {
 	n := 0
 	for _, v := range s.Counts[c] {
 		n += v
@@ -204,4 +206,4 @@ func (s CallStats) ClassTotal(c Class) int {
 }
 
 // Of summarises the latencies of class c with outcome o.
-func (s CallStats) Of(c Class, o Outcome) Latency { return Summarize(s.byBoth[c][o]) }
+func (s CallStats) Of(c mcpwire.Class, o Outcome) Latency { return Summarize(s.byBoth[c][o]) }

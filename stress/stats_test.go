@@ -3,6 +3,8 @@ package stress
 import (
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestMaxOverlap(t *testing.T) {
@@ -50,11 +52,11 @@ func TestShellStats(t *testing.T) {
 	base := time.Unix(1000, 0)
 	span := func(a, b int64) *Span { return &Span{a, b} }
 	calls := []CallRecord{
-		{Class: ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, Span: span(10, 50)},
-		{Class: ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, Span: span(20, 60)},
-		{Class: ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, SpanErr: "no span"},
-		{Class: ClassShell, Outcome: OutcomeOverloaded, Start: base, Latency: 100},
-		{Class: ClassControl, Outcome: OutcomeOK, Start: base, Latency: 100},
+		{Class: mcpwire.ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, Span: span(10, 50)},
+		{Class: mcpwire.ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, Span: span(20, 60)},
+		{Class: mcpwire.ClassShell, Outcome: OutcomeOK, Start: base, Latency: 100, SpanErr: "no span"},
+		{Class: mcpwire.ClassShell, Outcome: OutcomeOverloaded, Start: base, Latency: 100},
+		{Class: mcpwire.ClassControl, Outcome: OutcomeOK, Start: base, Latency: 100},
 	}
 	s := ShellStatsOf(calls)
 	want := ShellStats{Calls: 4, Measured: 2, Unmeasured: 1, FirstUnmeasured: "no span", MeasuredPeak: 2, OfferedPeak: 4}

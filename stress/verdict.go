@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Status is the result of one check.
@@ -54,12 +56,12 @@ func DefaultThresholds() Thresholds {
 
 // Facts is everything a run observed; Assess judges it.
 type Facts struct {
-	Limits Limits `json:"limits"`
+	Limits mcpwire.Limits `json:"limits"`
 	// Before is /metrics just before the attack, After once the target went
 	// idle again (or the last sample when it never did: Settled false).
-	Before  Metrics `json:"before"`
-	After   Metrics `json:"after"`
-	Settled bool    `json:"settled"`
+	Before  mcpwire.Metrics `json:"before"`
+	After   mcpwire.Metrics `json:"after"`
+	Settled bool            `json:"settled"`
 
 	Calls []CallRecord `json:"-"`
 
@@ -98,7 +100,7 @@ type DisconnectFacts struct {
 	// the clients left: proof they were where the fault needs them.
 	Seen int `json:"seen"`
 	// CancelledDelta is the rise of counters.cancelled.
-	CancelledDelta uint64 `json:"cancelledDelta"`
+	CancelledDelta int64 `json:"cancelledDelta"`
 	// ProcsSeen/ProcsLeft count the commands' marked processes while
 	// running and after the clients left.
 	ProcsSeen int `json:"procsSeen"`
@@ -170,7 +172,7 @@ func Assess(f Facts, th Thresholds) []Check {
 	shell := ShellStatsOf(f.Calls)
 
 	// Bounds, from the server's own numbers: lifetime peaks and samples.
-	metricsShell := max(f.After.Peak.Shell, f.Series.MaxShell)
+	metricsShell := max(int(f.After.Peak.Shell), f.Series.MaxShell)
 	add("shell.bound.metrics", metricsShell <= L.MaxShell,
 		"peak shell %d (sampled max %d) <= maxShell %d", f.After.Peak.Shell, f.Series.MaxShell, L.MaxShell)
 
@@ -190,11 +192,11 @@ func Assess(f Facts, th Thresholds) []Check {
 		skip("shell.reaches.limit", "offered shell load peaked at %d in flight, not above maxShell %d", shell.OfferedPeak, L.MaxShell)
 	}
 
-	add("active.bound", max(f.After.Peak.Active, f.Series.MaxActive) <= L.MaxActive,
+	add("active.bound", max(int(f.After.Peak.Active), f.Series.MaxActive) <= L.MaxActive,
 		"peak active %d (sampled max %d) <= maxActive %d", f.After.Peak.Active, f.Series.MaxActive, L.MaxActive)
-	add("nonControl.bound", max(f.After.Peak.NonControl, f.Series.MaxNonControl) <= L.MaxNonControl,
+	add("nonControl.bound", max(int(f.After.Peak.NonControl), f.Series.MaxNonControl) <= L.MaxNonControl,
 		"peak nonControl %d (sampled max %d) <= maxNonControl %d", f.After.Peak.NonControl, f.Series.MaxNonControl, L.MaxNonControl)
-	add("queued.bound", max(f.After.Peak.Queued, f.Series.MaxQueued) <= L.MaxQueue,
+	add("queued.bound", max(int(f.After.Peak.Queued), f.Series.MaxQueued) <= L.MaxQueue,
 		"peak queued %d (sampled max %d) <= maxQueue %d", f.After.Peak.Queued, f.Series.MaxQueued, L.MaxQueue)
 
 	// Every failure is a structured OVERLOADED or CANCELLED inside HTTP 200.
@@ -212,15 +214,15 @@ func Assess(f Facts, th Thresholds) []Check {
 		calls.Count("", OutcomeOK), calls.Count("", OutcomeOverloaded), calls.Count("", OutcomeCancelled), orNone(bad))
 
 	// Control calls go through even when everything else is shed.
-	ctlTotal := calls.ClassTotal(ClassControl)
-	ctlOK := calls.Count(ClassControl, OutcomeOK)
+	ctlTotal := calls.ClassTotal(mcpwire.ClassControl)
+	ctlOK := calls.Count(mcpwire.ClassControl, OutcomeOK)
 	ratio := 0.0
 	if ctlTotal > 0 {
 		ratio = float64(ctlOK) / float64(ctlTotal)
 	}
 	add("control.success", ctlTotal > 0 && ratio >= th.ControlSuccess,
 		"%d/%d control calls ok (%.2f%%), need >= %.2f%%", ctlOK, ctlTotal, 100*ratio, 100*th.ControlSuccess)
-	p99 := time.Duration(calls.ByClass[ClassControl].P99Ms * float64(time.Millisecond))
+	p99 := time.Duration(calls.ByClass[mcpwire.ClassControl].P99Ms * float64(time.Millisecond))
 	add("control.p99", ctlTotal > 0 && p99 < th.ControlP99,
 		"control p99 %s < %s", p99, th.ControlP99)
 
@@ -344,13 +346,13 @@ func assessCounters(f Facts, calls CallStats) Check {
 	if f.After.Counters.Accepted != f.After.Counters.Completed {
 		problems = append(problems, fmt.Sprintf("accepted %d != completed %d", f.After.Counters.Accepted, f.After.Counters.Completed))
 	}
-	if seen < uint64(sure) || seen > uint64(sure+unsure) {
+	if seen < int64(sure) || seen > int64(sure+unsure) {
 		problems = append(problems, fmt.Sprintf("admission decided on %d calls, the stress sent %d (+%d uncertain)", seen, sure, unsure))
 	}
-	if shed := d.Rejected + d.TimedOut; shed < uint64(overloaded) || shed > uint64(overloaded+unsure) {
+	if shed := d.Rejected + d.TimedOut; shed < int64(overloaded) || shed > int64(overloaded+unsure) {
 		problems = append(problems, fmt.Sprintf("rejected+timedOut rose by %d, the stress got %d OVERLOADED (+%d uncertain)", shed, overloaded, unsure))
 	}
-	if d.Cancelled < uint64(calls.Count("", OutcomeCancelled)) {
+	if d.Cancelled < int64(calls.Count("", OutcomeCancelled)) {
 		problems = append(problems, fmt.Sprintf("cancelled rose by %d, the stress got %d CANCELLED", d.Cancelled, calls.Count("", OutcomeCancelled)))
 	}
 	c := Check{Name: "counters.balance", Status: Pass, Detail: fmt.Sprintf(
@@ -373,19 +375,19 @@ func assessFaults(ff FaultFacts, th Thresholds) []Check {
 		out = append(out, Check{Name: name, Status: st, Detail: detail})
 	}
 	q := ff.QueuedDisconnect
-	add("fault.disconnect.queued", q.Err == "" && q.Sent > 0 && q.Seen >= q.Sent && q.CancelledDelta >= uint64(q.Sent) && q.Released,
+	add("fault.disconnect.queued", q.Err == "" && q.Sent > 0 && q.Seen >= q.Sent && q.CancelledDelta >= int64(q.Sent) && q.Released,
 		fmt.Sprintf("%d clients left while queued (%d seen queued): cancelled +%d, queue drained %t%s", q.Sent, q.Seen, q.CancelledDelta, q.Released, why(q.Err)))
 	r := ff.RunningDisconnect
 	add("fault.disconnect.running", r.Err == "" && r.Sent > 0 && r.Seen >= r.Sent && r.ProcsSeen >= r.Sent && r.ProcsLeft == 0 && r.Released,
 		fmt.Sprintf("%d clients left while running (%d seen running, %d processes seen): %d processes left, slots released %t%s", r.Sent, r.Seen, r.ProcsSeen, r.ProcsLeft, r.Released, why(r.Err)))
 	g := ff.Grandchildren
-	add("fault.grandchildren", g.Err == "" && g.ProcsSeen > 0 && g.ProcsLeft == 0 && (g.TimedOut || g.Code == "TIMEOUT"),
+	add("fault.grandchildren", g.Err == "" && g.ProcsSeen > 0 && g.ProcsLeft == 0 && (g.TimedOut || g.Code == string(mcpwire.CodeTimeout)),
 		fmt.Sprintf("timed-out command (%s%s, timedOut %t): %d grandchildren seen, %d survived%s", g.Outcome, codeOf(g.Code), g.TimedOut, g.ProcsSeen, g.ProcsLeft, why(g.Err)))
 	okFloods := 0
 	var fl []string
 	for _, f := range ff.Floods {
 		ok := f.Err == "" && f.Status == 200 && f.BodyBytes <= th.ResponseBytes &&
-			((f.Outcome == OutcomeOK && f.OutputLimited) || (f.Outcome == OutcomeToolError && f.Code == "OUTPUT_LIMIT"))
+			((f.Outcome == OutcomeOK && f.OutputLimited) || (f.Outcome == OutcomeToolError && f.Code == string(mcpwire.CodeOutputLimit)))
 		if ok {
 			okFloods++
 		}

@@ -4,9 +4,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
-var testLimits = Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}
+var testLimits = mcpwire.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}
 
 // goodFacts is a run that passes every check: 4 shells ran at once out of
 // 6 in flight, 2 were shed, control calls were fast, the unit was stable.
@@ -14,26 +16,26 @@ func goodFacts() Facts {
 	t0 := time.Unix(1000, 0)
 	var calls []CallRecord
 	id := uint64(0)
-	call := func(class Class, tool string, o Outcome, lat time.Duration, span *Span) {
+	call := func(class mcpwire.Class, tool string, o Outcome, lat time.Duration, span *Span) {
 		id++
 		calls = append(calls, CallRecord{ID: id, Tool: tool, Class: class, Outcome: o, Start: t0, Latency: lat, Span: span})
 	}
 	for i := range 4 {
-		call(ClassShell, "shell.exec", OutcomeOK, time.Second, &Span{int64(100 + i), int64(500 + i)})
+		call(mcpwire.ClassShell, "shell.exec", OutcomeOK, time.Second, &Span{int64(100 + i), int64(500 + i)})
 	}
-	call(ClassShell, "shell.exec", OutcomeOverloaded, time.Millisecond, nil)
-	call(ClassShell, "shell.exec", OutcomeOverloaded, time.Millisecond, nil)
+	call(mcpwire.ClassShell, "shell.exec", OutcomeOverloaded, time.Millisecond, nil)
+	call(mcpwire.ClassShell, "shell.exec", OutcomeOverloaded, time.Millisecond, nil)
 	for range 3 {
-		call(ClassNormal, "file.list", OutcomeOK, 2*time.Millisecond, nil)
+		call(mcpwire.ClassNormal, "file.list", OutcomeOK, 2*time.Millisecond, nil)
 	}
 	for range 100 {
-		call(ClassControl, "system.info", OutcomeOK, 3*time.Millisecond, nil)
+		call(mcpwire.ClassControl, "system.info", OutcomeOK, 3*time.Millisecond, nil)
 	}
-	before := Metrics{Limits: testLimits, Counters: Counters{Accepted: 10, Completed: 10, Rejected: 1}}
-	after := Metrics{
+	before := mcpwire.Metrics{Limits: testLimits, Counters: mcpwire.Counters{Accepted: 10, Completed: 10, Rejected: 1}}
+	after := mcpwire.Metrics{
 		Limits:   testLimits,
-		Peak:     Peak{Active: 6, NonControl: 5, Shell: 4, Queued: 3},
-		Counters: Counters{Accepted: 10 + 107, Completed: 10 + 107, Rejected: 1 + 1, TimedOut: 1},
+		Peak:     mcpwire.Peak{Active: 6, NonControl: 5, Shell: 4, Queued: 3},
+		Counters: mcpwire.Counters{Accepted: 10 + 107, Completed: 10 + 107, Rejected: 1 + 1, TimedOut: 1},
 	}
 	unit := &UnitSeries{Name: "mcp-backend-canary.service"}
 	for i := range 9 {
@@ -78,12 +80,12 @@ func TestAssess(t *testing.T) {
 		{"good run passes", func(*Facts) {}, nil},
 		{"metrics show too many shells", func(f *Facts) { f.Series.MaxShell = 5 }, []string{"shell.bound.metrics"}},
 		{"commands overlap more than maxShell while metrics claim the limit", func(f *Facts) {
-			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: ClassShell, Outcome: OutcomeOK, Latency: time.Second, Span: &Span{200, 300}})
+			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: mcpwire.ClassShell, Outcome: OutcomeOK, Latency: time.Second, Span: &Span{200, 300}})
 			f.After.Counters.Accepted++
 			f.After.Counters.Completed++
 		}, []string{"shell.bound.measured", "shell.metrics.honest"}},
 		{"ok shell without a span cannot be measured", func(f *Facts) {
-			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: ClassShell, Outcome: OutcomeOK, SpanErr: "stdout lacks the S/E time lines"})
+			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: mcpwire.ClassShell, Outcome: OutcomeOK, SpanErr: "stdout lacks the S/E time lines"})
 			f.After.Counters.Accepted++
 			f.After.Counters.Completed++
 		}, []string{"shell.bound.measured"}},
@@ -194,7 +196,7 @@ func TestAssessSkips(t *testing.T) {
 	// Offered shell load never above maxShell: the ceiling check has no premise.
 	var calls []CallRecord
 	for _, c := range f.Calls {
-		if c.Class != ClassShell || c.Outcome != OutcomeOK {
+		if c.Class != mcpwire.ClassShell || c.Outcome != OutcomeOK {
 			calls = append(calls, c)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Kind is the admission class of an operation.
@@ -40,23 +42,12 @@ func (k Kind) String() string {
 	}
 }
 
-// controlTools are the control and observability operations of the spec
-// (§2.2): an operator must be able to look and act while normal work has
-// saturated its share.
-var controlTools = map[string]bool{
-	"system.info":     true,
-	"process.list":    true,
-	"service.status":  true,
-	"process.kill":    true,
-	"service.control": true,
-}
-
 // KindOf classifies a tool by name; unknown tools are normal.
 func KindOf(tool string) Kind {
-	if controlTools[tool] {
+	switch mcpwire.ClassOf(tool) {
+	case mcpwire.ClassControl:
 		return Control
-	}
-	if tool == "shell.exec" {
+	case mcpwire.ClassShell:
 		return Shell
 	}
 	return Normal

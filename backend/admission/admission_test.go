@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func defaults() Limits {
@@ -100,7 +102,7 @@ func get(t testing.TB, ch <-chan result) result {
 func assertIdle(t testing.TB, c *Controller) {
 	t.Helper()
 	s := c.Snapshot()
-	if s.Active != (Active{}) || s.Queued != (Queued{}) {
+	if s.Active != (mcpwire.Active{}) || s.Queued != (mcpwire.Queued{}) {
 		t.Fatalf("not idle: active %+v queued %+v", s.Active, s.Queued)
 	}
 	if s.Counters.Accepted != s.Counters.Completed {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"io"
 	"net"
 	"net/netip"
@@ -17,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/strictjson"
 )
 
 // Config is the whole backend configuration file.

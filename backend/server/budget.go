@@ -6,6 +6,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -90,7 +91,7 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 			return &out, true
 		}
 	}
-	return toolerr.Result(toolerr.New(toolerr.OutputLimit, "result does not fit the response budget")), true
+	return toolerr.Result(toolerr.New(mcpwire.CodeOutputLimit, "result does not fit the response budget")), true
 }
 
 // upperBound bounds the encoded size of a result from above without

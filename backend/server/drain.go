@@ -7,6 +7,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Shutdown happens in two steps, so nothing a client sent is dropped:
@@ -16,7 +17,7 @@ import (
 // is killed only after that answer is written).
 
 func restartError() *toolerr.Error {
-	return toolerr.New(toolerr.Unavailable, "backend restarting; retry")
+	return toolerr.New(mcpwire.CodeUnavailable, "backend restarting; retry")
 }
 
 // beginStopping answers queued and new calls UNAVAILABLE from now on.
@@ -51,7 +52,7 @@ func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Res
 		}()
 		defer func() {
 			if p := recover(); p != nil {
-				done <- outcome{toolerr.Result(toolerr.New(toolerr.Internal, "tool panicked: %v", p)), nil}
+				done <- outcome{toolerr.Result(toolerr.New(mcpwire.CodeInternal, "tool panicked: %v", p)), nil}
 			}
 		}()
 		res, err := run(runCtx)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,9 +16,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/internal/proctest"
+
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // backend is a real Server behind a real HTTP listener.
@@ -128,7 +129,7 @@ func (r toolReply) errorCode() string {
 		// Strict clients would reject it against the outputSchema.
 		return "STRUCTURED"
 	}
-	e := toolerr.Decode(r.Result.Meta[toolerr.MetaKey])
+	e := toolerr.Decode(r.Result.Meta[mcpwire.ErrorMetaKey])
 	if e == nil {
 		return "UNSTRUCTURED"
 	}
@@ -155,9 +156,9 @@ func getJSON(t testing.TB, url string, v any) int {
 	return resp.StatusCode
 }
 
-func (b *backend) metrics(t testing.TB) admission.Snapshot {
+func (b *backend) metrics(t testing.TB) mcpwire.Metrics {
 	t.Helper()
-	var s admission.Snapshot
+	var s mcpwire.Metrics
 	if code := getJSON(t, b.url+"/metrics", &s); code != 200 {
 		t.Fatalf("/metrics = %d", code)
 	}

@@ -3,13 +3,13 @@ package server
 import (
 	"time"
 
-	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/memguard"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func memoryError() *toolerr.Error {
-	return toolerr.New(toolerr.Overloaded, "backend overloaded: memory use is above its high-water mark; retry later")
+	return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: memory use is above its high-water mark; retry later")
 }
 
 // UseMemGuard replaces the memory guard (New installs one reading the
@@ -44,7 +44,7 @@ type intakeJSON struct {
 
 // metricsJSON is the pinned admission snapshot with our fields beside it.
 type metricsJSON struct {
-	admission.Snapshot
+	mcpwire.Metrics
 	Memory memguard.Sample `json:"memory"`
 	Intake intakeJSON      `json:"intake"`
 }
@@ -62,5 +62,5 @@ func (s *Server) metricsSnapshot() metricsJSON {
 	if l := s.conns.Load(); l != nil {
 		in.ConnsOpen, in.ReserveConnsOpen = l.open()
 	}
-	return metricsJSON{Snapshot: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in}
+	return metricsJSON{Metrics: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in}
 }

@@ -6,7 +6,7 @@ import (
 	"mime"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // wantsText reports whether Accept asks for text/plain (Prometheus) rather
@@ -28,7 +28,7 @@ func wantsText(accept string) bool {
 }
 
 // writePrometheus renders the snapshot in the Prometheus text format.
-func writePrometheus(w io.Writer, s admission.Snapshot) {
+func writePrometheus(w io.Writer, s mcpwire.Metrics) {
 	g := func(name, help string, v int64, labels ...string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
 		if len(labels) == 0 {

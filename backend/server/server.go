@@ -24,6 +24,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // reqIDHeader carries, from our HTTP layer to the tool middleware, the key
@@ -109,7 +110,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		err *toolerr.Error
 	}{
 		{&s.shedResult, admissionError(admission.ErrQueueFull, s.adm.Limits())},
-		{&s.shedBody, toolerr.New(toolerr.Overloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget)},
+		{&s.shedBody, toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget)},
 		{&s.shedMemory, memoryError()},
 		{&s.restartResult, restartError()},
 	} {
@@ -157,11 +158,11 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
 		if s.stoppingCtx.Err() != nil {
-			s.logCall(tool, kind, 0, 0, string(toolerr.Unavailable))
+			s.logCall(tool, kind, 0, 0, string(mcpwire.CodeUnavailable))
 			return toolerr.Result(restartError()), nil
 		}
 		if kind != admission.Control && s.mem.Load().Shedding() {
-			s.logCall(tool, kind, 0, 0, string(toolerr.Overloaded))
+			s.logCall(tool, kind, 0, 0, string(mcpwire.CodeOverloaded))
 			return toolerr.Result(memoryError()), nil
 		}
 		start := time.Now()
@@ -230,13 +231,13 @@ func (s *Server) requestContext(ctx context.Context, call *mcp.CallToolRequest) 
 func admissionError(err error, lim admission.Limits) *toolerr.Error {
 	switch {
 	case errors.Is(err, admission.ErrQueueFull):
-		return toolerr.New(toolerr.Overloaded, "backend overloaded: admission queue is full (%d queued); retry later", lim.MaxQueue)
+		return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: admission queue is full (%d queued); retry later", lim.MaxQueue)
 	case errors.Is(err, admission.ErrQueueTimeout):
-		return toolerr.New(toolerr.Overloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
+		return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
 	case errors.Is(err, admission.ErrCancelled):
-		return toolerr.New(toolerr.Cancelled, "request cancelled by the client while queued")
+		return toolerr.New(mcpwire.CodeCancelled, "request cancelled by the client while queued")
 	}
-	return toolerr.New(toolerr.Internal, "admission: %v", err)
+	return toolerr.New(mcpwire.CodeInternal, "admission: %v", err)
 }
 
 func outcome(r *mcp.CallToolResult) string {
@@ -313,10 +314,10 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
 			var shed []byte
-			code := toolerr.Overloaded
+			code := mcpwire.CodeOverloaded
 			switch {
 			case s.stoppingCtx.Err() != nil:
-				shed, code = s.restartResult, toolerr.Unavailable
+				shed, code = s.restartResult, mcpwire.CodeUnavailable
 			case reserve && kind != admission.Control:
 				// Past the connection cap only control work is served.
 				shed = s.shedResult
@@ -440,7 +441,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	if wantsText(r.Header.Get("Accept")) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		writePrometheus(w, snap.Snapshot)
+		writePrometheus(w, snap.Metrics)
 		writeSessionsPrometheus(w, s.cancels.stats())
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 

@@ -1,6 +1,7 @@
-// Package toolerr defines the structured tool failures: every failure of a
-// tool is an MCP tool result with isError and the JSON text
-// {"error":{"code","message","retryable"}}, never a transport error.
+// Package toolerr builds the structured tool failures of mcp-backend: every
+// failure of a tool is an MCP tool result with isError and the
+// mcpwire.ErrorEnvelope {"error":{"code","message","retryable"}} as JSON
+// text, never a transport error.
 package toolerr
 
 import (
@@ -9,44 +10,19 @@ import (
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
-// Code is one of the adapter-compatible error codes.
-type Code string
-
-// The codes operators and adapters rely on. Keep them exactly.
-const (
-	InvalidArgument  Code = "INVALID_ARGUMENT"
-	NotFound         Code = "NOT_FOUND"
-	PermissionDenied Code = "PERMISSION_DENIED"
-	Timeout          Code = "TIMEOUT"
-	OutputLimit      Code = "OUTPUT_LIMIT"
-	Unavailable      Code = "UNAVAILABLE"
-	Internal         Code = "INTERNAL"
-	Overloaded       Code = "OVERLOADED"
-	Cancelled        Code = "CANCELLED"
-)
-
-// Error is a tool failure with its code.
-type Error struct {
-	Code      Code   `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
-}
+// Error is a tool failure with its code: the wire's mcpwire.ToolError as a
+// Go error that tool code returns.
+type Error mcpwire.ToolError
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // New returns an *Error; OVERLOADED, UNAVAILABLE and TIMEOUT are retryable.
-func New(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: retryable(code)}
-}
-
-func retryable(c Code) bool {
-	switch c {
-	case Overloaded, Unavailable, Timeout:
-		return true
-	}
-	return false
+func New(code mcpwire.Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: code.Retryable()}
 }
 
 // As returns the *Error inside err, or an INTERNAL one wrapping err.
@@ -55,32 +31,23 @@ func As(err error) *Error {
 	if errors.As(err, &te) {
 		return te
 	}
-	return &Error{Code: Internal, Message: err.Error()}
-}
-
-// MetaKey is the result _meta key that carries the envelope for programs,
-// beside the text content that carries it for people and models.
-const MetaKey = "mcp-backend/error"
-
-// Envelope is the JSON of a failed tool call.
-type Envelope struct {
-	Error *Error `json:"error"`
+	return &Error{Code: mcpwire.CodeInternal, Message: err.Error()}
 }
 
 // Result renders e as an MCP tool result: isError, the envelope as JSON text
-// content and in _meta under MetaKey. It carries no structuredContent:
-// clients validate structuredContent against the tool's outputSchema even
-// on errors, and an envelope would fail that and surface as a protocol
-// error that hides the code.
+// content and in _meta under mcpwire.ErrorMetaKey. It carries no
+// structuredContent: clients validate structuredContent against the tool's
+// outputSchema even on errors, and an envelope would fail that and surface
+// as a protocol error that hides the code.
 func Result(e *Error) *mcp.CallToolResult {
-	b, err := json.Marshal(Envelope{Error: e})
+	b, err := json.Marshal(mcpwire.ErrorEnvelope{Error: (*mcpwire.ToolError)(e)})
 	if err != nil { // cannot happen for strings and bools
 		b = []byte(`{"error":{"code":"INTERNAL","message":"encoding error","retryable":false}}`)
 	}
 	return &mcp.CallToolResult{
 		IsError: true,
 		Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
-		Meta:    mcp.Meta{MetaKey: json.RawMessage(b)},
+		Meta:    mcp.Meta{mcpwire.ErrorMetaKey: json.RawMessage(b)},
 	}
 }
 
@@ -91,7 +58,7 @@ func FromResult(r *mcp.CallToolResult) *Error {
 	if r == nil || !r.IsError {
 		return nil
 	}
-	if v, ok := r.Meta[MetaKey]; ok {
+	if v, ok := r.Meta[mcpwire.ErrorMetaKey]; ok {
 		if b, err := json.Marshal(v); err == nil {
 			if e := Decode(b); e != nil {
 				return e
@@ -110,9 +77,9 @@ func FromResult(r *mcp.CallToolResult) *Error {
 
 // Decode parses an envelope; nil when b is not one.
 func Decode(b []byte) *Error {
-	var env Envelope
+	var env mcpwire.ErrorEnvelope
 	if json.Unmarshal(b, &env) != nil || env.Error == nil || env.Error.Code == "" {
 		return nil
 	}
-	return env.Error
+	return (*Error)(env.Error)
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // toolDef is a tool with its low-level handler, built once in New.
@@ -66,7 +68,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		defer func() {
 			if r := recover(); r != nil {
 				t.log.Error("tools: panic in tool", "tool", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				res = toolerr.Result(toolerr.New(toolerr.Internal, "%s: internal error", name))
+				res = toolerr.Result(toolerr.New(mcpwire.CodeInternal, "%s: internal error", name))
 			}
 		}()
 		var raw json.RawMessage
@@ -83,7 +85,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return toolerr.Result(toolerr.New(toolerr.Internal, "%s: encode result: %v", name, err)), nil
+			return toolerr.Result(toolerr.New(mcpwire.CodeInternal, "%s: encode result: %v", name, err)), nil
 		}
 		return &mcp.CallToolResult{
 			StructuredContent: json.RawMessage(b),
@@ -117,26 +119,26 @@ func decodeArgs[In any](raw json.RawMessage, resolved *jsonschema.Resolved, empt
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
 		if emptyErr != nil {
-			return in, toolerr.New(toolerr.InvalidArgument, "%s", schemaMessage(emptyErr))
+			return in, toolerr.New(mcpwire.CodeInvalidArgument, "%s", schemaMessage(emptyErr))
 		}
 		return in, nil
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return in, toolerr.New(toolerr.InvalidArgument, "arguments must be a JSON object: %v", err)
+		return in, toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
 	}
 	if m == nil {
 		m = map[string]any{}
 	}
 	if err := resolved.Validate(m); err != nil {
-		return in, toolerr.New(toolerr.InvalidArgument, "%s", schemaMessage(err))
+		return in, toolerr.New(mcpwire.CodeInvalidArgument, "%s", schemaMessage(err))
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
-			return in, toolerr.New(toolerr.InvalidArgument, "argument %q: %s does not fit %s", ute.Field, ute.Value, ute.Type)
+			return in, toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: %s does not fit %s", ute.Field, ute.Value, ute.Type)
 		}
-		return in, toolerr.New(toolerr.InvalidArgument, "arguments: %v", err)
+		return in, toolerr.New(mcpwire.CodeInvalidArgument, "arguments: %v", err)
 	}
 	return in, nil
 }
@@ -216,11 +218,11 @@ func classify(err error) *toolerr.Error {
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		return toolerr.New(toolerr.Cancelled, "cancelled by the client: %v", err)
+		return toolerr.New(mcpwire.CodeCancelled, "cancelled by the client: %v", err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return toolerr.New(toolerr.Timeout, "%v", err)
+		return toolerr.New(mcpwire.CodeTimeout, "%v", err)
 	}
-	return toolerr.New(toolerr.Internal, "%s", truncate(err.Error(), maxErrorMessageLength))
+	return toolerr.New(mcpwire.CodeInternal, "%s", truncate(err.Error(), maxErrorMessageLength))
 }
 
 // truncate shortens s to at most n bytes (plus "...") on a rune boundary.

@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // tools/list shows exactly the nine tools, each with object input and
@@ -27,7 +29,7 @@ func TestToolsList(t *testing.T) {
 		for what, s := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
 			b, _ := json.Marshal(s)
 			var sch jsonschema.Schema
-			if err := json.Unmarshal(b, &sch); err != nil || sch.Type != "object" || len(sch.Properties) == 0 && tool.Name != NameSystemInfo {
+			if err := json.Unmarshal(b, &sch); err != nil || sch.Type != "object" || len(sch.Properties) == 0 && tool.Name != mcpwire.ToolSystemInfo {
 				t.Fatalf("%s %s schema: %s (%v)", tool.Name, what, b, err)
 			}
 		}
@@ -35,7 +37,7 @@ func TestToolsList(t *testing.T) {
 			t.Fatalf("%s: no description or annotations", tool.Name)
 		}
 	}
-	want := Names()
+	want := mcpwire.ToolNames()
 	slices.Sort(names)
 	slices.Sort(want)
 	if !slices.Equal(names, want) || len(want) != 9 {
@@ -47,11 +49,11 @@ func TestArgumentsMustBeObject(t *testing.T) {
 	tl := New(testOptions())
 	defer tl.Close()
 	for _, raw := range []string{`[1,2]`, `"x"`, `{`} {
-		res, err := handlerOf(t, tl, NameFileList)(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameFileList, Arguments: json.RawMessage(raw)}})
+		res, err := handlerOf(t, tl, mcpwire.ToolFileList)(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: mcpwire.ToolFileList, Arguments: json.RawMessage(raw)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantToolError(t, res, toolerr.InvalidArgument)
+		wantToolError(t, res, mcpwire.CodeInvalidArgument)
 	}
 }
 
@@ -65,7 +67,7 @@ func TestPanicBecomesInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantToolError(t, res, toolerr.Internal)
+	wantToolError(t, res, mcpwire.CodeInternal)
 }
 
 func TestSchemaMessage(t *testing.T) {
@@ -84,13 +86,13 @@ func TestSchemaMessage(t *testing.T) {
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		err  error
-		code toolerr.Code
+		code mcpwire.Code
 	}{
-		{toolerr.New(toolerr.NotFound, "x"), toolerr.NotFound},
-		{fmt.Errorf("wrapped: %w", toolerr.New(toolerr.PermissionDenied, "x")), toolerr.PermissionDenied},
-		{fmt.Errorf("shell.exec: %w", context.Canceled), toolerr.Cancelled},
-		{fmt.Errorf("wait: %w", context.DeadlineExceeded), toolerr.Timeout},
-		{errors.New("surprise"), toolerr.Internal},
+		{toolerr.New(mcpwire.CodeNotFound, "x"), mcpwire.CodeNotFound},
+		{fmt.Errorf("wrapped: %w", toolerr.New(mcpwire.CodePermissionDenied, "x")), mcpwire.CodePermissionDenied},
+		{fmt.Errorf("shell.exec: %w", context.Canceled), mcpwire.CodeCancelled},
+		{fmt.Errorf("wait: %w", context.DeadlineExceeded), mcpwire.CodeTimeout},
+		{errors.New("surprise"), mcpwire.CodeInternal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {
@@ -121,7 +123,7 @@ func TestOptionalIntegersArePlainIntegers(t *testing.T) {
 			if slices.Contains(p.Types, "null") || p.Type == "null" {
 				t.Errorf("%s: argument %s is nullable: %v", tool.Name, name, p.Types)
 			}
-			if tool.Name == NameShellExec && name == "timeoutMs" {
+			if tool.Name == mcpwire.ToolShellExec && name == "timeoutMs" {
 				checked++
 				if p.Type != "integer" {
 					t.Errorf("shell.exec timeoutMs: type %q types %v, want integer", p.Type, p.Types)
@@ -133,6 +135,6 @@ func TestOptionalIntegersArePlainIntegers(t *testing.T) {
 		t.Fatalf("shell.exec has no timeoutMs argument")
 	}
 	// null is no longer an accepted value; omitted still is.
-	fails(t, h, NameShellExec, map[string]any{"command": "true", "timeoutMs": nil}, toolerr.InvalidArgument)
-	ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "true"})
+	fails(t, h, mcpwire.ToolShellExec, map[string]any{"command": "true", "timeoutMs": nil}, mcpwire.CodeInvalidArgument)
+	ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": "true"})
 }

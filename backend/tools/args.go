@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // The checks of the tools' numeric and encoded arguments, kept apart from
@@ -20,7 +21,7 @@ func checkLimit(v, def, max int) (int, error) {
 	case v == 0:
 		return def, nil
 	case v < 0 || v > max:
-		return 0, toolerr.New(toolerr.InvalidArgument, "argument \"limit\": must be 1..%d (got %d)", max, v)
+		return 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"limit\": must be 1..%d (got %d)", max, v)
 	}
 	return v, nil
 }
@@ -29,12 +30,12 @@ func checkLimit(v, def, max int) (int, error) {
 // and is capped at, the output limit.
 func readRange(offset int64, length *int64, outputBytes int64) (int64, int64, error) {
 	if offset < 0 {
-		return 0, 0, toolerr.New(toolerr.InvalidArgument, "argument \"offset\": must be >= 0 (got %d)", offset)
+		return 0, 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"offset\": must be >= 0 (got %d)", offset)
 	}
 	n := outputBytes
 	if length != nil {
 		if *length < 0 {
-			return 0, 0, toolerr.New(toolerr.InvalidArgument, "argument \"length\": must be >= 0 (got %d)", *length)
+			return 0, 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"length\": must be >= 0 (got %d)", *length)
 		}
 		n = min(*length, outputBytes)
 	}
@@ -49,7 +50,7 @@ func execTimeout(ms *int64, def, max time.Duration) (time.Duration, error) {
 		return min(def, max), nil
 	}
 	if *ms <= 0 {
-		return 0, toolerr.New(toolerr.InvalidArgument, "argument \"timeoutMs\": must be > 0 (got %d)", *ms)
+		return 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"timeoutMs\": must be > 0 (got %d)", *ms)
 	}
 	if *ms >= max.Milliseconds() {
 		return max, nil
@@ -65,7 +66,7 @@ func writeMode(s string) (os.FileMode, error) {
 	}
 	m, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || m > 0o777 {
-		return 0, toolerr.New(toolerr.InvalidArgument, "argument \"mode\": must be octal permission bits 000..777, e.g. \"0644\" (got %q)", s)
+		return 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"mode\": must be octal permission bits 000..777, e.g. \"0644\" (got %q)", s)
 	}
 	return os.FileMode(m), nil
 }
@@ -78,9 +79,9 @@ func writeContent(content, encoding string) ([]byte, error) {
 	case encodingBase64:
 		data, err := base64.StdEncoding.DecodeString(content)
 		if err != nil {
-			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"content\": invalid base64: %v", err)
+			return nil, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"content\": invalid base64: %v", err)
 		}
 		return data, nil
 	}
-	return nil, toolerr.New(toolerr.InvalidArgument, "argument \"encoding\": must be %q or %q (got %q)", encodingUTF8, encodingBase64, encoding)
+	return nil, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"encoding\": must be %q or %q (got %q)", encodingUTF8, encodingBase64, encoding)
 }

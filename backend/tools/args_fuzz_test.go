@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // FuzzToolArguments feeds arbitrary bytes as the arguments of each tool
@@ -24,11 +26,11 @@ func FuzzToolArguments(f *testing.F) {
 	tl := New(opts)
 	f.Cleanup(tl.Close)
 	checks := map[string]func(t *testing.T, raw []byte){
-		NameSystemInfo: func(t *testing.T, raw []byte) {
-			decodeFor[SystemInfoInput](t, tl, NameSystemInfo, raw)
+		mcpwire.ToolSystemInfo: func(t *testing.T, raw []byte) {
+			decodeFor[SystemInfoInput](t, tl, mcpwire.ToolSystemInfo, raw)
 		},
-		NameProcessList: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[ProcessListInput](t, tl, NameProcessList, raw)
+		mcpwire.ToolProcessList: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[ProcessListInput](t, tl, mcpwire.ToolProcessList, raw)
 			if !ok {
 				return
 			}
@@ -36,18 +38,18 @@ func FuzzToolArguments(f *testing.F) {
 				t.Fatalf("limit %d accepted as %d", in.Limit, limit)
 			}
 		},
-		NameServiceStatus: func(t *testing.T, raw []byte) {
-			if in, ok := decodeFor[ServiceStatusInput](t, tl, NameServiceStatus, raw); ok {
+		mcpwire.ToolServiceStatus: func(t *testing.T, raw []byte) {
+			if in, ok := decodeFor[ServiceStatusInput](t, tl, mcpwire.ToolServiceStatus, raw); ok {
 				checkUnit(t, in.Unit)
 			}
 		},
-		NameServiceControl: func(t *testing.T, raw []byte) {
-			if in, ok := decodeFor[ServiceControlInput](t, tl, NameServiceControl, raw); ok {
+		mcpwire.ToolServiceControl: func(t *testing.T, raw []byte) {
+			if in, ok := decodeFor[ServiceControlInput](t, tl, mcpwire.ToolServiceControl, raw); ok {
 				checkUnit(t, in.Unit)
 			}
 		},
-		NameProcessKill: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[ProcessKillInput](t, tl, NameProcessKill, raw)
+		mcpwire.ToolProcessKill: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[ProcessKillInput](t, tl, mcpwire.ToolProcessKill, raw)
 			if !ok {
 				return
 			}
@@ -58,8 +60,8 @@ func FuzzToolArguments(f *testing.F) {
 				t.Fatalf("pid %d accepted", in.PID)
 			}
 		},
-		NameShellExec: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[ShellExecInput](t, tl, NameShellExec, raw)
+		mcpwire.ToolShellExec: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[ShellExecInput](t, tl, mcpwire.ToolShellExec, raw)
 			if !ok {
 				return
 			}
@@ -70,8 +72,8 @@ func FuzzToolArguments(f *testing.F) {
 			_, err = shellEnv(in.Env)
 			refused(t, err)
 		},
-		NameFileRead: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[FileReadInput](t, tl, NameFileRead, raw)
+		mcpwire.ToolFileRead: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[FileReadInput](t, tl, mcpwire.ToolFileRead, raw)
 			if !ok {
 				return
 			}
@@ -81,8 +83,8 @@ func FuzzToolArguments(f *testing.F) {
 				t.Fatalf("offset %d length %v accepted as %d, %d", in.Offset, deref(in.Length), off, n)
 			}
 		},
-		NameFileWrite: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[FileWriteInput](t, tl, NameFileWrite, raw)
+		mcpwire.ToolFileWrite: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[FileWriteInput](t, tl, mcpwire.ToolFileWrite, raw)
 			if !ok {
 				return
 			}
@@ -93,8 +95,8 @@ func FuzzToolArguments(f *testing.F) {
 			_, err := writeContent(in.Content, in.Encoding)
 			refused(t, err)
 		},
-		NameFileList: func(t *testing.T, raw []byte) {
-			in, ok := decodeFor[FileListInput](t, tl, NameFileList, raw)
+		mcpwire.ToolFileList: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[FileListInput](t, tl, mcpwire.ToolFileList, raw)
 			if !ok {
 				return
 			}
@@ -104,7 +106,7 @@ func FuzzToolArguments(f *testing.F) {
 			}
 		},
 	}
-	names := Names()
+	names := mcpwire.ToolNames()
 	if len(checks) != len(names) {
 		f.Fatalf("%d tools, %d argument checks", len(names), len(checks))
 	}
@@ -130,7 +132,7 @@ func decodeFor[In any](t *testing.T, tl *Tools, tool string, raw []byte) (In, bo
 	}
 	in, terr := decodeArgs[In](json.RawMessage(raw), resolved, resolved.Validate(map[string]any{}))
 	if terr != nil {
-		if terr.Code != toolerr.InvalidArgument || terr.Message == "" {
+		if terr.Code != mcpwire.CodeInvalidArgument || terr.Message == "" {
 			t.Fatalf("%s: decoding %q: %s %q, want a structured INVALID_ARGUMENT", tool, raw, terr.Code, terr.Message)
 		}
 		return zero, false
@@ -145,7 +147,7 @@ func refused(t *testing.T, err error) error {
 		return nil
 	}
 	te := toolerr.As(err)
-	if te.Code != toolerr.InvalidArgument && te.Code != toolerr.PermissionDenied {
+	if te.Code != mcpwire.CodeInvalidArgument && te.Code != mcpwire.CodePermissionDenied {
 		t.Fatalf("argument check answered %s (%q), want INVALID_ARGUMENT or PERMISSION_DENIED", te.Code, te.Message)
 	}
 	if len(te.Message) > maxErrorMessageLength+8 && !strings.Contains(te.Message, "argument") {

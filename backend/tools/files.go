@@ -20,9 +20,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"golang.org/x/sys/unix"
+
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
-	"golang.org/x/sys/unix"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Content encodings of file.read and file.write.
@@ -109,13 +111,13 @@ type FileListResult struct {
 // absPath requires an absolute path without NUL and returns it cleaned.
 func absPath(field, p string) (string, error) {
 	if p == "" {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must not be empty", field)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must not be empty", field)
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must not contain NUL bytes", field)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must not contain NUL bytes", field)
 	}
 	if !filepath.IsAbs(p) {
-		return "", toolerr.New(toolerr.InvalidArgument, "argument %q: must be an absolute path (got %q)", field, p)
+		return "", toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must be an absolute path (got %q)", field, p)
 	}
 	return filepath.Clean(p), nil
 }
@@ -129,17 +131,17 @@ func fsError(field string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return toolerr.New(toolerr.NotFound, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeNotFound, "argument %q: %s", field, msg)
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return toolerr.New(toolerr.PermissionDenied, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodePermissionDenied, "argument %q: %s", field, msg)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG),
 		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EINVAL):
-		return toolerr.New(toolerr.InvalidArgument, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: %s", field, msg)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EBUSY),
 		errors.Is(err, syscall.ETXTBSY), errors.Is(err, syscall.EAGAIN):
-		return toolerr.New(toolerr.Unavailable, "argument %q: %s", field, msg)
+		return toolerr.New(mcpwire.CodeUnavailable, "argument %q: %s", field, msg)
 	}
-	return toolerr.New(toolerr.Internal, "argument %q: %s", field, msg)
+	return toolerr.New(mcpwire.CodeInternal, "argument %q: %s", field, msg)
 }
 
 func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult, error) {
@@ -152,7 +154,7 @@ func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult,
 	if err != nil {
 		return res, err
 	}
-	return runKernelOp(ctx, t, &t.strandedFiles, NameFileRead, func(ctx context.Context) (FileReadResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, mcpwire.ToolFileRead, func(ctx context.Context) (FileReadResult, error) {
 		return t.readFile(ctx, p, offset, length)
 	})
 }
@@ -198,7 +200,7 @@ func (t *Tools) readFile(ctx context.Context, p string, offset, length int64) (F
 		n += m
 	}
 	if wouldBlock && n == 0 {
-		return res, toolerr.New(toolerr.Unavailable, "argument \"path\": %s has no data to read now, and file.read does not wait for it", p)
+		return res, toolerr.New(mcpwire.CodeUnavailable, "argument \"path\": %s has no data to read now, and file.read does not wait for it", p)
 	}
 	eof := int64(n) <= length && !wouldBlock
 	data := buf[:min(int64(n), length)]
@@ -266,11 +268,11 @@ func requireRegular(p string, mode uint32, dirTool string) error {
 		return nil
 	case unix.S_IFDIR:
 		if dirTool != "" {
-			return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory (use %s)", p, dirTool)
+			return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is a directory (use %s)", p, dirTool)
 		}
-		return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is a directory", p)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is a directory", p)
 	}
-	return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, specialType(mode))
+	return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a regular file (%s)", p, specialType(mode))
 }
 
 // specialType names a non-regular file type.
@@ -317,7 +319,7 @@ func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResu
 		return res, err
 	}
 	if p == "/" {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": / is a directory")
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": / is a directory")
 	}
 	data, err := writeContent(in.Content, in.Encoding)
 	if err != nil {
@@ -327,7 +329,7 @@ func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResu
 	if err != nil {
 		return res, err
 	}
-	return runKernelOp(ctx, t, &t.strandedFiles, NameFileWrite, func(context.Context) (FileWriteResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, mcpwire.ToolFileWrite, func(context.Context) (FileWriteResult, error) {
 		tg, err := resolveWrite(p, in.CreateParents)
 		if err != nil {
 			return res, err
@@ -401,7 +403,7 @@ func resolveWrite(p string, createParents bool) (writeTarget, error) {
 		tg.exists = true
 		return tg, nil
 	}
-	return writeTarget{}, toolerr.New(toolerr.InvalidArgument, "argument \"path\": more than %d symbolic links to follow", maxSymlinkHops)
+	return writeTarget{}, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": more than %d symbolic links to follow", maxSymlinkHops)
 }
 
 // openDir opens a directory for the *at calls; O_DIRECTORY refuses
@@ -488,7 +490,7 @@ func (w writeTarget) place(dirfd int, tmp string) error {
 		case err == nil:
 			return nil
 		case err == unix.EEXIST:
-			return toolerr.New(toolerr.Unavailable, "argument \"path\": %s appeared while it was being written; retry", target)
+			return toolerr.New(mcpwire.CodeUnavailable, "argument \"path\": %s appeared while it was being written; retry", target)
 		case err != unix.EINVAL && err != unix.ENOSYS && err != unix.EOPNOTSUPP:
 			return &fs.PathError{Op: "rename", Path: target, Err: err}
 		}
@@ -512,7 +514,7 @@ func (w writeTarget) place(dirfd int, tmp string) error {
 	if err := unix.Renameat2(dirfd, tmp, dirfd, w.base, unix.RENAME_EXCHANGE); err != nil {
 		return &fs.PathError{Op: "restore", Path: target, Err: err}
 	}
-	return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
+	return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
 }
 
 // renameChecked is the fallback of filesystems without renameat2 flags:
@@ -522,7 +524,7 @@ func renameChecked(dirfd int, tmp, base, target string) error {
 	var st unix.Stat_t
 	err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a regular file (%s)", target, specialType(st.Mode))
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
 		return &fs.PathError{Op: "rename", Path: target, Err: err}
@@ -540,7 +542,7 @@ func (t *Tools) fileList(ctx context.Context, in FileListInput) (FileListResult,
 	if err != nil {
 		return res, err
 	}
-	return runKernelOp(ctx, t, &t.strandedFiles, NameFileList, func(ctx context.Context) (FileListResult, error) {
+	return runKernelOp(ctx, t, &t.strandedFiles, mcpwire.ToolFileList, func(ctx context.Context) (FileListResult, error) {
 		return listDir(ctx, p, limit)
 	})
 }
@@ -551,7 +553,7 @@ func listDir(ctx context.Context, p string, limit int) (FileListResult, error) {
 	// O_DIRECTORY: a FIFO or device at p is refused without being opened.
 	d, err := openDir(p)
 	if errors.Is(err, syscall.ENOTDIR) {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
 	}
 	if err != nil {
 		return res, fsError("path", err)
@@ -639,7 +641,7 @@ const maxStrandedOps = 16
 func runKernelOp[R any](ctx context.Context, t *Tools, stranded *atomic.Int64, name string, op func(context.Context) (R, error)) (R, error) {
 	var zero R
 	if n := stranded.Load(); n >= maxStrandedOps {
-		return zero, toolerr.New(toolerr.Unavailable, "%s: %d earlier operations are still blocked in the kernel; retry later", name, n)
+		return zero, toolerr.New(mcpwire.CodeUnavailable, "%s: %d earlier operations are still blocked in the kernel; retry later", name, n)
 	}
 	opCtx, cancel := context.WithTimeout(ctx, t.opts.FileTimeout)
 	type result struct {
@@ -670,5 +672,5 @@ func runKernelOp[R any](ctx context.Context, t *Tools, stranded *atomic.Int64, n
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("%s: gave up on the operation (it may still complete): %w", name, err)
 	}
-	return zero, toolerr.New(toolerr.Timeout, "%s: the kernel did not answer within %s (the operation may still complete)", name, t.opts.FileTimeout)
+	return zero, toolerr.New(mcpwire.CodeTimeout, "%s: the kernel did not answer within %s (the operation may still complete)", name, t.opts.FileTimeout)
 }

@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/proctest"
-	"golang.org/x/sys/unix"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestFileRoundTrip(t *testing.T) {
@@ -46,7 +48,7 @@ func TestFileRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
 			tc.write["path"] = p
-			w := ok[FileWriteResult](t, h, NameFileWrite, tc.write)
+			w := ok[FileWriteResult](t, h, mcpwire.ToolFileWrite, tc.write)
 			if w.Path != p || w.BytesWritten != int64(len(tc.want)) || w.Mode != "0644" || !w.Created {
 				t.Fatalf("write result %+v", w)
 			}
@@ -54,7 +56,7 @@ func TestFileRoundTrip(t *testing.T) {
 			if err != nil || !bytes.Equal(got, tc.want) {
 				t.Fatalf("on disk %q (%v), want %q", got, err, tc.want)
 			}
-			r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": p})
+			r := ok[FileReadResult](t, h, mcpwire.ToolFileRead, map[string]any{"path": p})
 			if r.Encoding != tc.wantEncoding || !r.EOF || r.Size != int64(len(tc.want)) || r.Length != int64(len(tc.want)) {
 				t.Fatalf("read result %+v", r)
 			}
@@ -91,7 +93,7 @@ func TestFileWriteReplacesAndModes(t *testing.T) {
 	h := newHarness(t, testOptions())
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
-	ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": p, "content": "old content, longer"})
+	ok[FileWriteResult](t, h, mcpwire.ToolFileWrite, map[string]any{"path": p, "content": "old content, longer"})
 	tests := []struct {
 		mode string
 		want fs.FileMode
@@ -101,7 +103,7 @@ func TestFileWriteReplacesAndModes(t *testing.T) {
 	old := syscall.Umask(0o077) // the mode must be exact despite the umask
 	defer syscall.Umask(old)
 	for _, tc := range tests {
-		w := ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": p, "content": "new", "mode": tc.mode})
+		w := ok[FileWriteResult](t, h, mcpwire.ToolFileWrite, map[string]any{"path": p, "content": "new", "mode": tc.mode})
 		if w.Created {
 			t.Fatalf("replacing reported created")
 		}
@@ -123,11 +125,11 @@ func TestFileWriteParentsAndSymlinks(t *testing.T) {
 	h := newHarness(t, testOptions())
 	dir := t.TempDir()
 	deep := filepath.Join(dir, "a", "b", "c.txt")
-	e := fails(t, h, NameFileWrite, map[string]any{"path": deep, "content": "x"}, toolerr.NotFound)
+	e := fails(t, h, mcpwire.ToolFileWrite, map[string]any{"path": deep, "content": "x"}, mcpwire.CodeNotFound)
 	if !strings.Contains(e.Message, "path") {
 		t.Fatalf("message %q", e.Message)
 	}
-	ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": deep, "content": "x", "createParents": true})
+	ok[FileWriteResult](t, h, mcpwire.ToolFileWrite, map[string]any{"path": deep, "content": "x", "createParents": true})
 	if b, err := os.ReadFile(deep); err != nil || string(b) != "x" {
 		t.Fatalf("%q %v", b, err)
 	}
@@ -136,7 +138,7 @@ func TestFileWriteParentsAndSymlinks(t *testing.T) {
 	link := filepath.Join(dir, "link")
 	os.WriteFile(target, []byte("before"), 0o644)
 	os.Symlink("target", link)
-	w := ok[FileWriteResult](t, h, NameFileWrite, map[string]any{"path": link, "content": "after"})
+	w := ok[FileWriteResult](t, h, mcpwire.ToolFileWrite, map[string]any{"path": link, "content": "after"})
 	if w.Path != target {
 		t.Fatalf("wrote %s, want the link target %s", w.Path, target)
 	}
@@ -191,7 +193,7 @@ func TestFileReadChunks(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ok[FileReadResult](t, h, NameFileRead, tc.args)
+			r := ok[FileReadResult](t, h, mcpwire.ToolFileRead, tc.args)
 			if r.Length != tc.wantLen || r.EOF != tc.wantEOF || r.Encoding != tc.wantEncoding {
 				t.Fatalf("got length %d eof %v encoding %s, want %d %v %s", r.Length, r.EOF, r.Encoding, tc.wantLen, tc.wantEOF, tc.wantEncoding)
 			}
@@ -204,7 +206,7 @@ func TestFileReadChunks(t *testing.T) {
 	// Reading chunk after chunk reassembles the file exactly.
 	var got []byte
 	for off := int64(0); ; {
-		r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": text, "offset": off, "length": 333})
+		r := ok[FileReadResult](t, h, mcpwire.ToolFileRead, map[string]any{"path": text, "offset": off, "length": 333})
 		got = append(got, r.Content...)
 		off += r.Length
 		if r.EOF {
@@ -218,7 +220,7 @@ func TestFileReadChunks(t *testing.T) {
 
 func TestFileReadProcFile(t *testing.T) {
 	h := newHarness(t, testOptions())
-	r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": "/proc/self/status"})
+	r := ok[FileReadResult](t, h, mcpwire.ToolFileRead, map[string]any{"path": "/proc/self/status"})
 	if !r.EOF || !strings.Contains(r.Content, "Pid:") {
 		t.Fatalf("got %+v", r)
 	}
@@ -237,28 +239,28 @@ func TestFileErrors(t *testing.T) {
 		name string
 		tool string
 		args map[string]any
-		code toolerr.Code
+		code mcpwire.Code
 		want string
 	}{
-		{"read relative", NameFileRead, map[string]any{"path": "etc/passwd"}, toolerr.InvalidArgument, "path"},
-		{"read missing", NameFileRead, map[string]any{"path": filepath.Join(dir, "nope")}, toolerr.NotFound, "path"},
-		{"read directory", NameFileRead, map[string]any{"path": dir}, toolerr.InvalidArgument, "directory"},
-		{"read fifo does not hang", NameFileRead, map[string]any{"path": fifo}, toolerr.InvalidArgument, "regular"},
-		{"read negative offset", NameFileRead, map[string]any{"path": file, "offset": -1}, toolerr.InvalidArgument, "offset"},
-		{"read missing path", NameFileRead, map[string]any{}, toolerr.InvalidArgument, "path"},
-		{"read under a file", NameFileRead, map[string]any{"path": file + "/x"}, toolerr.InvalidArgument, "path"},
-		{"write relative", NameFileWrite, map[string]any{"path": "x", "content": ""}, toolerr.InvalidArgument, "path"},
-		{"write onto directory", NameFileWrite, map[string]any{"path": dir, "content": ""}, toolerr.InvalidArgument, "directory"},
-		{"write onto fifo", NameFileWrite, map[string]any{"path": fifo, "content": ""}, toolerr.InvalidArgument, "regular"},
-		{"write bad base64", NameFileWrite, map[string]any{"path": file, "content": "***", "encoding": "base64"}, toolerr.InvalidArgument, "content"},
-		{"write bad encoding", NameFileWrite, map[string]any{"path": file, "content": "", "encoding": "latin1"}, toolerr.InvalidArgument, "encoding"},
-		{"write bad mode", NameFileWrite, map[string]any{"path": file, "content": "", "mode": "0999"}, toolerr.InvalidArgument, "mode"},
-		{"write setuid mode", NameFileWrite, map[string]any{"path": file, "content": "", "mode": "4755"}, toolerr.InvalidArgument, "mode"},
-		{"write content missing", NameFileWrite, map[string]any{"path": file}, toolerr.InvalidArgument, "content"},
-		{"list relative", NameFileList, map[string]any{"path": "."}, toolerr.InvalidArgument, "path"},
-		{"list missing", NameFileList, map[string]any{"path": filepath.Join(dir, "nope")}, toolerr.NotFound, "path"},
-		{"list a file", NameFileList, map[string]any{"path": file}, toolerr.InvalidArgument, "not a directory"},
-		{"list limit too big", NameFileList, map[string]any{"path": dir, "limit": 10001}, toolerr.InvalidArgument, "limit"},
+		{"read relative", mcpwire.ToolFileRead, map[string]any{"path": "etc/passwd"}, mcpwire.CodeInvalidArgument, "path"},
+		{"read missing", mcpwire.ToolFileRead, map[string]any{"path": filepath.Join(dir, "nope")}, mcpwire.CodeNotFound, "path"},
+		{"read directory", mcpwire.ToolFileRead, map[string]any{"path": dir}, mcpwire.CodeInvalidArgument, "directory"},
+		{"read fifo does not hang", mcpwire.ToolFileRead, map[string]any{"path": fifo}, mcpwire.CodeInvalidArgument, "regular"},
+		{"read negative offset", mcpwire.ToolFileRead, map[string]any{"path": file, "offset": -1}, mcpwire.CodeInvalidArgument, "offset"},
+		{"read missing path", mcpwire.ToolFileRead, map[string]any{}, mcpwire.CodeInvalidArgument, "path"},
+		{"read under a file", mcpwire.ToolFileRead, map[string]any{"path": file + "/x"}, mcpwire.CodeInvalidArgument, "path"},
+		{"write relative", mcpwire.ToolFileWrite, map[string]any{"path": "x", "content": ""}, mcpwire.CodeInvalidArgument, "path"},
+		{"write onto directory", mcpwire.ToolFileWrite, map[string]any{"path": dir, "content": ""}, mcpwire.CodeInvalidArgument, "directory"},
+		{"write onto fifo", mcpwire.ToolFileWrite, map[string]any{"path": fifo, "content": ""}, mcpwire.CodeInvalidArgument, "regular"},
+		{"write bad base64", mcpwire.ToolFileWrite, map[string]any{"path": file, "content": "***", "encoding": "base64"}, mcpwire.CodeInvalidArgument, "content"},
+		{"write bad encoding", mcpwire.ToolFileWrite, map[string]any{"path": file, "content": "", "encoding": "latin1"}, mcpwire.CodeInvalidArgument, "encoding"},
+		{"write bad mode", mcpwire.ToolFileWrite, map[string]any{"path": file, "content": "", "mode": "0999"}, mcpwire.CodeInvalidArgument, "mode"},
+		{"write setuid mode", mcpwire.ToolFileWrite, map[string]any{"path": file, "content": "", "mode": "4755"}, mcpwire.CodeInvalidArgument, "mode"},
+		{"write content missing", mcpwire.ToolFileWrite, map[string]any{"path": file}, mcpwire.CodeInvalidArgument, "content"},
+		{"list relative", mcpwire.ToolFileList, map[string]any{"path": "."}, mcpwire.CodeInvalidArgument, "path"},
+		{"list missing", mcpwire.ToolFileList, map[string]any{"path": filepath.Join(dir, "nope")}, mcpwire.CodeNotFound, "path"},
+		{"list a file", mcpwire.ToolFileList, map[string]any{"path": file}, mcpwire.CodeInvalidArgument, "not a directory"},
+		{"list limit too big", mcpwire.ToolFileList, map[string]any{"path": dir, "limit": 10001}, mcpwire.CodeInvalidArgument, "limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,17 +279,17 @@ func TestFileErrors(t *testing.T) {
 func TestFsErrorCodes(t *testing.T) {
 	tests := []struct {
 		err  error
-		code toolerr.Code
+		code mcpwire.Code
 	}{
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, toolerr.NotFound},
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, toolerr.PermissionDenied},
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EPERM}, toolerr.PermissionDenied},
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EROFS}, toolerr.PermissionDenied},
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOTDIR}, toolerr.InvalidArgument},
-		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EISDIR}, toolerr.InvalidArgument},
-		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, toolerr.Unavailable},
-		{&fs.PathError{Op: "read", Path: "/x", Err: syscall.EIO}, toolerr.Internal},
-		{errors.New("odd"), toolerr.Internal},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, mcpwire.CodeNotFound},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, mcpwire.CodePermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EPERM}, mcpwire.CodePermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EROFS}, mcpwire.CodePermissionDenied},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOTDIR}, mcpwire.CodeInvalidArgument},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EISDIR}, mcpwire.CodeInvalidArgument},
+		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, mcpwire.CodeUnavailable},
+		{&fs.PathError{Op: "read", Path: "/x", Err: syscall.EIO}, mcpwire.CodeInternal},
+		{errors.New("odd"), mcpwire.CodeInternal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {
@@ -310,7 +312,7 @@ func TestFileList(t *testing.T) {
 	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 	os.Chtimes(filepath.Join(dir, "b.txt"), mtime, mtime)
 
-	r := ok[FileListResult](t, h, NameFileList, map[string]any{"path": dir})
+	r := ok[FileListResult](t, h, mcpwire.ToolFileList, map[string]any{"path": dir})
 	want := []FileEntry{
 		{Name: "a-dir", Type: "dir", Mode: "1755"},
 		{Name: "b.txt", Type: "file", Size: 5, Mode: "0640", Mtime: "2024-05-06T07:08:09Z"},
@@ -331,7 +333,7 @@ func TestFileList(t *testing.T) {
 		}
 	}
 
-	r = ok[FileListResult](t, h, NameFileList, map[string]any{"path": dir, "limit": 2})
+	r = ok[FileListResult](t, h, mcpwire.ToolFileList, map[string]any{"path": dir, "limit": 2})
 	if len(r.Entries) != 2 || r.Total != 4 || !r.Truncated || r.Entries[1].Name != "b.txt" {
 		t.Fatalf("limited: %+v", r)
 	}
@@ -352,7 +354,7 @@ func TestFileReadEncodedBudget(t *testing.T) {
 	var got strings.Builder
 	var offset int64
 	for i := 0; i < 100; i++ {
-		r := ok[FileReadResult](t, h, NameFileRead, map[string]any{"path": p, "offset": offset})
+		r := ok[FileReadResult](t, h, mcpwire.ToolFileRead, map[string]any{"path": p, "offset": offset})
 		b, _ := json.Marshal(r.Content)
 		if len(b) > int(opts.ResponseBytes) {
 			t.Fatalf("chunk encodes to %d bytes, budget %d", len(b), opts.ResponseBytes)
@@ -422,13 +424,13 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 		tool string
 		args map[string]any
 	}{
-		{NameFileRead, map[string]any{"path": stall.dir + "/f"}},
-		{NameFileWrite, map[string]any{"path": stall.dir + "/f", "content": "x"}},
-		{NameFileList, map[string]any{"path": stall.dir}},
+		{mcpwire.ToolFileRead, map[string]any{"path": stall.dir + "/f"}},
+		{mcpwire.ToolFileWrite, map[string]any{"path": stall.dir + "/f", "content": "x"}},
+		{mcpwire.ToolFileList, map[string]any{"path": stall.dir}},
 	}
 	for _, tc := range timeouts {
 		t.Run(tc.tool+" times out", func(t *testing.T) {
-			wantToolError(t, callHandler(context.Background(), t, tl, tc.tool, tc.args), toolerr.Timeout)
+			wantToolError(t, callHandler(context.Background(), t, tl, tc.tool, tc.args), mcpwire.CodeTimeout)
 		})
 	}
 
@@ -440,10 +442,10 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 		before := stall.requests.Load()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		wait := startHandler(ctx, t, tl2, NameFileRead, map[string]any{"path": stall.dir + "/cancelled"})
+		wait := startHandler(ctx, t, tl2, mcpwire.ToolFileRead, map[string]any{"path": stall.dir + "/cancelled"})
 		proctest.Eventually(t, "the read to reach the filesystem", func() bool { return stall.requests.Load() > before })
 		cancel()
-		wantToolError(t, wait(t), toolerr.Cancelled)
+		wantToolError(t, wait(t), mcpwire.CodeCancelled)
 	})
 
 	t.Run("operations left in the kernel are bounded", func(t *testing.T) {
@@ -452,17 +454,17 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				wantToolError(t, callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": fmt.Sprintf("%s/f%d", stall.dir, i)}), toolerr.Timeout)
+				wantToolError(t, callHandler(context.Background(), t, tl, mcpwire.ToolFileRead, map[string]any{"path": fmt.Sprintf("%s/f%d", stall.dir, i)}), mcpwire.CodeTimeout)
 			}()
 		}
 		wg.Wait()
 		if n := tl.strandedFiles.Load(); n != maxStrandedOps {
 			t.Fatalf("%d operations counted in the kernel, want %d", n, maxStrandedOps)
 		}
-		e := wantToolError(t, callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal}), toolerr.Unavailable)
+		e := wantToolError(t, callHandler(context.Background(), t, tl, mcpwire.ToolFileRead, map[string]any{"path": normal}), mcpwire.CodeUnavailable)
 		t.Logf("at the bound: %s", e.Message)
 		// Stuck normal work does not refuse a control tool.
-		if res := callHandler(context.Background(), t, tl, NameProcessList, map[string]any{"limit": 1}); res.IsError {
+		if res := callHandler(context.Background(), t, tl, mcpwire.ToolProcessList, map[string]any{"limit": 1}); res.IsError {
 			t.Fatalf("process.list refused while file operations are stuck: %v", res.Content)
 		}
 	})
@@ -470,7 +472,7 @@ func TestFileCallsLeaveAStalledFilesystem(t *testing.T) {
 	t.Run("released when the kernel lets go", func(t *testing.T) {
 		stall.abort()
 		proctest.Eventually(t, "no operation left in the kernel", func() bool { return tl.strandedFiles.Load() == 0 })
-		res := callHandler(context.Background(), t, tl, NameFileRead, map[string]any{"path": normal})
+		res := callHandler(context.Background(), t, tl, mcpwire.ToolFileRead, map[string]any{"path": normal})
 		if res.IsError {
 			t.Fatalf("read after the abort failed: %v", res.Content)
 		}
@@ -521,7 +523,7 @@ func TestFileWriteNeverReplacesSpecialFiles(t *testing.T) {
 			if strings.HasPrefix(name, "loop") {
 				want = "symbolic links"
 			}
-			e := fails(t, h, NameFileWrite, map[string]any{"path": filepath.Join(dir, name), "content": "replaced"}, toolerr.InvalidArgument)
+			e := fails(t, h, mcpwire.ToolFileWrite, map[string]any{"path": filepath.Join(dir, name), "content": "replaced"}, mcpwire.CodeInvalidArgument)
 			if !strings.Contains(e.Message, want) {
 				t.Fatalf("message %q does not say %q", e.Message, want)
 			}
@@ -554,6 +556,6 @@ func TestFileWriteNeverReplacesSpecialFiles(t *testing.T) {
 	// Reading through the same links is refused too, without blocking on
 	// the FIFO or opening the device.
 	for _, name := range []string{"to-fifo", "to-dev", "to-sock", "chain-twice"} {
-		fails(t, h, NameFileRead, map[string]any{"path": filepath.Join(dir, name)}, toolerr.InvalidArgument)
+		fails(t, h, mcpwire.ToolFileRead, map[string]any{"path": filepath.Join(dir, name)}, mcpwire.CodeInvalidArgument)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/overdeck/mcp-backend/backend/toolerr"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // harness is a real *mcp.Server with the tools, connected to a go-sdk
@@ -143,12 +144,12 @@ func checkOutputSchema(t testing.TB, h *harness, name string, b []byte) {
 }
 
 // fails calls a tool and requires a structured error with code.
-func fails(t testing.TB, h *harness, name string, args any, code toolerr.Code) *toolerr.Error {
+func fails(t testing.TB, h *harness, name string, args any, code mcpwire.Code) *mcpwire.ToolError {
 	t.Helper()
 	return wantToolError(t, h.call(t, name, args), code)
 }
 
-func wantToolError(t testing.TB, res *mcp.CallToolResult, code toolerr.Code) *toolerr.Error {
+func wantToolError(t testing.TB, res *mcp.CallToolResult, code mcpwire.Code) *mcpwire.ToolError {
 	t.Helper()
 	if !res.IsError {
 		b, _ := json.Marshal(res.StructuredContent)
@@ -167,11 +168,11 @@ func wantToolError(t testing.TB, res *mcp.CallToolResult, code toolerr.Code) *to
 		t.Fatalf("error content is %T, want text", res.Content[0])
 	}
 	b := []byte(tc.Text)
-	meta, _ := json.Marshal(res.Meta[toolerr.MetaKey])
+	meta, _ := json.Marshal(res.Meta[mcpwire.ErrorMetaKey])
 	if !jsonEqual(t, meta, b) {
-		t.Fatalf("_meta %q differs from the text envelope:\nmeta: %s\ntext: %s", toolerr.MetaKey, meta, b)
+		t.Fatalf("_meta %q differs from the text envelope:\nmeta: %s\ntext: %s", mcpwire.ErrorMetaKey, meta, b)
 	}
-	var env toolerr.Envelope
+	var env mcpwire.ErrorEnvelope
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil || env.Error == nil {

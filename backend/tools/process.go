@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"golang.org/x/sys/unix"
+
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
-	"golang.org/x/sys/unix"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // clockTicks is USER_HZ, the unit of CPU times in /proc/PID/stat; it is 100
@@ -106,7 +108,7 @@ func (t *Tools) processList(ctx context.Context, in ProcessListInput) (ProcessLi
 	// Reading a command line takes the process's memory map lock, which a
 	// process stuck in the kernel can hold: the scan runs where the call
 	// can leave it.
-	return runKernelOp(ctx, t, &t.strandedScans, NameProcessList, func(ctx context.Context) (ProcessListResult, error) {
+	return runKernelOp(ctx, t, &t.strandedScans, mcpwire.ToolProcessList, func(ctx context.Context) (ProcessListResult, error) {
 		return t.scanProcesses(ctx, name, wantUID, limit)
 	})
 }
@@ -117,7 +119,7 @@ func (t *Tools) scanProcesses(ctx context.Context, name string, wantUID, limit i
 	var res ProcessListResult
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return res, toolerr.New(toolerr.Unavailable, "read /proc: %v", err)
+		return res, toolerr.New(mcpwire.CodeUnavailable, "read /proc: %v", err)
 	}
 	pids := make([]int, 0, len(entries))
 	for _, e := range entries {
@@ -284,11 +286,11 @@ func resolveUser(s string) (int, error) {
 	}
 	u, err := user.Lookup(s)
 	if err != nil {
-		return 0, toolerr.New(toolerr.NotFound, "argument \"user\": no user %q", s)
+		return 0, toolerr.New(mcpwire.CodeNotFound, "argument \"user\": no user %q", s)
 	}
 	uid, err := strconv.Atoi(u.Uid)
 	if err != nil {
-		return 0, toolerr.New(toolerr.Internal, "argument \"user\": uid %q of %s is not numeric", u.Uid, s)
+		return 0, toolerr.New(mcpwire.CodeInternal, "argument \"user\": uid %q of %s is not numeric", u.Uid, s)
 	}
 	return uid, nil
 }
@@ -305,11 +307,11 @@ const maxPID = math.MaxInt32
 func checkPID(pid int) error {
 	switch {
 	case pid > maxPID:
-		return toolerr.New(toolerr.InvalidArgument, "argument \"pid\": %d is not a process id (at most %d)", pid, maxPID)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"pid\": %d is not a process id (at most %d)", pid, maxPID)
 	case pid <= 1:
-		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", pid)
+		return toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": refusing to signal pid %d (pid must be > 1)", pid)
 	case pid == selfPID:
-		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", pid)
+		return toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": refusing to signal the backend itself (pid %d)", pid)
 	}
 	return nil
 }
@@ -334,7 +336,7 @@ func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKill
 	}
 	defer unix.Close(fd)
 	if isAncestor(in.PID) {
-		return res, toolerr.New(toolerr.PermissionDenied, "argument \"pid\": refusing to signal pid %d, an ancestor of the backend", in.PID)
+		return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": refusing to signal pid %d, an ancestor of the backend", in.PID)
 	}
 	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
 		return res, killError(in.PID, name, err)
@@ -348,11 +350,11 @@ func killError(pid int, name string, err error) error {
 	case isThread(pid):
 		// pidfd_open refuses a thread that leads no thread group (EINVAL,
 		// ENOENT on newer kernels).
-		return toolerr.New(toolerr.InvalidArgument, "argument \"pid\": %d is a thread id, not a process id", pid)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"pid\": %d is a thread id, not a process id", pid)
 	case errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.ENOENT):
-		return toolerr.New(toolerr.NotFound, "argument \"pid\": no process %d", pid)
+		return toolerr.New(mcpwire.CodeNotFound, "argument \"pid\": no process %d", pid)
 	case errors.Is(err, syscall.EPERM):
-		return toolerr.New(toolerr.PermissionDenied, "argument \"pid\": not permitted to signal pid %d", pid)
+		return toolerr.New(mcpwire.CodePermissionDenied, "argument \"pid\": not permitted to signal pid %d", pid)
 	}
 	return fmt.Errorf("kill %d %s: %w", pid, name, err)
 }
@@ -400,7 +402,7 @@ func isAncestor(pid int) bool {
 // (JSON number or numeric string) from 0 to SIGRTMAX.
 func parseSignal(v any) (syscall.Signal, error) {
 	bad := func() error {
-		return toolerr.New(toolerr.InvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
 	}
 	switch s := v.(type) {
 	case nil:

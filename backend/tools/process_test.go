@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // startSleeper starts a real child process with a unique argument and
@@ -37,7 +37,7 @@ func TestProcessList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := ok[ProcessListResult](t, h, NameProcessList, map[string]any{"name": "3001.25"})
+	r := ok[ProcessListResult](t, h, mcpwire.ToolProcessList, map[string]any{"name": "3001.25"})
 	if r.Total != 1 || len(r.Processes) != 1 || r.Truncated {
 		t.Fatalf("name filter: %+v", r)
 	}
@@ -72,15 +72,15 @@ func TestProcessList(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ok[ProcessListResult](t, h, NameProcessList, tc.args)
+			r := ok[ProcessListResult](t, h, mcpwire.ToolProcessList, tc.args)
 			if !tc.check(r) {
 				t.Fatalf("want %s, got total %d, %d processes, truncated %v", tc.explain, r.Total, len(r.Processes), r.Truncated)
 			}
 		})
 	}
 
-	fails(t, h, NameProcessList, map[string]any{"user": "no-such-user-xyz"}, toolerr.NotFound)
-	e := fails(t, h, NameProcessList, map[string]any{"limit": 5001}, toolerr.InvalidArgument)
+	fails(t, h, mcpwire.ToolProcessList, map[string]any{"user": "no-such-user-xyz"}, mcpwire.CodeNotFound)
+	e := fails(t, h, mcpwire.ToolProcessList, map[string]any{"limit": 5001}, mcpwire.CodeInvalidArgument)
 	if !strings.Contains(e.Message, "limit") {
 		t.Fatalf("message %q", e.Message)
 	}
@@ -112,7 +112,7 @@ func TestProcessKill(t *testing.T) {
 	}
 	for _, tc := range refusals {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
-			e := fails(t, h, NameProcessKill, map[string]any{"pid": tc.pid, "signal": "KILL"}, toolerr.PermissionDenied)
+			e := fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": tc.pid, "signal": "KILL"}, mcpwire.CodePermissionDenied)
 			if !strings.Contains(e.Message, "pid") {
 				t.Fatalf("message %q", e.Message)
 			}
@@ -124,7 +124,7 @@ func TestProcessKill(t *testing.T) {
 		if err := gone.Run(); err != nil {
 			t.Fatal(err)
 		}
-		fails(t, h, NameProcessKill, map[string]any{"pid": gone.Process.Pid}, toolerr.NotFound)
+		fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": gone.Process.Pid}, mcpwire.CodeNotFound)
 	})
 
 	signals := []struct {
@@ -146,7 +146,7 @@ func TestProcessKill(t *testing.T) {
 			if tc.signal != nil {
 				args["signal"] = tc.signal
 			}
-			r := ok[ProcessKillResult](t, h, NameProcessKill, args)
+			r := ok[ProcessKillResult](t, h, mcpwire.ToolProcessKill, args)
 			if r.PID != child.Process.Pid || r.Signal != tc.name || !r.Sent {
 				t.Fatalf("result %+v", r)
 			}
@@ -160,7 +160,7 @@ func TestProcessKill(t *testing.T) {
 
 	bad := []any{"FOO", 65, -1, 9.5, "", true}
 	for _, sig := range bad {
-		e := fails(t, h, NameProcessKill, map[string]any{"pid": 999999, "signal": sig}, toolerr.InvalidArgument)
+		e := fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": 999999, "signal": sig}, mcpwire.CodeInvalidArgument)
 		if !strings.Contains(e.Message, "signal") {
 			t.Fatalf("signal %v: message %q", sig, e.Message)
 		}
@@ -193,30 +193,30 @@ func TestProcessKillPIDRange(t *testing.T) {
 	tests := []struct {
 		name string
 		pid  any
-		code toolerr.Code
+		code mcpwire.Code
 	}{
-		{"2^32 plus a child", 1<<32 + int64(child.Process.Pid), toolerr.InvalidArgument},
-		{"2^32 plus one (init)", int64(1<<32 + 1), toolerr.InvalidArgument},
-		{"2^32 plus the backend", 1<<32 + int64(self), toolerr.InvalidArgument},
-		{"2^32 minus one (-1)", int64(1<<32 - 1), toolerr.InvalidArgument},
-		{"2^31 (negative int32)", int64(1 << 31), toolerr.InvalidArgument},
-		{"2^63 minus one", json.Number("9223372036854775807"), toolerr.InvalidArgument},
-		{"2^64 plus one", json.Number("18446744073709551617"), toolerr.InvalidArgument},
-		{"minus 2^32 plus a child", -1<<32 + int64(child.Process.Pid), toolerr.PermissionDenied},
-		{"a thread of the backend", thread, toolerr.InvalidArgument},
-		{"the backend's parent", os.Getppid(), toolerr.PermissionDenied},
+		{"2^32 plus a child", 1<<32 + int64(child.Process.Pid), mcpwire.CodeInvalidArgument},
+		{"2^32 plus one (init)", int64(1<<32 + 1), mcpwire.CodeInvalidArgument},
+		{"2^32 plus the backend", 1<<32 + int64(self), mcpwire.CodeInvalidArgument},
+		{"2^32 minus one (-1)", int64(1<<32 - 1), mcpwire.CodeInvalidArgument},
+		{"2^31 (negative int32)", int64(1 << 31), mcpwire.CodeInvalidArgument},
+		{"2^63 minus one", json.Number("9223372036854775807"), mcpwire.CodeInvalidArgument},
+		{"2^64 plus one", json.Number("18446744073709551617"), mcpwire.CodeInvalidArgument},
+		{"minus 2^32 plus a child", -1<<32 + int64(child.Process.Pid), mcpwire.CodePermissionDenied},
+		{"a thread of the backend", thread, mcpwire.CodeInvalidArgument},
+		{"the backend's parent", os.Getppid(), mcpwire.CodePermissionDenied},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := fails(t, h, NameProcessKill, map[string]any{"pid": tc.pid, "signal": 0}, tc.code)
+			e := fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": tc.pid, "signal": 0}, tc.code)
 			if !strings.Contains(e.Message, "pid") {
 				t.Fatalf("message %q does not name pid", e.Message)
 			}
 		})
 	}
 	// The largest pid_t is still a pid: it is looked up, not refused.
-	fails(t, h, NameProcessKill, map[string]any{"pid": math.MaxInt32, "signal": 0}, toolerr.NotFound)
-	r := ok[ProcessKillResult](t, h, NameProcessKill, map[string]any{"pid": child.Process.Pid, "signal": 0})
+	fails(t, h, mcpwire.ToolProcessKill, map[string]any{"pid": math.MaxInt32, "signal": 0}, mcpwire.CodeNotFound)
+	r := ok[ProcessKillResult](t, h, mcpwire.ToolProcessKill, map[string]any{"pid": child.Process.Pid, "signal": 0})
 	if !r.Sent || r.Signal != "0" {
 		t.Fatalf("probe of the child: %+v", r)
 	}
@@ -244,7 +244,7 @@ func TestProcessListControlBytesWithinBudget(t *testing.T) {
 			cmd.Wait()
 		})
 	}
-	res := h.call(t, NameProcessList, map[string]any{"name": tag})
+	res := h.call(t, mcpwire.ToolProcessList, map[string]any{"name": tag})
 	if res.IsError {
 		t.Fatalf("process.list failed: %v", res.Content)
 	}

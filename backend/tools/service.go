@@ -11,7 +11,9 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
 	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // unitSuffixes are the unit types systemd knows; a unit name must end in one.
@@ -69,15 +71,15 @@ type ServiceControlResult struct {
 // bytes, a unit type suffix.
 func validateUnit(name string) error {
 	if name == "" {
-		return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": must not be empty")
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": must not be empty")
 	}
 	if len(name) > 255 {
-		return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": longer than 255 bytes")
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": longer than 255 bytes")
 	}
 	for _, r := range name {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":-_.\\@", r)
 		if !ok {
-			return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": invalid character %q in %q (allowed: letters, digits, and :-_.\\@)", r, name)
+			return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": invalid character %q in %q (allowed: letters, digits, and :-_.\\@)", r, name)
 		}
 	}
 	for _, suf := range unitSuffixes {
@@ -85,7 +87,7 @@ func validateUnit(name string) error {
 			return nil
 		}
 	}
-	return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": %q must be a full unit name ending in one of %s", name, strings.Join(unitSuffixes, ", "))
+	return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": %q must be a full unit name ending in one of %s", name, strings.Join(unitSuffixes, ", "))
 }
 
 // connect opens one D-Bus connection to systemd for one call.
@@ -95,7 +97,7 @@ func (t *Tools) connect(ctx context.Context) (*sddbus.Conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, toolerr.New(toolerr.Unavailable, "systemd is not reachable over D-Bus (is this host running systemd with a system bus?): %v", err)
+		return nil, toolerr.New(mcpwire.CodeUnavailable, "systemd is not reachable over D-Bus (is this host running systemd with a system bus?): %v", err)
 	}
 	return conn, nil
 }
@@ -114,7 +116,7 @@ func (t *Tools) serviceStatus(ctx context.Context, in ServiceStatusInput) (Servi
 		return st, err
 	}
 	if st.LoadState == "not-found" {
-		return ServiceStatus{}, toolerr.New(toolerr.NotFound, "argument \"unit\": unit %s not found (LoadState=not-found)", in.Unit)
+		return ServiceStatus{}, toolerr.New(mcpwire.CodeNotFound, "argument \"unit\": unit %s not found (LoadState=not-found)", in.Unit)
 	}
 	return st, nil
 }
@@ -177,13 +179,13 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 	case actionReload:
 		job = conn.ReloadUnitContext
 	default:
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"action\": must be start, stop, restart or reload (got %q)", in.Action)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"action\": must be start, stop, restart or reload (got %q)", in.Action)
 	}
 	if in.Action == actionStop || in.Action == actionRestart {
 		// Stopping the backend's own unit from inside it would kill this call
 		// before it can answer.
 		if own, err := conn.GetUnitNameByPID(ctx, uint32(selfPID)); err == nil && own == in.Unit {
-			return res, toolerr.New(toolerr.PermissionDenied, "argument \"unit\": refusing to %s %s, the unit running this backend: the call could not complete; use mcpctl", in.Action, in.Unit)
+			return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"unit\": refusing to %s %s, the unit running this backend: the call could not complete; use mcpctl", in.Action, in.Unit)
 		}
 	}
 
@@ -200,7 +202,7 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 	select {
 	case result = <-ch:
 	case <-deadline.C:
-		return res, toolerr.New(toolerr.Timeout, "%s %s: job did not finish within %s (it may still be running)", in.Action, in.Unit, serviceJobDeadline)
+		return res, toolerr.New(mcpwire.CodeTimeout, "%s %s: job did not finish within %s (it may still be running)", in.Action, in.Unit, serviceJobDeadline)
 	case <-ctx.Done():
 		return res, fmt.Errorf("%s %s: stopped waiting for the job (it may still be running): %w", in.Action, in.Unit, ctx.Err())
 	}
@@ -212,14 +214,14 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 	switch result {
 	case "done":
 	case "timeout":
-		return res, toolerr.New(toolerr.Timeout, "%s %s: systemd job timed out%s", in.Action, in.Unit, state)
+		return res, toolerr.New(mcpwire.CodeTimeout, "%s %s: systemd job timed out%s", in.Action, in.Unit, state)
 	case "canceled":
-		return res, toolerr.New(toolerr.Cancelled, "%s %s: systemd job was canceled%s", in.Action, in.Unit, state)
+		return res, toolerr.New(mcpwire.CodeCancelled, "%s %s: systemd job was canceled%s", in.Action, in.Unit, state)
 	case "skipped", "invalid", "unsupported":
 		// e.g. reload of an inactive unit ends as "invalid".
-		return res, toolerr.New(toolerr.InvalidArgument, "%s %s: job result %q: not applicable to the unit's current state%s", in.Action, in.Unit, result, state)
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "%s %s: job result %q: not applicable to the unit's current state%s", in.Action, in.Unit, result, state)
 	default: // failed, dependency, and results newer systemd versions add
-		return res, toolerr.New(toolerr.Unavailable, "%s %s: systemd job result %q%s", in.Action, in.Unit, result, state)
+		return res, toolerr.New(mcpwire.CodeUnavailable, "%s %s: systemd job result %q%s", in.Action, in.Unit, result, state)
 	}
 	if stErr != nil {
 		return res, stErr
@@ -240,26 +242,26 @@ func dbusError(ctx context.Context, unit string, err error) error {
 		de = *dep
 	default:
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return toolerr.New(toolerr.Timeout, "systemd call for %s: %v", unit, err)
+			return toolerr.New(mcpwire.CodeTimeout, "systemd call for %s: %v", unit, err)
 		}
-		return toolerr.New(toolerr.Unavailable, "systemd call for %s failed: %v", unit, err)
+		return toolerr.New(mcpwire.CodeUnavailable, "systemd call for %s failed: %v", unit, err)
 	}
 	msg := de.Error()
 	switch de.Name {
 	case "org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed":
-		return toolerr.New(toolerr.NotFound, "argument \"unit\": %s: %s", unit, msg)
+		return toolerr.New(mcpwire.CodeNotFound, "argument \"unit\": %s: %s", unit, msg)
 	case "org.freedesktop.DBus.Error.AccessDenied", "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
 		"org.freedesktop.DBus.Error.AuthFailed":
-		return toolerr.New(toolerr.PermissionDenied, "systemd refused the call for %s: %s", unit, msg)
+		return toolerr.New(mcpwire.CodePermissionDenied, "systemd refused the call for %s: %s", unit, msg)
 	case "org.freedesktop.systemd1.UnitMasked", "org.freedesktop.systemd1.JobTypeNotApplicable",
 		"org.freedesktop.systemd1.OnlyByDependency", "org.freedesktop.systemd1.TransactionIsDestructive",
 		"org.freedesktop.systemd1.UnitInactive", "org.freedesktop.systemd1.UnitGenerated",
 		"org.freedesktop.systemd1.TransactionJobsConflicting", "org.freedesktop.DBus.Error.InvalidArgs":
-		return toolerr.New(toolerr.InvalidArgument, "argument \"unit\": %s: %s (%s)", unit, msg, de.Name)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": %s: %s (%s)", unit, msg, de.Name)
 	case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NoReply",
 		"org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoServer",
 		"org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
-		return toolerr.New(toolerr.Unavailable, "systemd is not answering for %s: %s (%s)", unit, msg, de.Name)
+		return toolerr.New(mcpwire.CodeUnavailable, "systemd is not answering for %s: %s (%s)", unit, msg, de.Name)
 	}
-	return toolerr.New(toolerr.Internal, "systemd call for %s: %s (%s)", unit, msg, de.Name)
+	return toolerr.New(mcpwire.CodeInternal, "systemd call for %s: %s (%s)", unit, msg, de.Name)
 }

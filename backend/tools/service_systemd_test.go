@@ -9,7 +9,8 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
-	"github.com/overdeck/mcp-backend/backend/toolerr"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 )
@@ -46,7 +47,7 @@ func TestServiceToolsRealSystemd(t *testing.T) {
 	h := newHarness(t, opts)
 	const unit = "tools-test.service"
 
-	st := ok[ServiceStatus](t, h, NameServiceStatus, map[string]any{"unit": unit})
+	st := ok[ServiceStatus](t, h, mcpwire.ToolServiceStatus, map[string]any{"unit": unit})
 	if st.LoadState != "loaded" || st.ActiveState != "inactive" || st.MainPID != 0 || st.Since != nil || st.Description != "tools test service" {
 		t.Fatalf("before start: %+v", st)
 	}
@@ -63,7 +64,7 @@ func TestServiceToolsRealSystemd(t *testing.T) {
 	}
 	lastPID := 0
 	for _, s := range steps {
-		r := ok[ServiceControlResult](t, h, NameServiceControl, map[string]any{"unit": unit, "action": s.action})
+		r := ok[ServiceControlResult](t, h, mcpwire.ToolServiceControl, map[string]any{"unit": unit, "action": s.action})
 		if r.JobResult != "done" || r.Status.ActiveState != s.wantActive || (r.Status.MainPID > 0) != s.wantPID {
 			t.Fatalf("%s: %+v", s.action, r)
 		}
@@ -81,12 +82,12 @@ func TestServiceToolsRealSystemd(t *testing.T) {
 		lastPID = r.Status.MainPID
 	}
 
-	e := fails(t, h, NameServiceControl, map[string]any{"unit": "tools-fail.service", "action": actionStart}, toolerr.Unavailable)
+	e := fails(t, h, mcpwire.ToolServiceControl, map[string]any{"unit": "tools-fail.service", "action": actionStart}, mcpwire.CodeUnavailable)
 	if !strings.Contains(e.Message, "failed") {
 		t.Fatalf("failed job: %q", e.Message)
 	}
-	fails(t, h, NameServiceStatus, map[string]any{"unit": "no-such-unit.service"}, toolerr.NotFound)
-	fails(t, h, NameServiceControl, map[string]any{"unit": "no-such-unit.service", "action": actionStart}, toolerr.NotFound)
+	fails(t, h, mcpwire.ToolServiceStatus, map[string]any{"unit": "no-such-unit.service"}, mcpwire.CodeNotFound)
+	fails(t, h, mcpwire.ToolServiceControl, map[string]any{"unit": "no-such-unit.service", "action": actionStart}, mcpwire.CodeNotFound)
 	// Reloading an inactive unit: systemd ends the job as "invalid".
-	fails(t, h, NameServiceControl, map[string]any{"unit": unit, "action": actionReload}, toolerr.InvalidArgument)
+	fails(t, h, mcpwire.ToolServiceControl, map[string]any{"unit": unit, "action": actionReload}, mcpwire.CodeInvalidArgument)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,9 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/jsonsize"
+	"github.com/overdeck/mcp-backend/mcpwire"
+
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"golang.org/x/sys/unix"
+
+	"github.com/overdeck/mcp-backend/backend/toolerr"
 )
 
 const (
@@ -38,17 +41,6 @@ type ShellExecInput struct {
 func (*ShellExecInput) tweakSchema(s *jsonschema.Schema) {
 	s.Properties["command"].MinLength = new(1)
 	s.Properties["timeoutMs"].Minimum = new(1.0)
-}
-
-// ShellExecResult is the structured result of shell.exec (DESIGN.md §3).
-type ShellExecResult struct {
-	ExitCode      *int    `json:"exitCode"`
-	Signal        *string `json:"signal"`
-	Stdout        string  `json:"stdout"`
-	Stderr        string  `json:"stderr"`
-	TimedOut      bool    `json:"timedOut"`
-	OutputLimited bool    `json:"outputLimited"`
-	DurationMs    int64   `json:"durationMs"`
 }
 
 func shellExecDescription(o Options) string {
@@ -72,13 +64,13 @@ const (
 	endClosed
 )
 
-func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResult, error) {
-	var res ShellExecResult
+func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.ShellResult, error) {
+	var res mcpwire.ShellResult
 	if strings.TrimSpace(in.Command) == "" {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"command\": must not be empty")
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"command\": must not be empty")
 	}
 	if strings.IndexByte(in.Command, 0) >= 0 {
-		return res, toolerr.New(toolerr.InvalidArgument, "argument \"command\": must not contain NUL bytes")
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"command\": must not contain NUL bytes")
 	}
 	// Capped rather than refused: timeoutMs is capped by shell.maxTimeoutMs.
 	timeout, err := execTimeout(in.TimeoutMs, t.opts.DefaultTimeout, t.opts.MaxTimeout)
@@ -170,7 +162,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (ShellExecResu
 	case endCancelled:
 		return res, fmt.Errorf("shell.exec: command killed: %w", ctx.Err())
 	case endClosed:
-		return res, toolerr.New(toolerr.Unavailable, "backend is shutting down: command killed")
+		return res, toolerr.New(mcpwire.CodeUnavailable, "backend is shutting down: command killed")
 	}
 	if ps := cmd.ProcessState; ps != nil {
 		ws, _ := ps.Sys().(syscall.WaitStatus)
@@ -199,7 +191,7 @@ func (t *Tools) beginExec() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return toolerr.New(toolerr.Unavailable, "backend is shutting down: no new commands")
+		return toolerr.New(mcpwire.CodeUnavailable, "backend is shutting down: no new commands")
 	}
 	t.running.Add(1)
 	return nil
@@ -336,10 +328,10 @@ func shellEnv(extra map[string]string) ([]string, error) {
 	}
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"env\": invalid variable name %q (non-empty, no '=' or NUL)", k)
+			return nil, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"env\": invalid variable name %q (non-empty, no '=' or NUL)", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return nil, toolerr.New(toolerr.InvalidArgument, "argument \"env\": value of %q contains a NUL byte", k)
+			return nil, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"env\": value of %q contains a NUL byte", k)
 		}
 		env = append(env, k+"="+v)
 	}
@@ -349,26 +341,26 @@ func shellEnv(extra map[string]string) ([]string, error) {
 // checkDir requires an absolute, existing directory for argument field.
 func checkDir(field, dir string) error {
 	if !filepath.IsAbs(dir) {
-		return toolerr.New(toolerr.InvalidArgument, "argument %q: must be an absolute path (got %q)", field, dir)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: must be an absolute path (got %q)", field, dir)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fsError(field, err)
 	}
 	if !fi.IsDir() {
-		return toolerr.New(toolerr.InvalidArgument, "argument %q: %s is not a directory", field, dir)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: %s is not a directory", field, dir)
 	}
 	return nil
 }
 
 func startError(shell string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		return toolerr.New(toolerr.Unavailable, "shell %s not found: %v", shell, err)
+		return toolerr.New(mcpwire.CodeUnavailable, "shell %s not found: %v", shell, err)
 	}
 	if errors.Is(err, fs.ErrPermission) {
-		return toolerr.New(toolerr.PermissionDenied, "cannot start shell %s: %v", shell, err)
+		return toolerr.New(mcpwire.CodePermissionDenied, "cannot start shell %s: %v", shell, err)
 	}
-	return toolerr.New(toolerr.Internal, "start shell %s: %v", shell, err)
+	return toolerr.New(mcpwire.CodeInternal, "start shell %s: %v", shell, err)
 }
 
 // capture collects stdout and stderr under one shared byte limit. Bytes over

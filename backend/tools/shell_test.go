@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,8 +13,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/overdeck/mcp-backend/internal/proctest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/overdeck/mcp-backend/backend/toolerr"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestShellExecResults(t *testing.T) {
@@ -44,7 +46,7 @@ func TestShellExecResults(t *testing.T) {
 	t.Setenv("MCP_INHERITED", "from-parent")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ok[ShellExecResult](t, h, NameShellExec, tc.args)
+			r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, tc.args)
 			switch {
 			case tc.wantExit != nil:
 				if r.ExitCode == nil || *r.ExitCode != *tc.wantExit || r.Signal != nil {
@@ -84,27 +86,27 @@ func TestShellExecArgumentErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args map[string]any
-		code toolerr.Code
+		code mcpwire.Code
 		want string // substring of the message
 	}{
-		{"missing command", map[string]any{}, toolerr.InvalidArgument, "command"},
-		{"empty command", map[string]any{"command": ""}, toolerr.InvalidArgument, "command"},
-		{"blank command", map[string]any{"command": "   "}, toolerr.InvalidArgument, "command"},
-		{"command wrong type", map[string]any{"command": 5}, toolerr.InvalidArgument, "command"},
-		{"unknown argument", map[string]any{"command": "true", "bogus": 1}, toolerr.InvalidArgument, "bogus"},
-		{"timeout zero", map[string]any{"command": "true", "timeoutMs": 0}, toolerr.InvalidArgument, "timeoutMs"},
-		{"timeout negative", map[string]any{"command": "true", "timeoutMs": -5}, toolerr.InvalidArgument, "timeoutMs"},
-		{"timeout not integer", map[string]any{"command": "true", "timeoutMs": 1.5}, toolerr.InvalidArgument, "timeoutMs"},
-		{"timeout string", map[string]any{"command": "true", "timeoutMs": "10"}, toolerr.InvalidArgument, "timeoutMs"},
-		{"env value not string", map[string]any{"command": "true", "env": map[string]any{"A": 1}}, toolerr.InvalidArgument, "env"},
-		{"env bad name", map[string]any{"command": "true", "env": map[string]any{"A=B": "x"}}, toolerr.InvalidArgument, "env"},
-		{"relative cwd", map[string]any{"command": "true", "cwd": "tmp"}, toolerr.InvalidArgument, "cwd"},
-		{"missing cwd", map[string]any{"command": "true", "cwd": "/nonexistent/dir"}, toolerr.NotFound, "cwd"},
-		{"cwd is a file", map[string]any{"command": "true", "cwd": file}, toolerr.InvalidArgument, "cwd"},
+		{"missing command", map[string]any{}, mcpwire.CodeInvalidArgument, "command"},
+		{"empty command", map[string]any{"command": ""}, mcpwire.CodeInvalidArgument, "command"},
+		{"blank command", map[string]any{"command": "   "}, mcpwire.CodeInvalidArgument, "command"},
+		{"command wrong type", map[string]any{"command": 5}, mcpwire.CodeInvalidArgument, "command"},
+		{"unknown argument", map[string]any{"command": "true", "bogus": 1}, mcpwire.CodeInvalidArgument, "bogus"},
+		{"timeout zero", map[string]any{"command": "true", "timeoutMs": 0}, mcpwire.CodeInvalidArgument, "timeoutMs"},
+		{"timeout negative", map[string]any{"command": "true", "timeoutMs": -5}, mcpwire.CodeInvalidArgument, "timeoutMs"},
+		{"timeout not integer", map[string]any{"command": "true", "timeoutMs": 1.5}, mcpwire.CodeInvalidArgument, "timeoutMs"},
+		{"timeout string", map[string]any{"command": "true", "timeoutMs": "10"}, mcpwire.CodeInvalidArgument, "timeoutMs"},
+		{"env value not string", map[string]any{"command": "true", "env": map[string]any{"A": 1}}, mcpwire.CodeInvalidArgument, "env"},
+		{"env bad name", map[string]any{"command": "true", "env": map[string]any{"A=B": "x"}}, mcpwire.CodeInvalidArgument, "env"},
+		{"relative cwd", map[string]any{"command": "true", "cwd": "tmp"}, mcpwire.CodeInvalidArgument, "cwd"},
+		{"missing cwd", map[string]any{"command": "true", "cwd": "/nonexistent/dir"}, mcpwire.CodeNotFound, "cwd"},
+		{"cwd is a file", map[string]any{"command": "true", "cwd": file}, mcpwire.CodeInvalidArgument, "cwd"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := fails(t, h, NameShellExec, tc.args, tc.code)
+			e := fails(t, h, mcpwire.ToolShellExec, tc.args, tc.code)
 			t.Logf("%s: %s", e.Code, e.Message)
 			if !strings.Contains(e.Message, tc.want) {
 				t.Fatalf("message %q does not name %q", e.Message, tc.want)
@@ -117,7 +119,7 @@ func TestShellExecMissingShell(t *testing.T) {
 	opts := testOptions()
 	opts.ShellPath = "/nonexistent/shell"
 	h := newHarness(t, opts)
-	fails(t, h, NameShellExec, map[string]any{"command": "true"}, toolerr.Unavailable)
+	fails(t, h, mcpwire.ToolShellExec, map[string]any{"command": "true"}, mcpwire.CodeUnavailable)
 }
 
 func TestShellExecTimeoutIsCapped(t *testing.T) {
@@ -125,7 +127,7 @@ func TestShellExecTimeoutIsCapped(t *testing.T) {
 	opts.MaxTimeout = 300 * time.Millisecond
 	h := newHarness(t, opts)
 	// Without the cap the sleep would finish normally with exit 0.
-	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "sleep 30", "timeoutMs": 100000})
+	r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": "sleep 30", "timeoutMs": 100000})
 	if !r.TimedOut || r.Signal == nil || *r.Signal != "SIGTERM" || r.ExitCode != nil {
 		t.Fatalf("want timed out by SIGTERM, got %+v", r)
 	}
@@ -135,7 +137,7 @@ func TestShellExecDefaultTimeout(t *testing.T) {
 	opts := testOptions()
 	opts.DefaultTimeout = 200 * time.Millisecond
 	h := newHarness(t, opts)
-	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "echo before; sleep 30"})
+	r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": "echo before; sleep 30"})
 	if !r.TimedOut || r.Stdout != "before\n" {
 		t.Fatalf("want timeout keeping the output, got %+v", r)
 	}
@@ -145,7 +147,7 @@ func TestShellExecDefaultTimeout(t *testing.T) {
 func TestShellExecIgnoresTerm(t *testing.T) {
 	h := newHarness(t, testOptions())
 	pidFile := tempFile(t, "pids")
-	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{
+	r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{
 		"command":   "trap '' TERM; echo $$ >> " + pidFile + "; while :; do sleep 0.05; done",
 		"timeoutMs": 300,
 	})
@@ -162,13 +164,13 @@ func TestShellExecDescendantsDie(t *testing.T) {
 		command string // appended to the grandchildren snippet
 		args    map[string]any
 		cancel  bool
-		check   func(t *testing.T, r ShellExecResult)
+		check   func(t *testing.T, r mcpwire.ShellResult)
 	}{
 		{
 			name:    "timeout",
 			command: "wait",
 			args:    map[string]any{"timeoutMs": 500},
-			check: func(t *testing.T, r ShellExecResult) {
+			check: func(t *testing.T, r mcpwire.ShellResult) {
 				if !r.TimedOut || r.OutputLimited {
 					t.Fatalf("want timedOut only, got %+v", r)
 				}
@@ -178,7 +180,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 			name:    "output limit",
 			opts:    func(o *Options) { o.OutputBytes = 64 << 10 },
 			command: "yes",
-			check: func(t *testing.T, r ShellExecResult) {
+			check: func(t *testing.T, r mcpwire.ShellResult) {
 				if !r.OutputLimited || r.TimedOut {
 					t.Fatalf("want outputLimited only, got %+v", flags(r))
 				}
@@ -190,7 +192,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 		{
 			name:    "normal exit leaves background jobs",
 			command: "echo done",
-			check: func(t *testing.T, r ShellExecResult) {
+			check: func(t *testing.T, r mcpwire.ShellResult) {
 				if r.ExitCode == nil || *r.ExitCode != 0 || r.Stdout != "done\n" {
 					t.Fatalf("want exit 0 and output, got %+v", r)
 				}
@@ -214,7 +216,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() {
-					_, err := h.client.CallTool(ctx, &mcp.CallToolParams{Name: NameShellExec, Arguments: args})
+					_, err := h.client.CallTool(ctx, &mcp.CallToolParams{Name: mcpwire.ToolShellExec, Arguments: args})
 					done <- err
 				}()
 				pids := proctest.ReadPids(t, pidFile, 2)
@@ -226,7 +228,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 				waitUntracked(t, h.tools)
 				return
 			}
-			r := ok[ShellExecResult](t, h, NameShellExec, args)
+			r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, args)
 			tc.check(t, r)
 			// The call has returned: the group must already be gone, so no
 			// polling beyond what a SIGKILL needs to be delivered.
@@ -236,7 +238,7 @@ func TestShellExecDescendantsDie(t *testing.T) {
 	}
 }
 
-func flags(r ShellExecResult) map[string]any {
+func flags(r mcpwire.ShellResult) map[string]any {
 	return map[string]any{"exit": deref(r.ExitCode), "signal": deref(r.Signal), "timedOut": r.TimedOut, "outputLimited": r.OutputLimited}
 }
 
@@ -263,11 +265,11 @@ func TestShellExecCancelledResult(t *testing.T) {
 		proctest.ReadPids(t, pidFile, 2)
 		cancel()
 	}()
-	res, err := handlerOf(t, tl, NameShellExec)(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: NameShellExec, Arguments: args}})
+	res, err := handlerOf(t, tl, mcpwire.ToolShellExec)(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: mcpwire.ToolShellExec, Arguments: args}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantToolError(t, res, toolerr.Cancelled)
+	wantToolError(t, res, mcpwire.CodeCancelled)
 	proctest.WaitDead(t, proctest.ReadPids(t, pidFile, 2)...)
 }
 
@@ -287,7 +289,7 @@ func handlerOf(t testing.TB, tl *Tools, name string) mcp.ToolHandler {
 func TestShellExecOrphanHoldingPipe(t *testing.T) {
 	h := newHarness(t, testOptions())
 	t.Run("in group", func(t *testing.T) {
-		r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": "sleep 300 & echo $!; exit 0"})
+		r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": "sleep 300 & echo $!; exit 0"})
 		if r.ExitCode == nil || *r.ExitCode != 0 {
 			t.Fatalf("want exit 0, got %+v", r)
 		}
@@ -296,7 +298,7 @@ func TestShellExecOrphanHoldingPipe(t *testing.T) {
 	t.Run("escaped group", func(t *testing.T) {
 		pidFile := tempFile(t, "pids")
 		// The setsid'd sleep keeps stdout open and survives the group kill.
-		r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{
+		r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{
 			"command":   "setsid sh -c 'echo $$ >> " + pidFile + "; exec sleep 300' & sleep 0.2; echo parent; exit 0",
 			"timeoutMs": 30000,
 		})
@@ -330,7 +332,7 @@ func TestShellExecOutputLimit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": tc.command})
+			r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": tc.command})
 			total := len(r.Stdout) + len(r.Stderr)
 			if total > limit {
 				t.Fatalf("stdout+stderr = %d bytes, over the %d limit", total, limit)
@@ -350,7 +352,7 @@ func TestShellExecOutputLimit(t *testing.T) {
 
 func TestShellExecInvalidUTF8(t *testing.T) {
 	h := newHarness(t, testOptions())
-	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": `printf 'ok\377\376end'`})
+	r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": `printf 'ok\377\376end'`})
 	if r.Stdout != "ok\uFFFDend" {
 		t.Fatalf("got %q", r.Stdout)
 	}
@@ -417,7 +419,7 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			results[i], _ = h.client.CallTool(context.Background(), &mcp.CallToolParams{
-				Name: NameShellExec, Arguments: map[string]any{"command": grandchildren(files[i]) + "wait"},
+				Name: mcpwire.ToolShellExec, Arguments: map[string]any{"command": grandchildren(files[i]) + "wait"},
 			})
 		}()
 	}
@@ -432,9 +434,9 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 		if r == nil {
 			t.Fatalf("call %d: no result", i)
 		}
-		wantToolError(t, r, toolerr.Unavailable)
+		wantToolError(t, r, mcpwire.CodeUnavailable)
 	}
-	fails(t, h, NameShellExec, map[string]any{"command": "true"}, toolerr.Unavailable)
+	fails(t, h, mcpwire.ToolShellExec, map[string]any{"command": "true"}, mcpwire.CodeUnavailable)
 	h.tools.Close() // twice is fine
 }
 
@@ -474,7 +476,7 @@ func TestEscapedDescendantsDie(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tempFile(t, "pids")
-			ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": fmt.Sprintf(tc.cmd, f), "timeoutMs": tc.timeoutMs})
+			ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": fmt.Sprintf(tc.cmd, f), "timeoutMs": tc.timeoutMs})
 			pids := proctest.ReadPids(t, f, 1)
 			proctest.WaitDead(t, pids...)
 		})
@@ -487,7 +489,7 @@ func TestSystemdVariablesNotPassedOn(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "/run/nope")
 	t.Setenv("WATCHDOG_USEC", "1000")
 	h := newHarness(t, testOptions())
-	r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": `echo "[$NOTIFY_SOCKET][$WATCHDOG_USEC][$MCP_BACKEND_EXEC]"`})
+	r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": `echo "[$NOTIFY_SOCKET][$WATCHDOG_USEC][$MCP_BACKEND_EXEC]"`})
 	if !strings.HasPrefix(r.Stdout, "[][][") || strings.HasPrefix(r.Stdout, "[][][]") {
 		t.Fatalf("stdout %q: want systemd variables empty and the exec marker set", r.Stdout)
 	}
@@ -514,7 +516,7 @@ func TestForkingSpawnerLeavesNoSurvivors(t *testing.T) {
 			started := tempFile(t, "started")
 			cmd := fmt.Sprintf("setsid sh -c 'while :; do setsid sleep %[1]s & echo $! >> %[2]s; done' & "+
 				"until [ -s %[2]s ]; do sleep 0.01; done; exit 0", tag, started)
-			r := ok[ShellExecResult](t, h, NameShellExec, map[string]any{"command": cmd, "timeoutMs": 30000})
+			r := ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": cmd, "timeoutMs": 30000})
 			if r.ExitCode == nil || *r.ExitCode != 0 {
 				t.Fatalf("want exit 0, got %+v", flags(r))
 			}

@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
 )
 
 // SystemInfoInput is the (empty) input of system.info.

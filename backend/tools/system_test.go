@@ -11,15 +11,17 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestSystemInfo(t *testing.T) {
 	opts := testOptions()
 	opts.Admission = func() any { return map[string]any{"active": map[string]int{"total": 3}} }
 	h := newHarness(t, opts)
-	r := ok[SystemInfoResult](t, h, NameSystemInfo, nil)
+	r := ok[SystemInfoResult](t, h, mcpwire.ToolSystemInfo, nil)
 	host, _ := os.Hostname()
 	if r.Hostname != host || r.OS.Kernel != "Linux" || r.OS.Release == "" || r.CPUCount != runtime.NumCPU() ||
 		r.Memory.TotalBytes <= 0 || r.Memory.AvailableBytes <= 0 || r.Memory.AvailableBytes > r.Memory.TotalBytes || r.UptimeSeconds <= 0 {
@@ -36,10 +38,10 @@ func TestSystemInfo(t *testing.T) {
 
 	// Without a snapshot function the field is simply absent.
 	h2 := newHarness(t, testOptions())
-	if r := ok[SystemInfoResult](t, h2, NameSystemInfo, map[string]any{}); r.Admission != nil {
+	if r := ok[SystemInfoResult](t, h2, mcpwire.ToolSystemInfo, map[string]any{}); r.Admission != nil {
 		t.Fatalf("admission %v", r.Admission)
 	}
-	fails(t, h2, NameSystemInfo, map[string]any{"verbose": true}, toolerr.InvalidArgument)
+	fails(t, h2, mcpwire.ToolSystemInfo, map[string]any{"verbose": true}, mcpwire.CodeInvalidArgument)
 }
 
 func TestValidateUnit(t *testing.T) {
@@ -67,7 +69,7 @@ func TestValidateUnit(t *testing.T) {
 			if (err == nil) != tc.ok {
 				t.Fatalf("validateUnit(%q) = %v, want ok=%v", tc.unit, err, tc.ok)
 			}
-			if err != nil && (toolerr.As(err).Code != toolerr.InvalidArgument || !strings.Contains(err.Error(), "unit")) {
+			if err != nil && (toolerr.As(err).Code != mcpwire.CodeInvalidArgument || !strings.Contains(err.Error(), "unit")) {
 				t.Fatalf("error %v", err)
 			}
 		})
@@ -86,15 +88,15 @@ func TestServiceToolsWithoutSystemd(t *testing.T) {
 		name string
 		tool string
 		args map[string]any
-		code toolerr.Code
+		code mcpwire.Code
 		want string
 	}{
-		{"status no bus", NameServiceStatus, map[string]any{"unit": "mcp-backend.service"}, toolerr.Unavailable, "D-Bus"},
-		{"control no bus", NameServiceControl, map[string]any{"unit": "mcp-backend.service", "action": "restart"}, toolerr.Unavailable, "D-Bus"},
-		{"status bad unit", NameServiceStatus, map[string]any{"unit": "mcp-backend"}, toolerr.InvalidArgument, "unit"},
-		{"control bad unit", NameServiceControl, map[string]any{"unit": "x;reboot.service", "action": "start"}, toolerr.InvalidArgument, "unit"},
-		{"control bad action", NameServiceControl, map[string]any{"unit": "a.service", "action": "explode"}, toolerr.InvalidArgument, "action"},
-		{"control missing action", NameServiceControl, map[string]any{"unit": "a.service"}, toolerr.InvalidArgument, "action"},
+		{"status no bus", mcpwire.ToolServiceStatus, map[string]any{"unit": "mcp-backend.service"}, mcpwire.CodeUnavailable, "D-Bus"},
+		{"control no bus", mcpwire.ToolServiceControl, map[string]any{"unit": "mcp-backend.service", "action": "restart"}, mcpwire.CodeUnavailable, "D-Bus"},
+		{"status bad unit", mcpwire.ToolServiceStatus, map[string]any{"unit": "mcp-backend"}, mcpwire.CodeInvalidArgument, "unit"},
+		{"control bad unit", mcpwire.ToolServiceControl, map[string]any{"unit": "x;reboot.service", "action": "start"}, mcpwire.CodeInvalidArgument, "unit"},
+		{"control bad action", mcpwire.ToolServiceControl, map[string]any{"unit": "a.service", "action": "explode"}, mcpwire.CodeInvalidArgument, "action"},
+		{"control missing action", mcpwire.ToolServiceControl, map[string]any{"unit": "a.service"}, mcpwire.CodeInvalidArgument, "action"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,10 +105,10 @@ func TestServiceToolsWithoutSystemd(t *testing.T) {
 			if !strings.Contains(e.Message, tc.want) {
 				t.Fatalf("message %q does not mention %q", e.Message, tc.want)
 			}
-			if tc.code == toolerr.Unavailable && !e.Retryable {
+			if tc.code == mcpwire.CodeUnavailable && !e.Retryable {
 				t.Fatalf("UNAVAILABLE not retryable")
 			}
-			if tc.code == toolerr.InvalidArgument && connects != before {
+			if tc.code == mcpwire.CodeInvalidArgument && connects != before {
 				t.Fatalf("invalid arguments reached D-Bus")
 			}
 		})
@@ -119,20 +121,20 @@ func TestServiceStatusDefaultBusMissing(t *testing.T) {
 		t.Skip("this host has a system bus")
 	}
 	h := newHarness(t, testOptions())
-	fails(t, h, NameServiceStatus, map[string]any{"unit": "mcp-backend.service"}, toolerr.Unavailable)
+	fails(t, h, mcpwire.ToolServiceStatus, map[string]any{"unit": "mcp-backend.service"}, mcpwire.CodeUnavailable)
 }
 
 func TestDBusErrorCodes(t *testing.T) {
 	tests := []struct {
 		err  error
-		code toolerr.Code
+		code mcpwire.Code
 	}{
-		{dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit x.service not found."}}, toolerr.NotFound},
-		{&dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}, toolerr.PermissionDenied},
-		{dbus.Error{Name: "org.freedesktop.systemd1.UnitMasked"}, toolerr.InvalidArgument},
-		{dbus.Error{Name: "org.freedesktop.DBus.Error.NoReply"}, toolerr.Unavailable},
-		{dbus.Error{Name: "org.example.Weird"}, toolerr.Internal},
-		{errors.New("connection closed"), toolerr.Unavailable},
+		{dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit x.service not found."}}, mcpwire.CodeNotFound},
+		{&dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}, mcpwire.CodePermissionDenied},
+		{dbus.Error{Name: "org.freedesktop.systemd1.UnitMasked"}, mcpwire.CodeInvalidArgument},
+		{dbus.Error{Name: "org.freedesktop.DBus.Error.NoReply"}, mcpwire.CodeUnavailable},
+		{dbus.Error{Name: "org.example.Weird"}, mcpwire.CodeInternal},
+		{errors.New("connection closed"), mcpwire.CodeUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {

@@ -16,28 +16,9 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// The tool names, exactly as DESIGN.md §3 pins them.
-const (
-	NameSystemInfo     = "system.info"
-	NameProcessList    = "process.list"
-	NameServiceStatus  = "service.status"
-	NameProcessKill    = "process.kill"
-	NameServiceControl = "service.control"
-	NameShellExec      = "shell.exec"
-	NameFileRead       = "file.read"
-	NameFileWrite      = "file.write"
-	NameFileList       = "file.list"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
-
-// Names returns the nine tool names, control tools first.
-func Names() []string {
-	return []string{
-		NameSystemInfo, NameProcessList, NameServiceStatus, NameProcessKill, NameServiceControl,
-		NameShellExec, NameFileRead, NameFileWrite, NameFileList,
-	}
-}
 
 // Defaults used when an Options field is zero.
 const (
@@ -139,23 +120,23 @@ func New(opts Options) *Tools {
 		groups:  make(map[int]struct{}),
 	}
 	t.defs = []toolDef{
-		define(t, NameSystemInfo, "Host and backend facts: hostname, OS and kernel, uptime, load, memory, CPU count, backend version and build, admission state.",
+		define(t, mcpwire.ToolSystemInfo, "Host and backend facts: hostname, OS and kernel, uptime, load, memory, CPU count, backend version and build, admission state.",
 			readOnly(), t.systemInfo),
-		define(t, NameProcessList, "List processes from /proc with pid, ppid, user, state, command line, RSS and CPU time; filter by name substring and user.",
+		define(t, mcpwire.ToolProcessList, "List processes from /proc with pid, ppid, user, state, command line, RSS and CPU time; filter by name substring and user.",
 			readOnly(), t.processList),
-		define(t, NameServiceStatus, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.",
+		define(t, mcpwire.ToolServiceStatus, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.",
 			readOnly(), t.serviceStatus),
-		define(t, NameProcessKill, "Send a signal (default TERM) to a process (pid 2..2147483647). Refuses pid 1, the backend itself, its ancestors and thread ids.",
+		define(t, mcpwire.ToolProcessKill, "Send a signal (default TERM) to a process (pid 2..2147483647). Refuses pid 1, the backend itself, its ancestors and thread ids.",
 			destructive(), t.processKill),
-		define(t, NameServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
+		define(t, mcpwire.ToolServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
 			destructive(), t.serviceControl),
-		define(t, NameShellExec, shellExecDescription(opts), destructive(), t.shellExec),
-		define(t, NameFileRead, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
+		define(t, mcpwire.ToolShellExec, shellExecDescription(opts), destructive(), t.shellExec),
+		define(t, mcpwire.ToolFileRead, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
 			"Never waits for data: a stream with nothing to read now (like /proc/kmsg) answers UNAVAILABLE.",
 			readOnly(), t.fileRead),
-		define(t, NameFileWrite, "Write a regular file atomically (temp file in the same directory, fsync, rename). Absolute path; a symlink is followed to its target; FIFOs, devices and sockets are never replaced; owner, ACLs and xattrs of a replaced file are not preserved.",
+		define(t, mcpwire.ToolFileWrite, "Write a regular file atomically (temp file in the same directory, fsync, rename). Absolute path; a symlink is followed to its target; FIFOs, devices and sockets are never replaced; owner, ACLs and xattrs of a replaced file are not preserved.",
 			destructive(), t.fileWrite),
-		define(t, NameFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
+		define(t, mcpwire.ToolFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
 			readOnly(), t.fileList),
 	}
 	return t

@@ -4,8 +4,9 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
 // commandPath is the command args name ("cutover", "rollback status"),

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
@@ -41,11 +41,11 @@ type serviceView struct {
 	URL string `json:"url"`
 	// Version is what system.info reports, else (production only) the
 	// release current points to, with VersionFrom saying which.
-	Version     string              `json:"version,omitempty"`
-	VersionFrom string              `json:"versionFrom,omitempty"`
-	Healthz     int                 `json:"healthz"` // HTTP status; 0 when no answer
-	Readyz      int                 `json:"readyz"`
-	Admission   *admission.Snapshot `json:"admission,omitempty"`
+	Version     string           `json:"version,omitempty"`
+	VersionFrom string           `json:"versionFrom,omitempty"`
+	Healthz     int              `json:"healthz"` // HTTP status; 0 when no answer
+	Readyz      int              `json:"readyz"`
+	Admission   *mcpwire.Metrics `json:"admission,omitempty"`
 }
 
 type tunnelView struct {
@@ -185,7 +185,7 @@ func gatherService(ctx context.Context, sd unitReader, v *verify.Client, unit, u
 	}
 	if admissionSnap {
 		if c, body, err := v.Metrics(pctx, url); err == nil && c == 200 {
-			var snap admission.Snapshot
+			var snap mcpwire.Metrics
 			if json.Unmarshal(body, &snap) == nil {
 				s.Admission = &snap
 			}

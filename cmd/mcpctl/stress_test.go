@@ -21,6 +21,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -89,7 +90,7 @@ func TestStressCommandVerdicts(t *testing.T) {
 	}{
 		{"honest backend passes", stresstest.Options{}, deploy.CodeOK, ""},
 		{"backend that understates its shells fails", stresstest.Options{RealShell: 8, LieShell: true,
-			Limits: stress.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
+			Limits: mcpwire.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
 			deploy.CodeFailed, "shell.bound.measured"},
 	}
 	for _, tc := range tests {

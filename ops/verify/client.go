@@ -64,5 +64,5 @@ func ForBackend(configPath string) (*Client, error) {
 // Metrics GETs baseURL/metrics as JSON (the admission snapshot); like
 // /mcp it needs the bearer token when the backend has one.
 func (c *Client) Metrics(ctx context.Context, baseURL string) (int, []byte, error) {
-	return c.get(ctx, baseURL, "/metrics")
+	return c.mcp().Get(ctx, baseURL, "/metrics")
 }

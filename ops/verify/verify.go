@@ -5,28 +5,19 @@
 package verify
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"github.com/overdeck/mcp-backend/mcpclient"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
-
-// ProtocolVersion is the MCP protocol version the probes announce.
-const ProtocolVersion = "2025-06-18"
-
-// maxBody bounds what a probe reads: responses are capped at 6 MiB by the
-// backend; a little more leaves room for framing.
-const maxBody = 8 << 20
 
 // Client runs probes. The zero value (and a nil *Client) uses
 // http.DefaultClient, no token and DefaultCheckTimeout.
@@ -51,13 +42,12 @@ func (c *Client) checkTimeout() time.Duration {
 	return c.CheckTimeout
 }
 
-var rpcID atomic.Int64
-
-func (c *Client) http() *http.Client {
-	if c == nil || c.HTTP == nil {
-		return http.DefaultClient
+// mcp is the MCP client with this client's transport and token.
+func (c *Client) mcp() *mcpclient.Client {
+	if c == nil {
+		return &mcpclient.Client{}
 	}
-	return c.HTTP
+	return &mcpclient.Client{HTTP: c.HTTP, Token: c.Token}
 }
 
 // Healthz GETs baseURL/healthz and returns the status code and body. err is
@@ -78,178 +68,35 @@ func CallTool(ctx context.Context, baseURL, tool string, args any) (json.RawMess
 
 // Healthz GETs baseURL/healthz.
 func (c *Client) Healthz(ctx context.Context, baseURL string) (int, []byte, error) {
-	return c.get(ctx, baseURL, "/healthz")
+	return c.mcp().Get(ctx, baseURL, "/healthz")
 }
 
 // Readyz GETs baseURL/readyz.
 func (c *Client) Readyz(ctx context.Context, baseURL string) (int, []byte, error) {
-	return c.get(ctx, baseURL, "/readyz")
-}
-
-func (c *Client) get(ctx context.Context, baseURL, path string) (int, []byte, error) {
-	u := strings.TrimRight(baseURL, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("get %s: %w", u, err)
-	}
-	c.authorize(req)
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("get %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return resp.StatusCode, body, fmt.Errorf("get %s: reading body: %w", u, err)
-	}
-	return resp.StatusCode, body, nil
-}
-
-func (c *Client) authorize(req *http.Request) {
-	if c != nil && c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-}
-
-type rpcResponse struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Result  *struct {
-		IsError           bool            `json:"isError"`
-		StructuredContent json.RawMessage `json:"structuredContent"`
-		Content           []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
-	Error *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	return c.mcp().Get(ctx, baseURL, "/readyz")
 }
 
 // CallTool POSTs a JSON-RPC tools/call to baseURL/mcp and returns the tool's
-// structured result. A tool failure (isError) is not an error of the call:
-// it returns toolErrCode (e.g. "OVERLOADED") and the structured error body.
-// err reports transport, HTTP and JSON-RPC failures, and a result that
-// cannot be parsed.
-func (c *Client) CallTool(ctx context.Context, baseURL, tool string, args any) (structured json.RawMessage, toolErrCode string, err error) {
-	if args == nil {
-		args = map[string]any{}
-	}
-	id := rpcID.Add(1)
-	body, err := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args},
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("call %s: encoding arguments: %w", tool, err)
-	}
-	u := strings.TrimRight(baseURL, "/") + "/mcp"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return nil, "", fmt.Errorf("call %s: %w", tool, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", ProtocolVersion)
-	c.authorize(req)
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return nil, "", fmt.Errorf("call %s: %w", tool, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, "", fmt.Errorf("call %s: reading response: %w", tool, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, "", fmt.Errorf("call %s: HTTP %d: %s", tool, resp.StatusCode, snippet(raw))
-	}
-	msg, err := decodeResponse(resp.Header.Get("Content-Type"), raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("call %s: %w", tool, err)
-	}
-	if msg.Error != nil {
-		return nil, "", fmt.Errorf("call %s: JSON-RPC error %d: %s", tool, msg.Error.Code, msg.Error.Message)
-	}
-	if msg.Result == nil {
-		return nil, "", fmt.Errorf("call %s: response has neither result nor error: %s", tool, snippet(raw))
-	}
-	sc := msg.Result.StructuredContent
-	if len(sc) == 0 && len(msg.Result.Content) > 0 && json.Valid([]byte(msg.Result.Content[0].Text)) {
-		// Tools mirror their structured result as JSON text; accept it
-		// where a server leaves structuredContent out.
-		sc = json.RawMessage(msg.Result.Content[0].Text)
-	}
-	if msg.Result.IsError {
-		var e struct {
-			Error struct {
-				Code string `json:"code"`
-			} `json:"error"`
+// JSON result (its structured content, or its JSON text content). A tool
+// failure (isError) is not an error of the call: it returns toolErrCode
+// (e.g. "OVERLOADED"; "UNKNOWN" when the failure carries no code) and the
+// error envelope. err reports transport, HTTP and JSON-RPC failures, and an
+// answer that cannot be parsed.
+func (c *Client) CallTool(ctx context.Context, baseURL, tool string, args any) (result json.RawMessage, toolErrCode string, err error) {
+	r := c.mcp().CallTool(ctx, baseURL, tool, args)
+	switch r.Kind {
+	case mcpclient.KindOK:
+		return r.Payload(), "", nil
+	case mcpclient.KindToolError:
+		if r.Code == "" {
+			return r.Payload(), "UNKNOWN", nil
 		}
-		if json.Unmarshal(sc, &e) != nil || e.Error.Code == "" {
-			return sc, "UNKNOWN", nil
-		}
-		return sc, e.Error.Code, nil
+		return r.Payload(), r.Code, nil
 	}
-	return sc, "", nil
+	return nil, "", fmt.Errorf("call %s: %s", tool, r.Detail)
 }
 
-// decodeResponse parses a JSON body or, for text/event-stream, the first
-// SSE event whose data is a JSON-RPC response.
-func decodeResponse(contentType string, raw []byte) (*rpcResponse, error) {
-	mt, _, _ := mime.ParseMediaType(contentType)
-	if mt != "text/event-stream" {
-		var m rpcResponse
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("response is not JSON (%s): %s", contentType, snippet(raw))
-		}
-		return &m, nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 64<<10), maxBody)
-	var data []string
-	flush := func() (*rpcResponse, bool) {
-		if len(data) == 0 {
-			return nil, false
-		}
-		payload := strings.Join(data, "\n")
-		data = data[:0]
-		var m rpcResponse
-		if json.Unmarshal([]byte(payload), &m) != nil || (m.Result == nil && m.Error == nil) {
-			return nil, false // a notification or a non-JSON event
-		}
-		return &m, true
-	}
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			if m, ok := flush(); ok {
-				return m, nil
-			}
-			continue
-		}
-		if v, ok := strings.CutPrefix(line, "data:"); ok {
-			data = append(data, strings.TrimPrefix(v, " "))
-		}
-	}
-	if m, ok := flush(); ok {
-		return m, nil
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading event stream: %w", err)
-	}
-	return nil, fmt.Errorf("event stream holds no JSON-RPC response: %s", snippet(raw))
-}
-
-func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
-}
+func snippet(b []byte) string { return mcpclient.Snippet(b) }
 
 // Check is one named probe of a report.
 type Check struct {
@@ -382,7 +229,7 @@ func (c *Client) Backend(ctx context.Context, baseURL string, want Expect) *Repo
 	})
 	r.run(ctx, c.checkTimeout(), CheckShellExec, func(ctx context.Context) error { return c.ShellEcho(ctx, baseURL) })
 	r.run(ctx, c.checkTimeout(), CheckFileList, func(ctx context.Context) error {
-		sc, code, err := c.CallTool(ctx, baseURL, "file.list", map[string]any{"path": "/", "limit": 10})
+		sc, code, err := c.CallTool(ctx, baseURL, mcpwire.ToolFileList, map[string]any{"path": "/", "limit": 10})
 		if err != nil {
 			return err
 		}
@@ -413,7 +260,7 @@ func (c *Client) Tunnel(ctx context.Context, tunnelURL string) *Report {
 }
 
 func (c *Client) expect200(ctx context.Context, baseURL, path string) error {
-	code, body, err := c.get(ctx, baseURL, path)
+	code, body, err := c.mcp().Get(ctx, baseURL, path)
 	if err != nil {
 		return err
 	}
@@ -425,7 +272,7 @@ func (c *Client) expect200(ctx context.Context, baseURL, path string) error {
 
 // SystemInfo calls system.info and returns backend.version and backend.build.
 func (c *Client) SystemInfo(ctx context.Context, baseURL string) (version, build string, err error) {
-	sc, code, err := c.CallTool(ctx, baseURL, "system.info", nil)
+	sc, code, err := c.CallTool(ctx, baseURL, mcpwire.ToolSystemInfo, nil)
 	if err != nil {
 		return "", "", err
 	}
@@ -450,17 +297,14 @@ func (c *Client) ShellEcho(ctx context.Context, baseURL string) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	token := "mcpctl-verify-" + hex.EncodeToString(b[:])
-	sc, code, err := c.CallTool(ctx, baseURL, "shell.exec", map[string]any{"command": "echo " + token, "timeoutMs": 5000})
+	sc, code, err := c.CallTool(ctx, baseURL, mcpwire.ToolShellExec, map[string]any{"command": "echo " + token, "timeoutMs": 5000})
 	if err != nil {
 		return err
 	}
 	if code != "" {
 		return fmt.Errorf("shell.exec failed with %s: %s", code, snippet(sc))
 	}
-	var res struct {
-		ExitCode *int   `json:"exitCode"`
-		Stdout   string `json:"stdout"`
-	}
+	var res mcpwire.ShellResult
 	if err := json.Unmarshal(sc, &res); err != nil {
 		return fmt.Errorf("shell.exec result is not an object: %s", snippet(sc))
 	}

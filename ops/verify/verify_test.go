@@ -127,6 +127,15 @@ func TestBackendFailsOnTheRightCheck(t *testing.T) {
 			res["content"] = []any{map[string]any{"type": "text", "text": env}}
 			res["_meta"] = map[string]any{"mcp-backend/error": json.RawMessage(env)}
 		}), Expect{}, CheckFileList, "PERMISSION_DENIED"},
+		{"file.list tool error without structuredContent", rewriteTool(real, "file.list", func(m map[string]any) {
+			env := map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "no", "retryable": false}}
+			text, _ := json.Marshal(env)
+			m["result"] = map[string]any{
+				"isError": true,
+				"content": []any{map[string]any{"type": "text", "text": string(text)}},
+				"_meta":   map[string]any{"mcp-backend/error": env},
+			}
+		}), Expect{}, CheckFileList, "NOT_FOUND"},
 		{"mcp 500", override(real, "/mcp", status(500)), Expect{}, CheckSystemInfo, "HTTP 500"},
 	}
 	for _, tc := range tests {
@@ -203,9 +212,11 @@ func TestCallToolErrors(t *testing.T) {
 	if _, _, err := CallTool(ctx, url, "no.such.tool", nil); err == nil {
 		t.Error("unknown tool: want an error")
 	}
-	tsURL := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	tsURL := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ ID json.RawMessage }
+		_ = json.NewDecoder(r.Body).Decode(&req)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}`)
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(req.ID)+`,"error":{"code":-32603,"message":"boom"}}`)
 	}))
 	if _, _, err := CallTool(ctx, tsURL, "system.info", nil); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("JSON-RPC error: got %v, want it to carry the message", err)

@@ -22,15 +22,14 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/overdeck/mcp-backend/stress"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Options configure the fake. Zero values behave correctly.
 type Options struct {
 	// Limits are what /metrics reports and, unless overridden below, what
 	// admission enforces.
-	Limits stress.Limits
+	Limits mcpwire.Limits
 	// RealShell, if > 0, is the shell concurrency actually allowed. With
 	// LieShell the metrics never show more than Limits.MaxShell.
 	RealShell int
@@ -58,7 +57,7 @@ type Options struct {
 }
 
 // DefaultLimits are small limits for tests.
-var DefaultLimits = stress.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}
+var DefaultLimits = mcpwire.Limits{MaxActive: 12, ReservedControl: 2, MaxNonControl: 10, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}
 
 // Server is a running fake backend.
 type Server struct {
@@ -70,7 +69,7 @@ type Server struct {
 // Start runs the fake on a free loopback port until the test ends.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	if opts.Limits == (stress.Limits{}) {
+	if opts.Limits == (mcpwire.Limits{}) {
 		opts.Limits = DefaultLimits
 	}
 	if opts.OutputBytes == 0 {
@@ -125,7 +124,7 @@ func Start(t testing.TB, opts Options) *Server {
 }
 
 // Metrics returns the fake's current snapshot.
-func (s *Server) Metrics() stress.Metrics { return s.adm.snapshot() }
+func (s *Server) Metrics() mcpwire.Metrics { return s.adm.snapshot() }
 
 // groups tracks the process groups of running commands.
 type groups struct {
@@ -147,7 +146,7 @@ func newMCPServer(reqCtx context.Context, adm *admission, grp *groups, opts Opti
 	s := mcp.NewServer(&mcp.Implementation{Name: "stresstest", Version: "0"}, nil)
 	obj := map[string]any{"type": "object"}
 	add := func(name string, fn func(ctx context.Context, args map[string]any) (any, *toolError)) {
-		class := stress.ClassOf(name)
+		class := mcpwire.ClassOf(name)
 		s.AddTool(&mcp.Tool{Name: name, InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			if !opts.IgnoreDisconnect {
 				var cancel context.CancelFunc
@@ -159,12 +158,12 @@ func newMCPServer(reqCtx context.Context, adm *admission, grp *groups, opts Opti
 			var args map[string]any
 			if len(req.Params.Arguments) > 0 {
 				if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
-					return errResult(&toolError{"INVALID_ARGUMENT", err.Error()}), nil
+					return errResult(&toolError{mcpwire.CodeInvalidArgument, err.Error()}), nil
 				}
 			}
 			release, code := adm.acquire(ctx, class)
 			if code != "" {
-				return errResult(&toolError{code, "admission: " + code}), nil
+				return errResult(&toolError{code, "admission: " + string(code)}), nil
 			}
 			defer release()
 			out, terr := fn(ctx, args)
@@ -175,7 +174,7 @@ func newMCPServer(reqCtx context.Context, adm *admission, grp *groups, opts Opti
 			return &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 		})
 	}
-	add("shell.exec", func(ctx context.Context, args map[string]any) (any, *toolError) {
+	add(mcpwire.ToolShellExec, func(ctx context.Context, args map[string]any) (any, *toolError) {
 		if opts.LeakEvery > 0 && adm.shellCalls.Add(1)%int64(opts.LeakEvery) == 0 {
 			adm.leak()
 		}
@@ -186,27 +185,32 @@ func newMCPServer(reqCtx context.Context, adm *admission, grp *groups, opts Opti
 		}
 		return runShell(ctx, cmd, timeout, grp, opts)
 	})
-	add("file.list", func(context.Context, map[string]any) (any, *toolError) {
+	add(mcpwire.ToolFileList, func(context.Context, map[string]any) (any, *toolError) {
 		return map[string]any{"entries": []any{map[string]any{"name": "etc", "type": "dir"}}}, nil
 	})
-	add("file.read", func(context.Context, map[string]any) (any, *toolError) {
+	add(mcpwire.ToolFileRead, func(context.Context, map[string]any) (any, *toolError) {
 		return map[string]any{"content": "ID=debian\n", "encoding": "utf-8"}, nil
 	})
 	control := func(context.Context, map[string]any) (any, *toolError) {
 		time.Sleep(opts.ControlDelay)
 		return map[string]any{"ok": true}, nil
 	}
-	add("system.info", control)
-	add("process.list", control)
+	add(mcpwire.ToolSystemInfo, control)
+	add(mcpwire.ToolProcessList, control)
 	return s
 }
 
-type toolError struct{ code, msg string }
+type toolError struct {
+	code mcpwire.Code
+	msg  string
+}
 
+// errResult renders a failure the way the backend does: the envelope as
+// the JSON text content and in _meta, no structuredContent.
 func errResult(e *toolError) *mcp.CallToolResult {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": e.code, "message": e.msg, "retryable": e.code == "OVERLOADED"}})
-	// The backend's shape: the envelope as text and in _meta, no structuredContent.
-	return &mcp.CallToolResult{IsError: true, Meta: mcp.Meta{"mcp-backend/error": json.RawMessage(b)}, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	env := mcpwire.ErrorEnvelope{Error: &mcpwire.ToolError{Code: e.code, Message: e.msg, Retryable: e.code.Retryable()}}
+	b, _ := json.Marshal(env)
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, Meta: mcp.Meta{mcpwire.ErrorMetaKey: json.RawMessage(b)}}
 }
 
 // capped keeps the first n bytes and calls over once when more arrive.
@@ -257,7 +261,7 @@ func runShell(ctx context.Context, command string, timeout time.Duration, grp *g
 	cmd.Stdout, cmd.Stderr = out, errb
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, &toolError{"INTERNAL", err.Error()}
+		return nil, &toolError{mcpwire.CodeInternal, err.Error()}
 	}
 	grp.add(cmd.Process.Pid)
 	done := make(chan error, 1)
@@ -272,58 +276,55 @@ func runShell(ctx context.Context, command string, timeout time.Duration, grp *g
 	case <-ctx.Done():
 		kill()
 		<-done
-		return nil, &toolError{"CANCELLED", "cancelled while running"}
+		return nil, &toolError{mcpwire.CodeCancelled, "cancelled while running"}
 	}
-	var exit any
+	res := mcpwire.ShellResult{Stdout: out.String(), Stderr: errb.String(), TimedOut: timedOut, OutputLimited: out.limited, DurationMs: time.Since(t0).Milliseconds()}
 	if cmd.ProcessState != nil && cmd.ProcessState.Exited() {
-		exit = cmd.ProcessState.ExitCode()
+		res.ExitCode = new(cmd.ProcessState.ExitCode())
 	}
-	return map[string]any{
-		"exitCode": exit, "signal": nil, "stdout": out.String(), "stderr": errb.String(),
-		"timedOut": timedOut, "outputLimited": out.limited, "durationMs": time.Since(t0).Milliseconds(),
-	}, nil
+	return res, nil
 }
 
 // admission is a process-wide controller with a bounded, timed queue.
 type admission struct {
 	mu       sync.Mutex
-	lim      stress.Limits
+	lim      mcpwire.Limits
 	shellCap int
 	lie      bool
 	wake     chan struct{} // closed and replaced on every release
 
 	active, control, nonControl, shell int
 	queued, queuedControl, queuedNon   int
-	peak                               stress.Peak
-	c                                  stress.Counters
+	peak                               mcpwire.Peak
+	c                                  mcpwire.Counters
 	leaked                             int
 	shellCalls                         atomic.Int64
 }
 
-func (a *admission) canStart(class stress.Class) bool {
+func (a *admission) canStart(class mcpwire.Class) bool {
 	if a.active >= a.lim.MaxActive {
 		return false
 	}
-	if class != stress.ClassControl && a.nonControl >= a.lim.MaxNonControl {
+	if class != mcpwire.ClassControl && a.nonControl >= a.lim.MaxNonControl {
 		return false
 	}
-	return class != stress.ClassShell || a.shell < a.shellCap
+	return class != mcpwire.ClassShell || a.shell < a.shellCap
 }
 
-func (a *admission) take(class stress.Class) {
+func (a *admission) take(class mcpwire.Class) {
 	a.active++
-	if class == stress.ClassControl {
+	if class == mcpwire.ClassControl {
 		a.control++
 	} else {
 		a.nonControl++
 	}
-	if class == stress.ClassShell {
+	if class == mcpwire.ClassShell {
 		a.shell++
 	}
 	a.c.Accepted++
-	a.peak.Active = max(a.peak.Active, a.active)
-	a.peak.NonControl = max(a.peak.NonControl, a.nonControl)
-	a.peak.Shell = max(a.peak.Shell, a.reportShell(a.shell))
+	a.peak.Active = max(a.peak.Active, int64(a.active))
+	a.peak.NonControl = max(a.peak.NonControl, int64(a.nonControl))
+	a.peak.Shell = max(a.peak.Shell, int64(a.reportShell(a.shell)))
 }
 
 func (a *admission) reportShell(n int) int {
@@ -333,18 +334,18 @@ func (a *admission) reportShell(n int) int {
 	return n
 }
 
-func (a *admission) setQueued(class stress.Class, d int) {
+func (a *admission) setQueued(class mcpwire.Class, d int) {
 	a.queued += d
-	if class == stress.ClassControl {
+	if class == mcpwire.ClassControl {
 		a.queuedControl += d
 	} else {
 		a.queuedNon += d
 	}
-	a.peak.Queued = max(a.peak.Queued, a.queued)
+	a.peak.Queued = max(a.peak.Queued, int64(a.queued))
 }
 
 // acquire returns a release func, or an OVERLOADED or CANCELLED code.
-func (a *admission) acquire(ctx context.Context, class stress.Class) (func(), string) {
+func (a *admission) acquire(ctx context.Context, class mcpwire.Class) (func(), mcpwire.Code) {
 	a.mu.Lock()
 	if a.canStart(class) {
 		a.take(class)
@@ -354,7 +355,7 @@ func (a *admission) acquire(ctx context.Context, class stress.Class) (func(), st
 	if a.queued >= a.lim.MaxQueue {
 		a.c.Rejected++
 		a.mu.Unlock()
-		return nil, "OVERLOADED"
+		return nil, mcpwire.CodeOverloaded
 	}
 	a.setQueued(class, +1)
 	timer := time.NewTimer(a.lim.QueueWait())
@@ -369,13 +370,13 @@ func (a *admission) acquire(ctx context.Context, class stress.Class) (func(), st
 			a.setQueued(class, -1)
 			a.c.TimedOut++
 			a.mu.Unlock()
-			return nil, "OVERLOADED"
+			return nil, mcpwire.CodeOverloaded
 		case <-ctx.Done():
 			a.mu.Lock()
 			a.setQueued(class, -1)
 			a.c.Cancelled++
 			a.mu.Unlock()
-			return nil, "CANCELLED"
+			return nil, mcpwire.CodeCancelled
 		}
 		a.mu.Lock()
 		if a.canStart(class) {
@@ -387,7 +388,7 @@ func (a *admission) acquire(ctx context.Context, class stress.Class) (func(), st
 	}
 }
 
-func (a *admission) releaser(class stress.Class) func() {
+func (a *admission) releaser(class mcpwire.Class) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -398,12 +399,12 @@ func (a *admission) releaser(class stress.Class) func() {
 				return // the slot stays taken forever
 			}
 			a.active--
-			if class == stress.ClassControl {
+			if class == mcpwire.ClassControl {
 				a.control--
 			} else {
 				a.nonControl--
 			}
-			if class == stress.ClassShell {
+			if class == mcpwire.ClassShell {
 				a.shell--
 			}
 			a.c.Completed++
@@ -419,13 +420,13 @@ func (a *admission) leak() {
 	a.mu.Unlock()
 }
 
-func (a *admission) snapshot() stress.Metrics {
+func (a *admission) snapshot() mcpwire.Metrics {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return stress.Metrics{
+	return mcpwire.Metrics{
 		Limits:   a.lim,
-		Active:   stress.Active{Total: a.active, Control: a.control, NonControl: a.nonControl, Shell: a.reportShell(a.shell)},
-		Queued:   stress.Queued{Total: a.queued, Control: a.queuedControl, NonControl: a.queuedNon},
+		Active:   mcpwire.Active{Total: int64(a.active), Control: int64(a.control), NonControl: int64(a.nonControl), Shell: int64(a.reportShell(a.shell))},
+		Queued:   mcpwire.Queued{Total: int64(a.queued), Control: int64(a.queuedControl), NonControl: int64(a.queuedNon)},
 		Peak:     a.peak,
 		Counters: a.c,
 	}

@@ -1,0 +1,82 @@
+package mcpwire
+
+import "time"
+
+// Metrics is the JSON of GET /metrics: the admission controller's snapshot.
+type Metrics struct {
+	Limits   Limits   `json:"limits"`
+	Active   Active   `json:"active"`
+	Queued   Queued   `json:"queued"`
+	Peak     Peak     `json:"peak"`
+	Counters Counters `json:"counters"`
+}
+
+// Idle says nothing holds or waits for a slot.
+func (m Metrics) Idle() bool { return m.Active.Total == 0 && m.Queued.Total == 0 }
+
+// Limits are the configured admission limits as reported.
+type Limits struct {
+	MaxActive       int   `json:"maxActive"`
+	ReservedControl int   `json:"reservedControl"`
+	MaxNonControl   int   `json:"maxNonControl"`
+	MaxShell        int   `json:"maxShell"`
+	MaxQueue        int   `json:"maxQueue"`
+	QueueWaitMs     int64 `json:"queueWaitMs"`
+}
+
+// QueueWait is QueueWaitMs as a duration.
+func (l Limits) QueueWait() time.Duration { return time.Duration(l.QueueWaitMs) * time.Millisecond }
+
+// Active counts the running operations (those holding slots).
+type Active struct {
+	Total      int64 `json:"total"`
+	Control    int64 `json:"control"`
+	NonControl int64 `json:"nonControl"`
+	Shell      int64 `json:"shell"`
+}
+
+// Queued counts the waiting operations.
+type Queued struct {
+	Total      int64 `json:"total"`
+	Control    int64 `json:"control"`
+	NonControl int64 `json:"nonControl"`
+}
+
+// Peak holds the high-water marks since the process started.
+type Peak struct {
+	Active     int64 `json:"active"`
+	NonControl int64 `json:"nonControl"`
+	Shell      int64 `json:"shell"`
+	Queued     int64 `json:"queued"`
+}
+
+// Counters count outcomes since the process started. Accepted: got a slot;
+// Completed: released it; Rejected: OVERLOADED because the queue was full;
+// TimedOut: OVERLOADED because the queue wait expired; Cancelled: cancelled
+// while queued.
+type Counters struct {
+	Accepted  int64 `json:"accepted"`
+	Completed int64 `json:"completed"`
+	Rejected  int64 `json:"rejected"`
+	TimedOut  int64 `json:"timedOut"`
+	Cancelled int64 `json:"cancelled"`
+	// Preempted is the part of Rejected that was queued and gave its place
+	// to a control operation.
+	Preempted int64 `json:"preempted"`
+}
+
+// Seen is the number of operations admission decided on: each is accepted,
+// rejected, timed out or cancelled exactly once.
+func (c Counters) Seen() int64 { return c.Accepted + c.Rejected + c.TimedOut + c.Cancelled }
+
+// Sub returns c - o, field by field: what happened between two snapshots.
+func (c Counters) Sub(o Counters) Counters {
+	return Counters{
+		Accepted:  c.Accepted - o.Accepted,
+		Completed: c.Completed - o.Completed,
+		Rejected:  c.Rejected - o.Rejected,
+		TimedOut:  c.TimedOut - o.TimedOut,
+		Cancelled: c.Cancelled - o.Cancelled,
+		Preempted: c.Preempted - o.Preempted,
+	}
+}

@@ -1,0 +1,49 @@
+package mcpwire
+
+// The nine MCP tool names.
+const (
+	ToolSystemInfo     = "system.info"
+	ToolProcessList    = "process.list"
+	ToolServiceStatus  = "service.status"
+	ToolProcessKill    = "process.kill"
+	ToolServiceControl = "service.control"
+	ToolShellExec      = "shell.exec"
+	ToolFileRead       = "file.read"
+	ToolFileWrite      = "file.write"
+	ToolFileList       = "file.list"
+)
+
+// ToolNames returns the nine tool names, control tools first.
+func ToolNames() []string {
+	return []string{
+		ToolSystemInfo, ToolProcessList, ToolServiceStatus, ToolProcessKill, ToolServiceControl,
+		ToolShellExec, ToolFileRead, ToolFileWrite, ToolFileList,
+	}
+}
+
+// Class is a tool's admission class.
+type Class string
+
+// The admission classes. Control tools may also use the reserved slots, so an
+// operator can look and act while normal work has saturated its share; shell
+// is a normal tool that also takes a shell slot.
+const (
+	ClassShell   Class = "shell"
+	ClassNormal  Class = "normal"
+	ClassControl Class = "control"
+)
+
+// Classes lists the classes in report order.
+func Classes() []Class { return []Class{ClassShell, ClassNormal, ClassControl} }
+
+// ClassOf returns the admission class of a tool name; unknown tools are
+// normal.
+func ClassOf(tool string) Class {
+	switch tool {
+	case ToolSystemInfo, ToolProcessList, ToolServiceStatus, ToolProcessKill, ToolServiceControl:
+		return ClassControl
+	case ToolShellExec:
+		return ClassShell
+	}
+	return ClassNormal
+}
