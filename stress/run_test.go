@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -294,15 +295,20 @@ func TestRunFaultsAgainstFakes(t *testing.T) {
 	}
 	// The fault processes are all gone, whatever the fake did.
 	t.Cleanup(func() {
-		if left := strings.TrimSpace(pgrep("mcpctl-stress-")); left != "" {
+		if left := strings.TrimSpace(pgrep(ownMarks)); left != "" {
 			t.Logf("leftover marked processes (killed now): %s", left)
 		}
 	})
 }
 
-// pgrep lists (and kills) processes whose command line has the marker, so a
+// ownMarks matches the marks of the faults this test process injected
+// (mcpctl-stress-KIND-PID-N), never those of another test process on the
+// machine: killing its grandchildren would make its leader-only fake pass.
+var ownMarks = regexp.MustCompile(`mcpctl-stress-[a-z]+-` + strconv.Itoa(os.Getpid()) + `-`)
+
+// pgrep lists (and kills) processes whose command line matches mark, so a
 // broken fake cannot leave sleepers behind the test.
-func pgrep(marker string) string {
+func pgrep(mark *regexp.Regexp) string {
 	ents, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range ents {
@@ -311,7 +317,7 @@ func pgrep(marker string) string {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(b, []byte(marker)) {
+		if err != nil || !mark.Match(b) {
 			continue
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
