@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
+# go test -race needs cgo, so a C compiler; a fresh Debian has none.
+command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)

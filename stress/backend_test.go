@@ -114,6 +114,7 @@ func TestRealBackend(t *testing.T) {
 		Duration:   3 * time.Second,
 		Rate:       100,
 		ShellSleep: 300 * time.Millisecond,
+		Thresholds: forALoadedMachine(),
 		Faults:     true,
 		Unit:       &stress.ProcSampler{PID: proc.Pid},
 		UnitName:   fmt.Sprintf("pid %d", proc.Pid),

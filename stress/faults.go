@@ -78,7 +78,14 @@ func faultCall(ctx context.Context, base string, id uint64, tool string, args an
 		return 0, "", nil, err
 	}
 	req.Header = mcpclient.Header("")
-	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	// A server that refuses on Content-Length answers and closes with the
+	// body unread, and the kernel resets the connection: a client still
+	// writing then gets the reset instead of the answer (net/http returns
+	// the write error first), more often the busier the machine. With
+	// Expect: 100-continue such a server answers before any body is sent;
+	// one that wants the body asks for it, and gets all 32 MiB.
+	req.Header.Set("Expect", "100-continue")
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, ExpectContinueTimeout: 10 * time.Second}}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", nil, err
@@ -308,7 +315,14 @@ func oversized(ctx context.Context, env faultEnv) (OversizedFacts, bool) {
 		return of, false
 	}
 	req.Header = mcpclient.Header("")
-	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	// A server that refuses on Content-Length answers and closes with the
+	// body unread, and the kernel resets the connection: a client still
+	// writing then gets the reset instead of the answer (net/http returns
+	// the write error first), more often the busier the machine. With
+	// Expect: 100-continue such a server answers before any body is sent;
+	// one that wants the body asks for it, and gets all 32 MiB.
+	req.Header.Set("Expect", "100-continue")
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, ExpectContinueTimeout: 10 * time.Second}}
 	resp, err := c.Do(req)
 	if err != nil {
 		of.Err = "no response: " + err.Error()

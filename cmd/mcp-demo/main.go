@@ -1,7 +1,7 @@
 // Command mcp-demo runs the main job end to end against a real systemd in a
 // disposable container (see package demo beside it) and exits 0 only if every step
 // did what it should. It needs root, systemd-nspawn and socat, and runs from
-// this repository (it builds mcpctl and mcp-backend): `go tool task demo`.
+// this repository (it builds mcpctl and mcp-backend): `./task demo`.
 package main
 
 import (

@@ -549,12 +549,12 @@ func (s *site) assertStatus(version, lastAction string) {
 	}
 }
 
-// killCutoverAfterRestart runs a cutover to build, waits until the backend
-// has restarted (its InvocationID left inv0), SIGKILLs mcpctl inside the
-// container and returns what mcpctl printed until then.
-func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, build, inv0 string) string {
+// killCutoverAfterRestart runs a cutover to the gated candidate, waits until
+// the backend has restarted (its InvocationID left inv0), SIGKILLs mcpctl
+// inside the container, opens the gate and returns what mcpctl printed.
+func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, candidate gatedStart, inv0 string) string {
 	t.Helper()
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", build, "--arm-rollback", "--skip-canary-check", "e2e")
+	cmd := s.mcpctlCmd(ctx, "cutover", "--build", candidate.wrapper, "--arm-rollback", "--skip-canary-check", "e2e")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -572,6 +572,10 @@ func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, build,
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	// mcpctl is gone: let the candidate start, as it would have.
+	if err := os.WriteFile(candidate.gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return out.String()
 }
 
@@ -602,16 +606,22 @@ func writeNeverReady(t testing.TB, s *site, build string) string {
 	return p
 }
 
-// writeSlowStart writes a candidate around build whose serve starts build
-// only after delay: a window in which mcpctl waits on the restart.
-func writeSlowStart(t testing.TB, s *site, build string, delay time.Duration) string {
+// gatedStart is a candidate around a build whose serve starts the build only
+// once the gate file exists: until then mcpctl waits on the restart, however
+// slow the machine (a sleep would be a race against it).
+type gatedStart struct{ wrapper, gate string }
+
+func writeGatedStart(t testing.TB, s *site, build string) gatedStart {
 	t.Helper()
-	p := filepath.Join(s.dir, "bin", "slow-start-"+filepath.Base(build))
-	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then sleep %d; fi\nexec %s \"$@\"\n", int(delay.Seconds()), build)
-	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+	g := gatedStart{
+		wrapper: filepath.Join(s.dir, "bin", "gated-"+filepath.Base(build)),
+		gate:    filepath.Join(s.dir, "gate-"+filepath.Base(build)),
+	}
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then while [ ! -e %s ]; do sleep 0.05; done; fi\nexec %s \"$@\"\n", g.gate, build)
+	if err := os.WriteFile(g.wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return g
 }
 
 func snapshotOf(t testing.TB, s *site) string { return lastSnapshotManifest(t, s).ID }
@@ -629,13 +639,13 @@ func lastSnapshotManifest(t testing.TB, s *site) *snapshot.Manifest {
 // the armed timer must restore on its own.
 func TestTimerRollsBackAKilledCutover(t *testing.T) {
 	s := newSite(t, 15*time.Second)
-	// The real v2, slow to start: mcpctl waits on the restart long enough
-	// to be killed in the middle of it.
-	wrapper := writeSlowStart(t, s, s.builds["v2"], 3*time.Second)
+	// The real v2, held at its start: mcpctl waits on the restart until it
+	// is killed in the middle of it.
+	candidate := writeGatedStart(t, s, s.builds["v2"])
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out := s.killCutoverAfterRestart(ctx, t, wrapper, inv0)
+	out := s.killCutoverAfterRestart(ctx, t, candidate, inv0)
 	killedAt := time.Now()
 	if s.current() != "v2" {
 		t.Fatalf("current %s right after the kill, want v2 (killed too late?):\n%s", s.current(), out)

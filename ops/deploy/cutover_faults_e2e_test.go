@@ -147,10 +147,10 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The real v2 build, slow to start: mcpctl is killed while it waits on
-	// the restart, and v2 then serves with the cutover still pending.
+	// The real v2 build, held at its start: mcpctl is killed while it waits
+	// on the restart, and v2 then serves with the cutover still pending.
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
-	out := s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.builds["v2"], 5*time.Second), inv0)
+	out := s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.builds["v2"]), inv0)
 	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
 	p, err := state.Dir(s.cfg.StateDir).ReadPending()
 	if err != nil || p == nil || s.current() != "v2" || s.version() != "v2" {
@@ -335,7 +335,7 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, inv0 := s.unit(s.cfg.Backend.Unit)
-	s.killCutoverAfterRestart(ctx, t, writeSlowStart(t, s, s.build("v3"), 3*time.Second), inv0)
+	s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.build("v3")), inv0)
 	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
 	snap := lastSnapshotManifest(t, s)
 	for _, f := range snap.Files {

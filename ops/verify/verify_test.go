@@ -161,7 +161,7 @@ func TestBackendFailsOnTheRightCheck(t *testing.T) {
 func TestTunnelFailsOnTheRightCheck(t *testing.T) {
 	real := realHandler(t)
 	r := Tunnel(context.Background(), serve(t, override(real, "/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "bad gateway", 502)
+		http.Error(w, "bad gateway", http.StatusBadGateway)
 	})))
 	if c := r.Check(CheckReadyz); c == nil || c.OK {
 		t.Fatalf("readyz did not fail: %+v", r.Checks)

@@ -126,7 +126,7 @@ func Unavailable() string {
 		return reason
 	}
 	if _, err := exec.LookPath("socat"); err != nil {
-		return "socat not installed (it stands in for the tunnel programs; Debian: apt-get install socat, or `go tool task deps`)"
+		return "socat not installed (it stands in for the tunnel programs; Debian: apt-get install socat, or `./task deps`)"
 	}
 	return ""
 }
