@@ -27,9 +27,11 @@ type Config struct {
 	Shell        Shell       `json:"shell"`
 }
 
-// Auth configures bearer-token access to /mcp.
+// Auth configures access to /mcp: the operator's static bearer token, and
+// OAuth for hosted connectors (nil: off). Either, both or neither.
 type Auth struct {
 	BearerTokenFile string `json:"bearerTokenFile"`
+	OAuth           *OAuth `json:"oauth,omitempty"`
 }
 
 // Concurrency holds the admission limits (hardening spec §2.1).
@@ -93,6 +95,9 @@ func Parse(r io.Reader) (Config, error) {
 	if c.AllowedHosts == nil {
 		c.AllowedHosts = []string{}
 	}
+	if o := c.Auth.OAuth; o != nil && o.Scopes == nil {
+		o.Scopes = DefaultScopes()
+	}
 	return c, nil
 }
 
@@ -151,6 +156,9 @@ func (c Config) Validate() error {
 		if h == "" || strings.ContainsAny(h, "/ ") {
 			bad(fmt.Sprintf("allowedHosts[%d]", i), fmt.Sprintf("%q", h), "must be a host name such as mcp.example.com")
 		}
+	}
+	if c.Auth.OAuth != nil {
+		errs = append(errs, c.Auth.OAuth.validate()...)
 	}
 	cc := c.Concurrency
 	if cc.MaxActive <= 0 || cc.MaxActive > maxLimit {
