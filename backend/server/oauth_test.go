@@ -475,4 +475,3 @@ func sign(t testing.TB, alg jose.SignatureAlgorithm, key jose.JSONWebKey, claims
 	}
 	return tok
 }
-
