@@ -50,10 +50,10 @@ func (c *keyCache) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, e
 	if ks := c.match(kid); len(ks) > 0 {
 		return ks, nil
 	}
-	asked := c.now()
 	c.fetchMu.Lock()
-	// Another request may have refreshed while this one waited.
-	if c.lastTry.Before(asked) && c.now().Sub(c.lastTry) >= c.minRefresh {
+	// Concurrent requests queue here; the first fetches, and the rest find
+	// the interval not yet over and reuse its result.
+	if c.lastTry.IsZero() || c.now().Sub(c.lastTry) >= c.minRefresh {
 		_ = c.fetchLocked(ctx)
 	}
 	c.fetchMu.Unlock()
