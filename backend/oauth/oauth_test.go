@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -104,7 +105,7 @@ const testResource = "https://mcp.example.com/mcp"
 
 func (k key) token(t testing.TB, iss string, now time.Time) string {
 	t.Helper()
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.priv}, (&jose.SignerOptions{}).WithType("at+jwt"))
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.SignatureAlgorithm(k.priv.Algorithm), Key: k.priv}, (&jose.SignerOptions{}).WithType("at+jwt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,5 +309,38 @@ func TestChallengeAndMetadataFollowHost(t *testing.T) {
 	}
 	if got := v.MetadataPaths(); strings.Join(got, " ") != "/.well-known/oauth-protected-resource /.well-known/oauth-protected-resource/mcp" {
 		t.Fatalf("metadata paths %v", got)
+	}
+}
+
+// BenchmarkVerify is the validation of one token with the keys cached:
+// what OAuth adds to every call.
+//
+//	go test -run '^$' -bench Verify -benchmem ./backend/oauth/
+func BenchmarkVerify(b *testing.B) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []key{
+		{jose.JSONWebKey{Key: rsaKey, KeyID: "k", Algorithm: string(jose.RS256), Use: "sig"}},
+		newKey(b, "k"),
+	} {
+		b.Run(k.priv.Algorithm, func(b *testing.B) {
+			is := newIssuer(b, "")
+			is.publish(k)
+			c := newClock()
+			v := newVerifier(b, is.url(), "", c)
+			tok := k.token(b, is.url(), c.now())
+			ctx := context.Background()
+			if _, err := v.Verify(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.Verify(ctx, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -47,6 +47,7 @@ type oauthEnv struct {
 	skew      atomic.Int64
 	logs      *lockedWriter
 	logBuf    *bytes.Buffer
+	operator  string // the static bearer token, configured beside OAuth
 }
 
 const elsewhere = "https://elsewhere.example/mcp" // a resource the server knows, not ours
@@ -63,6 +64,11 @@ func startOAuthEnv(t testing.TB) *oauthEnv {
 	}
 	env.as = startAuthServer(t, append(slices.Clone(env.resources), elsewhere)...)
 	cfg := config.Default()
+	env.operator = "operator-static-token-0123456789"
+	cfg.Auth.BearerTokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.Auth.BearerTokenFile, []byte(env.operator+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Auth.OAuth = &config.OAuth{Issuer: env.as.Issuer, Resources: env.resources, Scopes: config.DefaultScopes()}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -232,6 +238,19 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 			t.Fatal("the token is in the log")
 		}
 	})
+	t.Run("the operator's static token beside OAuth, via tunnel 0", func(t *testing.T) {
+		status, _, body := mcpCall(t, env.tunnels[0], "/mcp", env.operator, "tools/list", map[string]any{})
+		if status != http.StatusOK || len(toolNames(t, body)) != 9 {
+			t.Fatalf("tools/list with the static token: %d %s", status, body)
+		}
+		status, _, body = callTool(t, env.tunnels[0], env.operator, "shell.exec", map[string]any{"command": "true"})
+		if status != http.StatusOK || parseReply(t, body).errorCode() != "" {
+			t.Fatalf("shell.exec with the static token: %d %s", status, body)
+		}
+		if !strings.Contains(env.logBuf.String(), `"tool":"shell.exec","class":"shell","queueWaitMs":0`) || !strings.Contains(env.logBuf.String(), `"subject":"operator"`) {
+			t.Fatalf("no call log line for the operator:\n%s", env.logBuf.String())
+		}
+	})
 	t.Run("metadata per tunnel, both forms", func(t *testing.T) {
 		for i, tun := range env.tunnels {
 			for _, path := range []string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"} {
@@ -314,6 +333,10 @@ func TestOAuthRefusals(t *testing.T) {
 		}, status: 401, code: "invalid_token", describe: "bad signature"},
 		{name: "missing scope (step-up)", token: func() string { return env.clientToken(t, env.as.Issuer, res, "mcp:read") },
 			status: 403, code: "insufficient_scope", describe: "shell.exec needs scope mcp:exec", scope: "mcp:exec"},
+		{name: "none of our scopes", token: func() string { return env.clientToken(t, env.as.Issuer, res, "") },
+			status: 403, code: "insufficient_scope", describe: "none of this server's scopes", scope: "mcp:exec mcp:read mcp:write"},
+		{name: "wrong static token", token: func() string { return env.operator + "x" },
+			status: 401, code: "invalid_token", describe: "not a signed JWT"},
 		{name: "token in the query string", token: func() string { return good }, query: true,
 			status: 401, code: "invalid_request", describe: "query string"},
 	}
@@ -375,20 +398,7 @@ func TestOAuthToolsListFollowsScopes(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
 			}
-			var r struct {
-				Result struct {
-					Tools []struct{ Name string } `json:"tools"`
-				} `json:"result"`
-			}
-			if err := json.Unmarshal(body, &r); err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, tl := range r.Result.Tools {
-				got = append(got, tl.Name)
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, tc.want) {
+			if got := toolNames(t, body); !slices.Equal(got, tc.want) {
 				t.Fatalf("tools %v, want %v", got, tc.want)
 			}
 		})
@@ -440,6 +450,25 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	if !strings.Contains(env.logBuf.String(), `"subject":"alice","clientId":"`+got.RegisteredClientID+`"`) {
 		t.Fatalf("no call log line for alice through client %s:\n%s", got.RegisteredClientID, env.logBuf.String())
 	}
+}
+
+// toolNames are the names in a tools/list answer, sorted.
+func toolNames(t testing.TB, body []byte) []string {
+	t.Helper()
+	var r struct {
+		Result struct {
+			Tools []struct{ Name string } `json:"tools"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("tools/list answer %.200s: %v", body, err)
+	}
+	var got []string
+	for _, tl := range r.Result.Tools {
+		got = append(got, tl.Name)
+	}
+	slices.Sort(got)
+	return got
 }
 
 // payload returns a JWT's claims, unverified, to forge tokens from.
