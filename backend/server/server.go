@@ -103,6 +103,10 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 		s.oauth = v
+		log.Info("oauth: protected resource", "issuer", cfg.Auth.OAuth.Issuer, "resources", cfg.Auth.OAuth.Resources, "scopes", v.Scopes())
+		if cfg.Auth.BearerTokenFile == "" {
+			log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
+		}
 	}
 	s.tools = tools.New(tools.Options{
 		OutputBytes:    cfg.Limits.OutputBytes,
