@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -109,8 +110,8 @@ func startAuthServer(t testing.TB, resources ...string) *authServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &lockedWriter{w: &stderr}
+	stderr := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,9 +126,24 @@ func startAuthServer(t testing.TB, resources ...string) *authServer {
 			<-done
 		}
 	})
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("authorization server did not start: %v; stderr: %s", err, stderr.String())
+	type first struct {
+		line []byte
+		err  error
+	}
+	got := make(chan first, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadBytes('\n')
+		got <- first{line, err}
+	}()
+	var line []byte
+	select {
+	case f := <-got:
+		if f.err != nil {
+			t.Fatalf("authorization server did not start: %v; stderr: %s", f.err, stderr.String())
+		}
+		line = f.line
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("authorization server said nothing in 2 minutes; stderr: %s", stderr.String())
 	}
 	go io.Copy(io.Discard, stdout)
 	var as authServer
@@ -140,6 +156,14 @@ func startAuthServer(t testing.TB, resources ...string) *authServer {
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+}
+
+// String is what was written so far (w must be a fmt.Stringer, such as a
+// *bytes.Buffer).
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(fmt.Stringer).String()
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {

@@ -45,9 +45,8 @@ type oauthEnv struct {
 	tunnels   []string // the tunnels' base URLs
 	resources []string // <tunnel>/mcp
 	skew      atomic.Int64
-	logs      *lockedWriter
-	logBuf    *bytes.Buffer
-	operator  string // the static bearer token, configured beside OAuth
+	logs      *lockedWriter // the server's log
+	operator  string        // the static bearer token, configured beside OAuth
 }
 
 const elsewhere = "https://elsewhere.example/mcp" // a resource the server knows, not ours
@@ -55,8 +54,7 @@ const elsewhere = "https://elsewhere.example/mcp" // a resource the server knows
 func startOAuthEnv(t testing.TB) *oauthEnv {
 	t.Helper()
 	hs := httptest.NewUnstartedServer(nil)
-	env := &oauthEnv{direct: "http://" + hs.Listener.Addr().String(), logBuf: &bytes.Buffer{}}
-	env.logs = &lockedWriter{w: env.logBuf}
+	env := &oauthEnv{direct: "http://" + hs.Listener.Addr().String(), logs: &lockedWriter{w: &bytes.Buffer{}}}
 	for range 2 {
 		tun := "http://" + startTunnel(t, hs.Listener.Addr().String())
 		env.tunnels = append(env.tunnels, tun)
@@ -213,7 +211,7 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 			if r.errorCode() != "" || !strings.Contains(string(r.Result.StructuredContent), "via-tunnel") {
 				t.Fatalf("reply %s", body)
 			}
-			if strings.Contains(env.logBuf.String(), tok) {
+			if strings.Contains(env.logs.String(), tok) {
 				t.Fatal("the token is in the log")
 			}
 		})
@@ -225,7 +223,7 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 			t.Fatalf("status %d: %s", status, body)
 		}
 		var line map[string]any
-		for l := range strings.Lines(env.logBuf.String()) {
+		for l := range strings.Lines(env.logs.String()) {
 			var m map[string]any
 			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "tool call" && m["tool"] == "file.list" {
 				line = m
@@ -234,7 +232,7 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 		if line["subject"] != "alice" || line["clientId"] != "app" {
 			t.Fatalf("call log line %v, want subject alice and clientId app", line)
 		}
-		if strings.Contains(env.logBuf.String(), tok) {
+		if strings.Contains(env.logs.String(), tok) {
 			t.Fatal("the token is in the log")
 		}
 	})
@@ -247,8 +245,19 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 		if status != http.StatusOK || parseReply(t, body).errorCode() != "" {
 			t.Fatalf("shell.exec with the static token: %d %s", status, body)
 		}
-		if !strings.Contains(env.logBuf.String(), `"tool":"shell.exec","class":"shell","queueWaitMs":0`) || !strings.Contains(env.logBuf.String(), `"subject":"operator"`) {
-			t.Fatalf("no call log line for the operator:\n%s", env.logBuf.String())
+		if !strings.Contains(env.logs.String(), `"tool":"shell.exec","class":"shell","queueWaitMs":0`) || !strings.Contains(env.logs.String(), `"subject":"operator"`) {
+			t.Fatalf("no call log line for the operator:\n%s", env.logs.String())
+		}
+	})
+	t.Run("on loopback, the tunnel bypassed", func(t *testing.T) {
+		status, wa, _ := callTool(t, env.direct, "", "system.info", map[string]any{})
+		if want := env.tunnels[0] + "/.well-known/oauth-protected-resource/mcp"; status != 401 || challenge(t, wa)["resource_metadata"] != want {
+			t.Fatalf("without a token: %d %q, want 401 naming %s", status, wa, want)
+		}
+		tok := env.clientToken(t, env.as.Issuer, env.resources[0], "mcp:read")
+		status, _, body := callTool(t, env.direct, tok, "system.info", map[string]any{})
+		if status != http.StatusOK || parseReply(t, body).errorCode() != "" {
+			t.Fatalf("with a token: %d %s", status, body)
 		}
 	})
 	t.Run("metadata per tunnel, both forms", func(t *testing.T) {
@@ -447,8 +456,8 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	if len(got.Results) != 2 || got.Results[0].IsError || got.Results[1].IsError || !strings.Contains(string(got.Results[1].StructuredContent), "from-ts") {
 		t.Fatalf("tool results %+v", got.Results)
 	}
-	if !strings.Contains(env.logBuf.String(), `"subject":"alice","clientId":"`+got.RegisteredClientID+`"`) {
-		t.Fatalf("no call log line for alice through client %s:\n%s", got.RegisteredClientID, env.logBuf.String())
+	if !strings.Contains(env.logs.String(), `"subject":"alice","clientId":"`+got.RegisteredClientID+`"`) {
+		t.Fatalf("no call log line for alice through client %s:\n%s", got.RegisteredClientID, env.logs.String())
 	}
 }
 
