@@ -34,9 +34,11 @@ type Config struct {
 	Shell          Shell       `json:"shell"`
 }
 
-// Auth configures bearer-token access to /mcp.
+// Auth configures access to /mcp: the operator's static bearer token, and
+// OAuth for hosted connectors (nil: off). Either, both or neither.
 type Auth struct {
 	BearerTokenFile string `json:"bearerTokenFile"`
+	OAuth           *OAuth `json:"oauth,omitempty"`
 }
 
 // Concurrency holds the admission limits.
@@ -103,6 +105,9 @@ func Parse(r io.Reader) (Config, error) {
 	}
 	if c.AllowedOrigins == nil {
 		c.AllowedOrigins = []string{}
+	}
+	if o := c.Auth.OAuth; o != nil && o.Scopes == nil {
+		o.Scopes = DefaultScopes()
 	}
 	return c, nil
 }
@@ -184,6 +189,9 @@ func (c Config) Validate() error {
 		if err := checkPath(f); err != nil {
 			bad("auth.bearerTokenFile", fmt.Sprintf("%q", f), err.Error())
 		}
+	}
+	if c.Auth.OAuth != nil {
+		errs = append(errs, c.Auth.OAuth.validate()...)
 	}
 	cc := c.Concurrency
 	if cc.MaxActive <= 0 || cc.MaxActive > maxLimit {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,20 +11,98 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/overdeck/mcp-backend/backend/oauth"
 )
 
 // guard refuses requests that a local server must not answer: a Host that is
 // neither loopback nor an allowed public name, an Origin that is present and
 // not allowed (DNS rebinding), and, with auth on, a missing or wrong token.
+// The identity of an accepted request rides in its context.
 func (s *Server) guard(h http.Handler) http.Handler {
 	return s.hostGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.token != nil && !s.authorized(r.Header.Get("Authorization")) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
-			http.Error(w, "unauthorized: a valid bearer token is required", http.StatusUnauthorized)
+		if s.token == nil && s.oauth == nil {
+			h.ServeHTTP(w, r)
 			return
 		}
-		h.ServeHTTP(w, r)
+		id := s.authenticate(w, r)
+		if id == nil {
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(oauth.WithIdentity(r.Context(), id)))
 	}))
+}
+
+// authenticate returns who r acts for, or nil once it has answered the
+// refusal. The static token is the operator's; otherwise, with OAuth on, a
+// JWT access token of the configured issuer.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *oauth.Identity {
+	refuse := func(status int, code, why string, scopes []string) *oauth.Identity {
+		s.log.Info("request refused", "status", status, "error", code, "reason", why, "host", r.Host, "remote", r.RemoteAddr)
+		if s.oauth == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
+			http.Error(w, "unauthorized: a valid bearer token is required", http.StatusUnauthorized)
+			return nil
+		}
+		s.oauth.Challenge(w, r, status, code, why, scopes)
+		return nil
+	}
+	var all []string
+	if s.oauth != nil {
+		all = s.oauth.Scopes()
+	}
+	// A token in a URL ends up in logs and histories: refused even when
+	// the header holds a good one, so the client gets fixed.
+	if r.URL.Query().Has("access_token") {
+		return refuse(http.StatusUnauthorized, "invalid_request", "access tokens in the query string are refused; send Authorization: Bearer", all)
+	}
+	tok, ok := bearer(r.Header.Get("Authorization"))
+	switch {
+	case !ok:
+		return refuse(http.StatusUnauthorized, "", "", all)
+	case s.token != nil && subtle.ConstantTimeCompare([]byte(tok), s.token) == 1:
+		return &oauth.Identity{Subject: "operator", Operator: true}
+	case s.oauth == nil:
+		return refuse(http.StatusUnauthorized, "invalid_token", "wrong token", nil)
+	}
+	id, err := s.oauth.Verify(r.Context(), tok)
+	if err != nil {
+		var te *oauth.TokenError
+		why := "token not verifiable"
+		if errors.As(err, &te) {
+			why = te.Description
+		}
+		return refuse(http.StatusUnauthorized, "invalid_token", why, all)
+	}
+	if !s.oauth.Known(id) {
+		return refuse(http.StatusForbidden, "insufficient_scope", "the token holds none of this server's scopes", all)
+	}
+	return id
+}
+
+// mayCall answers 403 insufficient_scope, naming the scopes that grant the
+// tool, when the request's identity may not call it (step-up): before
+// admission, so a refused call never takes or waits for a slot.
+func (s *Server) mayCall(w http.ResponseWriter, r *http.Request, tool string) bool {
+	id := oauth.IdentityFrom(r.Context())
+	if s.oauth == nil || id == nil || s.oauth.MayCall(id, tool) {
+		return true
+	}
+	need := s.oauth.ScopesFor(tool)
+	why := fmt.Sprintf("tool %s needs scope %s", tool, strings.Join(need, " or "))
+	if len(need) == 0 {
+		why = fmt.Sprintf("no scope grants tool %s", tool)
+	}
+	s.log.Info("tool call refused", "tool", tool, "subject", id.Subject, "clientId", id.ClientID, "reason", why)
+	s.oauth.Challenge(w, r, http.StatusForbidden, "insufficient_scope", why, need)
+	return false
+}
+
+// bearer returns the token of an "Authorization: Bearer TOKEN" header.
+func bearer(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(header, " ")
+	tok = strings.TrimSpace(tok)
+	return tok, ok && strings.EqualFold(scheme, "Bearer") && tok != ""
 }
 
 // hostGuard refuses a Host that is neither loopback nor allowed, and an
@@ -45,14 +124,6 @@ func (s *Server) hostGuard(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-func (s *Server) authorized(header string) bool {
-	scheme, tok, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), s.token) == 1
 }
 
 func (s *Server) hostAllowed(hostport string) bool {

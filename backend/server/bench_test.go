@@ -46,7 +46,9 @@ func BenchmarkToolCallHTTP(b *testing.B) {
 	})
 }
 
-func benchPost(b *testing.B, h http.Handler, body []byte) {
+// benchPost posts body to h's /mcp from 8 clients in parallel; header is
+// name, value pairs to send with each request.
+func benchPost(b *testing.B, h http.Handler, body []byte, header ...string) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	client := hs.Client()
@@ -60,6 +62,9 @@ func benchPost(b *testing.B, h http.Handler, body []byte) {
 			req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				b.Error(err)

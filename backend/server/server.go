@@ -16,11 +16,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/memguard"
+	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
@@ -35,12 +37,14 @@ const reqIDHeader = "X-Mcp-Backend-Request"
 
 // Server is one serving process: one admission controller, one tool set.
 type Server struct {
-	cfg   config.Config
-	log   *slog.Logger
-	adm   *admission.Controller
-	tools *tools.Tools
-	mcp   *mcp.Server
-	token []byte // bearer token; nil when auth is off
+	cfg        config.Config
+	log        *slog.Logger
+	adm        *admission.Controller
+	tools      *tools.Tools
+	mcp        *mcp.Server
+	token      []byte          // bearer token; nil when auth is off
+	oauth      *oauth.Verifier // nil when OAuth is off
+	startOAuth sync.Once       // key loading starts with the first Handler
 
 	shedResult    []byte // the encoded OVERLOADED result of a request shed at once
 	shedBody      []byte // the encoded OVERLOADED result when the body budget is in use
@@ -65,9 +69,18 @@ type Server struct {
 	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
 
+// Option adjusts a Server at construction.
+type Option func(*oauth.Options)
+
+// WithOAuthOptions sets the OAuth verifier's options besides its config
+// (clock, refresh intervals, HTTP client).
+func WithOAuthOptions(o oauth.Options) Option {
+	return func(dst *oauth.Options) { cfg := dst.Config; *dst = o; dst.Config = cfg }
+}
+
 // New builds a server for a validated config. It reads the bearer token
 // file when one is configured.
-func New(cfg config.Config, log *slog.Logger) (*Server, error) {
+func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -91,6 +104,24 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		s.token = tok
+	}
+	if cfg.Auth.OAuth != nil {
+		o := oauth.Options{Config: *cfg.Auth.OAuth}
+		for _, opt := range opts {
+			opt(&o)
+		}
+		if o.Logger == nil {
+			o.Logger = log
+		}
+		v, err := oauth.New(o)
+		if err != nil {
+			return nil, err
+		}
+		s.oauth = v
+		log.Info("oauth: protected resource", "issuer", cfg.Auth.OAuth.Issuer, "resources", cfg.Auth.OAuth.Resources, "scopes", v.Scopes())
+		if cfg.Auth.BearerTokenFile == "" {
+			log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
+		}
 	}
 	s.tools = tools.New(tools.Options{
 		OutputBytes:    cfg.Limits.OutputBytes,
@@ -149,20 +180,27 @@ func (s *Server) Close() {
 // result within the response budget and logs one line.
 func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/list" {
+			return s.listTools(ctx, req, next)
+		}
 		call, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || call.Params == nil {
 			return next(ctx, method, req)
+		}
+		var who *oauth.Identity
+		if call.Extra != nil {
+			who = oauth.IdentityOf(call.Extra.TokenInfo)
 		}
 		ctx, cancel := s.requestContext(ctx, call)
 		defer cancel()
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
 		if s.stoppingCtx.Err() != nil {
-			s.logCall(tool, kind, 0, 0, string(mcpwire.CodeUnavailable))
+			s.logCall(who, tool, kind, 0, 0, string(mcpwire.CodeUnavailable))
 			return toolerr.Result(restartError()), nil
 		}
 		if kind != admission.Control && s.mem.Load().Shedding() {
-			s.logCall(tool, kind, 0, 0, string(mcpwire.CodeOverloaded))
+			s.logCall(who, tool, kind, 0, 0, string(mcpwire.CodeOverloaded))
 			return toolerr.Result(memoryError()), nil
 		}
 		start := time.Now()
@@ -177,7 +215,7 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			if s.stoppingCtx.Err() != nil && ctx.Err() == nil {
 				te = restartError()
 			}
-			s.logCall(tool, kind, wait, 0, string(te.Code))
+			s.logCall(who, tool, kind, wait, 0, string(te.Code))
 			return toolerr.Result(te), nil
 		}
 		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
@@ -197,14 +235,14 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		dur := time.Since(start) - wait
 		switch {
 		case abandoned:
-			s.logCall(tool, kind, wait, dur, "abandoned-at-shutdown")
+			s.logCall(who, tool, kind, wait, dur, "abandoned-at-shutdown")
 		case err != nil:
-			s.logCall(tool, kind, wait, dur, "jsonrpc-error")
+			s.logCall(who, tool, kind, wait, dur, "jsonrpc-error")
 		default:
 			if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-				s.logCall(tool, kind, wait, dur, outcome(r))
+				s.logCall(who, tool, kind, wait, dur, outcome(r))
 			} else {
-				s.logCall(tool, kind, wait, dur, "ok")
+				s.logCall(who, tool, kind, wait, dur, "ok")
 			}
 		}
 		return res, err
@@ -251,12 +289,42 @@ func outcome(r *mcp.CallToolResult) string {
 }
 
 // logCall writes one line per tool call: never arguments, contents, output
-// or environment values.
-func (s *Server) logCall(tool string, kind admission.Kind, wait, dur time.Duration, result string) {
-	s.log.Info("tool call",
-		"tool", tool, "class", kind.String(),
+// or environment values, nor a token; who called, when auth is on.
+func (s *Server) logCall(who *oauth.Identity, tool string, kind admission.Kind, wait, dur time.Duration, result string) {
+	attrs := []any{"tool", tool, "class", kind.String(),
 		"queueWaitMs", wait.Milliseconds(), "durationMs", dur.Milliseconds(),
-		"outcome", result)
+		"outcome", result}
+	if who != nil {
+		attrs = append(attrs, "subject", who.Subject, "clientId", who.ClientID)
+	}
+	s.log.Info("tool call", attrs...)
+}
+
+// listTools shows a token only the tools its scopes let it call: a hosted
+// connector puts the list before a model, which should not plan with tools
+// it would be refused. A call to a hidden tool still gets 403
+// insufficient_scope naming the scope (step-up).
+func (s *Server) listTools(ctx context.Context, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := next(ctx, "tools/list", req)
+	var who *oauth.Identity
+	if extra := req.GetExtra(); extra != nil {
+		who = oauth.IdentityOf(extra.TokenInfo)
+	}
+	list, ok := res.(*mcp.ListToolsResult)
+	if err != nil || !ok || list == nil || s.oauth == nil || who == nil || who.Operator {
+		return res, err
+	}
+	shown := *list
+	shown.Tools = nil
+	for _, t := range list.Tools {
+		if s.oauth.MayCall(who, t.Name) {
+			shown.Tools = append(shown.Tools, t)
+		}
+	}
+	if shown.Tools == nil {
+		shown.Tools = []*mcp.Tool{}
+	}
+	return &shown, nil
 }
 
 // Handler returns the HTTP handler: /mcp, /healthz, /readyz, /metrics.
@@ -270,9 +338,21 @@ func (s *Server) Handler() http.Handler {
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        s.maxBody(),
 	})
+	var mcpHandler http.Handler = streamable
+	if s.token != nil || s.oauth != nil {
+		// The SDK hands a request's TokenInfo to tool middleware only
+		// when this middleware put it there; guard has already decided.
+		mcpHandler = auth.RequireBearerToken(passIdentity, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(streamable)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /mcp", rpcErrors(s.guard(s.trackRequest(streamable))))
-	mux.Handle("/mcp", rpcErrors(s.guard(streamable))) // GET/DELETE: the SDK answers 405
+	mux.Handle("POST /mcp", rpcErrors(s.guard(s.trackRequest(mcpHandler))))
+	mux.Handle("/mcp", rpcErrors(s.guard(mcpHandler))) // GET/DELETE: the SDK answers 405
+	if s.oauth != nil {
+		s.startOAuth.Do(func() { go s.oauth.Run(s.down) })
+		for _, p := range s.oauth.MetadataPaths() {
+			mux.Handle(p, s.oauth.MetadataHandler())
+		}
+	}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics holds counters only: the Host/Origin check applies, the
@@ -311,6 +391,9 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 			writeRPCErrorID(w, http.StatusBadRequest, msg.ID, code, why)
 			return
 		}
+		if msg.Method == "tools/call" && !s.mayCall(w, r, msg.Params.Name) {
+			return
+		}
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
 			var shed []byte
@@ -327,7 +410,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 				shed = s.shedResult
 			}
 			if shed != nil {
-				s.logCall(msg.Params.Name, kind, 0, 0, string(code))
+				s.logCall(oauth.IdentityFrom(r.Context()), msg.Params.Name, kind, 0, 0, string(code))
 				s.writeToolResult(w, msg.ID, shed)
 				return
 			}
@@ -343,6 +426,16 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		r.Header.Set(reqIDHeader, id)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// passIdentity hands the identity guard put in the request's context to
+// the SDK, which carries it to tool middleware as TokenInfo.
+func passIdentity(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+	id := oauth.IdentityFrom(ctx)
+	if id == nil {
+		return nil, auth.ErrInvalidToken
+	}
+	return id.TokenInfo(), nil
 }
 
 // maxBody bounds a request: a file.write of the largest output plus
