@@ -21,7 +21,10 @@ func hold(t testing.TB, c *Controller, k Kind, n int) []*Permit {
 	t.Helper()
 	ps := make([]*Permit, 0, n)
 	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		// With capacity free Acquire must not wait at all; the bound only
+		// keeps a wrongly queued call from hanging the test. A short one
+		// expired before Acquire ran on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		p, err := c.Acquire(ctx, k)
 		cancel()
 		if err != nil {
@@ -468,10 +471,12 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	pending(t, shell)
-	shells[0].Release()
-	// Now only the non-control share is full; the shell waiter waits for that.
-	pending(t, shell)
+	// Another non-shell slot frees: the shell cap still holds the shell
+	// waiter. (Releasing a shell first would leave both caps open, and the
+	// waiter would rightly start.)
 	r.p.Release()
+	pending(t, shell)
+	shells[0].Release()
 	rs := get(t, shell)
 	if rs.err != nil {
 		t.Fatal(rs.err)
