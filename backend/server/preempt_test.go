@@ -11,6 +11,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // TestControlPreemptsQueuedNormalWorkOverHTTP: with every slot busy and the
@@ -78,8 +79,14 @@ func TestControlPreemptsQueuedNormalWorkOverHTTP(t *testing.T) {
 			t.Fatalf("queued call %d (of the youngest): %q, want OVERLOADED", i, got)
 		}
 	}
-	s := b.metrics(t)
-	if s.Counters.Preempted != controls || s.Counters.Rejected != controls || s.Queued.Control != controls || s.Queued.NonControl != 8-controls {
+	// The snapshot is read without the scheduler's lock, so the counters
+	// may trail the answers by a moment: wait for them, then check.
+	var s mcpwire.Metrics
+	proctest.Eventually(t, "preemptions counted", func() bool {
+		s = b.metrics(t)
+		return s.Counters.Preempted == controls && s.Counters.Rejected == controls
+	})
+	if s.Queued.Control != controls || s.Queued.NonControl != 8-controls {
 		t.Fatalf("after preemption: counters %+v queued %+v", s.Counters, s.Queued)
 	}
 	for i := 0; i < 8-controls; i++ {
