@@ -14,7 +14,7 @@ import (
 
 // DrainTimeout is how long in-flight HTTP may drain at shutdown before the
 // connections are closed: it keeps restart and rollback bounded inside
-// TimeoutStopSec=5 even when saturated (hardening spec §2.6).
+// TimeoutStopSec=5 even when saturated.
 const DrainTimeout = 2 * time.Second
 
 // answerGrace is how long, after the drain deadline, the calls still running

@@ -1,4 +1,4 @@
-// Package tools holds the nine MCP tools of mcp-backend (DESIGN.md §3): the
+// Package tools holds the nine MCP tools of mcp-backend: the
 // control tools system.info, process.list, service.status, process.kill and
 // service.control, and the normal tools shell.exec, file.read, file.write and
 // file.list. Every tool has structured input and output schemas; every
@@ -41,7 +41,7 @@ const (
 	maxErrorMessageLength = 512
 )
 
-// Options configure the tools; zero fields get the DESIGN.md defaults.
+// Options configure the tools; zero fields get the documented defaults.
 type Options struct {
 	OutputBytes    int64         // limits.outputBytes: max stdout+stderr of shell.exec, max content bytes file.read returns
 	ResponseBytes  int64         // limits.responseBytes: output is also cut so that its JSON encoding fits this

@@ -27,7 +27,7 @@ import (
 // DefaultPath is where mcpctl looks for its config when none is named.
 const DefaultPath = "/etc/mcpctl/mcpctl.json"
 
-// Config is mcpctl.json (DESIGN.md §4). Every key is optional; Default holds
+// Config is mcpctl.json (the file operators write, keys pinned as documented in the README). Every key is optional; Default holds
 // the values a missing key keeps.
 type Config struct {
 	Backend    ServiceConfig `json:"backend"`
@@ -124,7 +124,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Default returns the configuration of DESIGN.md §4.
+// Default returns the documented defaults of every key.
 func Default() *Config {
 	return &Config{
 		Backend:  ServiceConfig{Unit: "mcp-backend.service", Listen: "127.0.0.1:3210", Config: "/etc/mcp-backend/config.json"},

@@ -12,7 +12,7 @@ import (
 )
 
 func TestDefaultMatchesDesign(t *testing.T) {
-	// The JSON of DESIGN.md §4, verbatim: parsing it must give Default().
+	// The documented default mcpctl.json, verbatim: parsing it must give Default().
 	const design = `{
   "backend":  { "unit": "mcp-backend.service", "listen": "127.0.0.1:3210", "config": "/etc/mcp-backend/config.json" },
   "canary":   { "unit": "mcp-backend-canary.service", "listen": "127.0.0.1:3211", "config": "/etc/mcp-backend/canary.json" },

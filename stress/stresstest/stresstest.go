@@ -1,7 +1,7 @@
 // Package stresstest is a small fake mcp-backend for testing the stress
 // itself: real MCP Streamable HTTP (go-sdk, stateless), real commands in
 // their own process groups, a process-wide admission controller and the
-// /metrics, /healthz and /readyz endpoints of DESIGN.md §3. Options make it
+// /metrics, /healthz and /readyz endpoints of the real backend. Options make it
 // break one contract at a time (run more shell commands than it claims,
 // serialize, answer 500 under load, ...), so tests can show each check of
 // the stress fails when it should.
