@@ -1,7 +1,7 @@
-// Package cutover replaces the production backend with a candidate build under
-// an armed automatic rollback, and rolls back to a snapshot. Decisions are pure
-// functions of observed facts (PlanPreflight, Judge, PlanRollback) so they can
-// be tested as tables; Cutover and Rollback gather the facts and apply them.
+// The cutover's decisions are pure functions of observed facts
+// (PlanPreflight, Judge, PlanRollback), tested as tables; Cutover and
+// Rollback gather the facts and apply the plans.
+
 package deploy
 
 import (
