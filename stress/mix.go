@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
 	"github.com/overdeck/mcp-backend/mcpclient"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // Mix weighs the tool classes of the offered traffic.

@@ -5,8 +5,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Profile names a shape of offered load.

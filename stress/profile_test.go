@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 func TestPlanFor(t *testing.T) {

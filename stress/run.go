@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/overdeck/mcp-backend/mcpwire"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Config is one stress run.

@@ -11,6 +11,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -30,6 +32,22 @@ const (
 
 // DefaultMCPCtl is where the units expect the mcpctl binary.
 const DefaultMCPCtl = "/usr/local/bin/mcpctl"
+
+// SocketBacklog is Backlog= of the backend sockets: the connections that
+// may wait while the service restarts. The default limits hold at most
+// maxActive + maxQueue = 112 calls, each on its own connection; at a restart
+// those, idle keep-alive connections and probes may all come back at once,
+// so four times that, rounded up. The kernel caps it at net.core.somaxconn
+// (4096 by default); a full backlog delays a connection, it does not refuse
+// it.
+const SocketBacklog = 512
+
+// Socket is the name of the socket unit that owns the listening port of the
+// backend service named service (mcp-backend.service ->
+// mcp-backend.socket).
+func Socket(service string) string {
+	return strings.TrimSuffix(service, ".service") + ".socket"
+}
 
 // WatchdogSec is the backend's systemd watchdog interval: it must send
 // WATCHDOG=1 at least this often while its /healthz self-probe answers.
@@ -124,8 +142,9 @@ func goMemLimit(memoryHigh string) string {
 	return strconv.FormatUint(mib, 10) + "MiB"
 }
 
-// Render renders every unit, in a fixed order: backend, canary (when
-// p.CanaryBinary is set), the tunnels in config order, the watchdog service
+// Render renders every unit, in a fixed order: the backend's socket and
+// service, the canary's socket and service (when p.CanaryBinary is set), the
+// tunnels in config order, the watchdog service
 // and timer, and the boot-time pending-rollback check.
 func Render(p Params) ([]Unit, error) {
 	if p.Spec == nil {
@@ -160,17 +179,34 @@ func Render(p Params) ([]Unit, error) {
 		return nil
 	}
 	type backendData struct {
-		Header, Description, After, Exec, WatchdogSec string
-		G                                             Guardrails
-		GoMemLimit                                    string
-		Install                                       bool
+		Header, Description, After, Exec, WatchdogSec, Socket string
+		G                                                     Guardrails
+		GoMemLimit                                            string
+		Install                                               bool
 	}
 	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
 	serve := func(bin string, s Service) string {
 		return execLine(bin, "serve", "--config", s.Config, "--listen", s.Listen)
 	}
+	type socketData struct {
+		Header, Description, Listen, Service string
+		Backlog                              int
+		Install                              bool
+	}
+	socket := func(key, description string, s Service, install bool) error {
+		listen, err := listenStream(key, s.Listen)
+		if err != nil {
+			return err
+		}
+		return add(Socket(s.Unit), "backend.socket.tmpl", install, socketData{
+			Header: header, Description: description, Listen: listen, Service: s.Unit, Backlog: SocketBacklog, Install: install,
+		})
+	}
+	if err := socket("backend.listen", "MCP backend (production) listening socket", cfg.Backend, true); err != nil {
+		return nil, err
+	}
 	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
-		Header: header, Description: "MCP backend (production)", After: PendingRollbackService,
+		Header: header, Description: "MCP backend (production)", After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit),
 		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
 	}); err != nil {
 		return nil, err
@@ -180,8 +216,11 @@ func Render(p Params) ([]Unit, error) {
 			return nil, err
 		}
 		// The canary is started by hand (mcpctl canary start), never at boot.
+		if err := socket("canary.listen", "MCP backend (canary) listening socket", cfg.Canary, false); err != nil {
+			return nil, err
+		}
 		if err := add(cfg.Canary.Unit, "backend.service.tmpl", false, backendData{
-			Header: header, Description: "MCP backend (canary)",
+			Header: header, Description: "MCP backend (canary)", Socket: Socket(cfg.Canary.Unit),
 			Exec: serve(p.CanaryBinary, cfg.Canary), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
 		}); err != nil {
 			return nil, err
@@ -261,6 +300,20 @@ func execLine(args ...string) string {
 }
 
 var plainArg = regexp.MustCompile(`^[A-Za-z0-9/._:,=@+\[\]-]+$`)
+
+// listenStream is listen as ListenStream= takes it: systemd binds an IP
+// address, never a host name.
+func listenStream(key, listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("%s = %q: must be host:port: %w", key, listen, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return "", fmt.Errorf("%s = %q: the socket unit binds an IP address, not %q (e.g. 127.0.0.1:%s)", key, listen, host, port)
+	}
+	return net.JoinHostPort(ip.String(), port), nil
+}
 
 // escape keeps systemd from expanding specifiers (%n, %i, ...) in free text.
 func escape(s string) string { return strings.ReplaceAll(s, "%", "%%") }

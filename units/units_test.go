@@ -51,7 +51,7 @@ func TestRenderGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"mcp-backend.service", "mcp-backend-canary.service",
+		"mcp-backend.socket", "mcp-backend.service", "mcp-backend-canary.socket", "mcp-backend-canary.service",
 		"mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service",
 		"mcp-watchdog.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service",
 	}
@@ -147,11 +147,20 @@ func TestRenderContents(t *testing.T) {
 			"Service.ExecStart":    "/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
 			"Unit.StartLimitBurst": "5",
 			"Install.WantedBy":     "multi-user.target",
-			"Unit.After":           "network.target mcpctl-pending-rollback.service",
-		}, nil, true},
+			"Unit.After":           "network.target mcp-backend.socket mcpctl-pending-rollback.service",
+			"Unit.Requires":        "mcp-backend.socket",
+		}, []string{"Unit.BindsTo", "Unit.PartOf", "Service.Sockets"}, true},
+		{"mcp-backend.socket", want{
+			"Socket.ListenStream": "127.0.0.1:3210", "Socket.Service": "mcp-backend.service",
+			"Socket.Backlog": "512", "Socket.FreeBind": "yes", "Install.WantedBy": "sockets.target",
+		}, []string{"Socket.Accept", "Unit.PartOf", "Unit.BindsTo", "Unit.Requires"}, true},
+		{"mcp-backend-canary.socket", want{
+			"Socket.ListenStream": "127.0.0.1:3211", "Socket.Service": "mcp-backend-canary.service", "Socket.Backlog": "512",
+		}, []string{"Install.WantedBy"}, false},
 		{"mcp-backend-canary.service", want{
 			"Service.Type": "notify", "Service.TasksMax": "300", "Service.MemoryMax": "2G", "Service.CPUWeight": "50",
 			"Service.ExecStart": "/opt/mcp-backend/releases/v9/mcp-backend serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211",
+			"Unit.Requires":     "mcp-backend-canary.socket", "Unit.After": "network.target mcp-backend-canary.socket",
 		}, []string{"Install.WantedBy"}, false},
 		{"mcp-tunnel-overdeck.service", want{
 			"Service.Restart":   "always",
@@ -200,12 +209,12 @@ func TestRenderWithoutCanary(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range us {
-		if u.Name == "mcp-backend-canary.service" {
+		if u.Name == "mcp-backend-canary.service" || u.Name == "mcp-backend-canary.socket" {
 			t.Fatal("canary rendered without a canary binary")
 		}
 	}
-	if len(us) != 6 {
-		t.Fatalf("%d units, want 6: %v", len(us), names(us))
+	if len(us) != 7 {
+		t.Fatalf("%d units, want 7: %v", len(us), names(us))
 	}
 }
 
@@ -221,6 +230,11 @@ func TestRenderRejects(t *testing.T) {
 		{"tunnel without exec", func(p *params) { p.Config.Tunnels[0].Exec = " " }, `tunnels[0].exec = " "`},
 		{"tunnel exec continues", func(p *params) { p.Config.Tunnels[0].Exec = `/bin/x \` }, `must not end in a backslash`},
 		{"relative mcpctl", func(p *params) { p.MCPCtl = "mcpctl" }, `mcpctl binary = "mcpctl": must be an absolute path`},
+		{"backend listen host name", func(p *params) { p.Config.Backend.Listen = "localhost:3210" }, `backend.listen = "localhost:3210": must be IP:PORT`},
+		{"canary listen host name", func(p *params) {
+			p.Config.Canary.Listen = "canary.internal:3211"
+			p.CanaryBinary = "/opt/mcp-backend/releases/v9/mcp-backend"
+		}, `canary.listen = "canary.internal:3211"`},
 		{"canary with space", func(p *params) { p.CanaryBinary = "/opt/a b/mcp-backend" }, `canary binary = "/opt/a b/mcp-backend"`},
 		// Values that would add directives or ExecStart arguments.
 		{"listen injecting directives", func(p *params) { p.Config.Backend.Listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210" }, `backend.listen = "127.0.0.1\nExecStartPre=/bin/touch /tmp/x\nUser=:3210": must be IP:PORT`},
@@ -278,11 +292,14 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	if err := os.MkdirAll(unitDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// All files first: a socket is verified with the service it starts.
 	for _, u := range us {
-		path := filepath.Join(unitDir, u.Name)
-		if err := os.WriteFile(path, u.Content, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(unitDir, u.Name), u.Content, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, u := range us {
+		path := filepath.Join(unitDir, u.Name)
 		t.Run(u.Name, func(t *testing.T) {
 			cmd := exec.Command(analyze, "verify", "--man=no", path)
 			cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/backend/config"
@@ -66,10 +68,10 @@ func newApp(d *deps) *cli.App {
 					if err != nil {
 						return &exitError{exitUsage, err}
 					}
-					ln, err := net.Listen("tcp", cfg.Listen)
+					ln, err := listen(cfg.Listen, activation.Files(true))
 					if err != nil {
 						srv.Close()
-						return fmt.Errorf("listen: %w", err)
+						return err
 					}
 					return srv.Serve(c.Context, ln)
 				},
@@ -105,6 +107,40 @@ func newApp(d *deps) *cli.App {
 			},
 		},
 	}
+}
+
+// listen returns the socket systemd passed (socket activation: the socket
+// unit owns the port, so it stays open while the service restarts) or,
+// without one, binds listen itself (development, tests). A passed socket
+// must be the address the config names: serving one port while the config
+// and the probes name another would hide a misdeployed unit.
+func listen(listen string, passed []*os.File) (net.Listener, error) {
+	if len(passed) == 0 {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		return ln, nil
+	}
+	defer func() {
+		for _, f := range passed {
+			f.Close()
+		}
+	}()
+	if len(passed) != 1 {
+		return nil, &exitError{exitUsage, fmt.Errorf("systemd passed %d sockets, want exactly one (the socket unit's ListenStream=)", len(passed))}
+	}
+	ln, err := net.FileListener(passed[0])
+	if err != nil {
+		return nil, &exitError{exitUsage, fmt.Errorf("the socket systemd passed is not a listening socket: %w", err)}
+	}
+	got, ok := ln.Addr().(*net.TCPAddr)
+	want, werr := net.ResolveTCPAddr("tcp", listen)
+	if !ok || werr != nil || !got.IP.Equal(want.IP) || got.Port != want.Port {
+		ln.Close()
+		return nil, &exitError{exitUsage, fmt.Errorf("systemd passed a socket on %s but listen (--listen or the config) is %q: make the socket unit's ListenStream= and listen name the same address", ln.Addr(), listen)}
+	}
+	return ln, nil
 }
 
 // loadConfig reads and validates the config before any socket opens; every

@@ -17,6 +17,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 func snapshotCommand(d *deps) *cli.Command {
@@ -94,6 +95,7 @@ func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
 		BackendConfig: cfg.Backend.Config,
 		UnitDir:       cfg.UnitDir,
 		Unit:          cfg.Backend.Unit,
+		Socket:        units.Socket(cfg.Backend.Unit),
 		Reason:        reason,
 	}
 }

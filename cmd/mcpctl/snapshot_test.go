@@ -101,7 +101,7 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].ID != id || list[0].Version != "v1" || list[0].Files != 5 || list[0].Reason != "before cutover" {
+	if len(list) != 1 || list[0].ID != id || list[0].Version != "v1" || list[0].Files != 6 || list[0].Reason != "before cutover" {
 		t.Fatalf("list = %+v", list)
 	}
 

@@ -33,9 +33,11 @@ func stressCommand(d *deps) *cli.Command {
 			"commands' own clocks, and checks every bound. Exit 1 when any check fails. The verdict is recorded\n" +
 			"in stateDir for the digest of the build the unit runs.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "target", Usage: "backend base `URL` (default: http://<canary.listen>)"},
+			&cli.StringSliceFlag{Name: "target", Usage: "backend base `URL` (default: http://<canary.listen>); steady: repeat it, one per tunnel (default: every tunnels[].url)"},
 			&cli.StringFlag{Name: "production", Usage: "production base `URL` whose /healthz is sampled; empty disables (default: http://<backend.listen>)"},
-			&cli.StringFlag{Name: "profile", Value: string(stress.Overload), Usage: "`overload`, spike or soak"},
+			&cli.StringFlag{Name: "profile", Value: string(stress.Overload), Usage: "`overload`, spike, soak, or steady (a load well under capacity through the tunnels, e.g. during a cutover)"},
+			&cli.DurationFlag{Name: "timeout", Value: stress.DefaultSteadyTimeout, Usage: "steady: how long one call may take before it counts as a transport failure"},
+			&cli.BoolFlag{Name: "keepalive", Usage: "steady: reuse connections between calls (default: one connection per call)"},
 			&cli.DurationFlag{Name: "duration", Usage: "attack duration (default: 20s overload, 30s spike, 10m soak)"},
 			&cli.Float64Flag{Name: "rate", Usage: "offered requests/s (peak for spike); 0 derives it from the target's limits"},
 			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
@@ -151,7 +153,17 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	target := c.String("target")
+	if stress.Profile(c.String("profile")) == stress.Steady {
+		return runSteadyCommand(c, d, cfg)
+	}
+	targets := c.StringSlice("target")
+	if len(targets) > 1 {
+		return usageError("--target given %d times: only the steady profile runs through several targets", len(targets))
+	}
+	target := ""
+	if len(targets) == 1 {
+		target = targets[0]
+	}
 	if !c.IsSet("target") {
 		target = "http://" + cfg.Canary.Listen
 	}
@@ -176,7 +188,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	}
 	profile := stress.Profile(c.String("profile"))
 	if !stressProfileOK(profile) {
-		return usageError("--profile %q: must be overload, spike or soak", profile)
+		return usageError("--profile %q: must be overload, spike, soak or steady", profile)
 	}
 	mix, err := stressParseMix(c.String("mix"))
 	if err != nil {

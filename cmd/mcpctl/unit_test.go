@@ -73,7 +73,8 @@ func TestUnitRender(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if len(list) != 6 || list[0].Name != "mcp-backend.service" || !list[0].Enable || !strings.Contains(list[0].Content, "Type=notify") {
+		if len(list) != 7 || list[0].Name != "mcp-backend.socket" || !list[0].Enable || !strings.Contains(list[0].Content, "ListenStream=") ||
+			list[1].Name != "mcp-backend.service" || !list[1].Enable || !strings.Contains(list[1].Content, "Type=notify") {
 			t.Fatalf("json units: %+v", list)
 		}
 	})
@@ -207,10 +208,10 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep := install()
-	if len(rep.Changed) != 6 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
+	if len(rep.Changed) != 7 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
 		t.Fatalf("first install: %+v", rep)
 	}
-	wantEnabled := []string{"mcp-backend.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
+	wantEnabled := []string{"mcp-backend.socket", "mcp-backend.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
 	if strings.Join(rep.Enabled, " ") != strings.Join(wantEnabled, " ") {
 		t.Fatalf("enabled %v, want %v", rep.Enabled, wantEnabled)
 	}
@@ -233,7 +234,7 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep = install()
-	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 6 {
+	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 7 {
 		t.Fatalf("second install changed something: %+v", rep)
 	}
 

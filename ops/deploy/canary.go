@@ -27,6 +27,9 @@ type CanaryFacts struct {
 	CanaryUnit     string
 	CanaryListen   string
 	CanaryPortFree bool
+	// CanarySocketActive: the canary's own socket unit holds the port (left
+	// listening by an earlier canary).
+	CanarySocketActive bool
 	// Existing is the installed release of the candidate's version, if any.
 	Existing *release.Release
 	Version  string
@@ -55,7 +58,7 @@ func PlanCanary(f CanaryFacts) CanaryPlan {
 	}
 	if active(f.Canary) {
 		p.StopOld = true
-	} else if !f.CanaryPortFree {
+	} else if !f.CanaryPortFree && !f.CanarySocketActive {
 		p.Refusals = append(p.Refusals, fmt.Sprintf("canary.listen %s is taken by another process (%s is not running)", f.CanaryListen, f.CanaryUnit))
 	}
 	if f.Existing != nil && f.Existing.Digest != f.Digest {
@@ -329,20 +332,26 @@ func (rep *CanaryReport) start(ctx context.Context, env *Env, rec *InstallReport
 		if err != nil {
 			return err
 		}
+		var write []units.Unit
 		for _, u := range us {
-			if u.Name == cfg.Canary.Unit {
-				_, err := units.Sync(cfg.UnitDir, []units.Unit{u})
-				return err
+			if u.Name == cfg.Canary.Unit || u.Name == units.Socket(cfg.Canary.Unit) {
+				write = append(write, u)
 			}
 		}
-		return fmt.Errorf("render produced no %s", cfg.Canary.Unit)
+		if len(write) != 2 {
+			return fmt.Errorf("render produced no %s with its socket", cfg.Canary.Unit)
+		}
+		_, err = units.Sync(cfg.UnitDir, write)
+		return err
 	}); err != nil {
 		return err
 	}
 	if err := rec.step("daemon-reload", func() error { return sd.DaemonReload(ctx) }); err != nil {
 		return err
 	}
-	_ = sd.ResetFailed(ctx, cfg.Canary.Unit) // a previous failed canary must not block the start
+	// A previous failed canary (or its socket) must not block the start.
+	_ = sd.ResetFailed(ctx, units.Socket(cfg.Canary.Unit))
+	_ = sd.ResetFailed(ctx, cfg.Canary.Unit)
 	if err := rec.step("start "+cfg.Canary.Unit, func() error { return sd.Start(ctx, cfg.Canary.Unit) }); err != nil {
 		return err
 	}
@@ -360,6 +369,7 @@ func observeCanary(ctx context.Context, env *Env, version, digest string) (Canar
 		return f, fmt.Errorf("read %s: %w", cfg.Canary.Unit, err)
 	}
 	f.CanaryPortFree = PortFree(cfg.Canary.Listen)
+	f.CanarySocketActive = env.socketFact(ctx, units.Socket(cfg.Canary.Unit)).Active()
 	rel, err := env.store().Get(version)
 	switch {
 	case err == nil:
@@ -444,15 +454,16 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 		return rep, fmt.Errorf("read %s: %w", cfg.Canary.Unit, err)
 	}
 	rep.WasActive = active(u)
-	if loaded(u) {
-		if err := env.Systemd.Stop(ctx, cfg.Canary.Unit); err != nil {
-			return rep, fmt.Errorf("stop %s: %w", cfg.Canary.Unit, err)
+	// The service, then its socket: stopping the socket first would make
+	// systemd stop the service through its Requires= anyway.
+	for _, name := range []string{cfg.Canary.Unit, units.Socket(cfg.Canary.Unit)} {
+		if err := stopUnits(ctx, env.Systemd, name); err != nil {
+			return rep, fmt.Errorf("stop %s: %w", name, err)
 		}
-		_ = env.Systemd.ResetFailed(ctx, cfg.Canary.Unit)
-	}
-	p := filepath.Join(cfg.UnitDir, cfg.Canary.Unit)
-	if err := atomicfs.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return rep, fmt.Errorf("remove %s: %w", p, err)
+		p := filepath.Join(cfg.UnitDir, name)
+		if err := atomicfs.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return rep, fmt.Errorf("remove %s: %w", p, err)
+		}
 	}
 	rep.UnitRemoved = true
 	if err := env.Systemd.DaemonReload(ctx); err != nil {

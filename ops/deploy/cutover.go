@@ -213,7 +213,8 @@ func (c *cutover) preflight(ctx context.Context) error {
 		f.BackendActive = "unknown: " + err.Error()
 	} else {
 		f.BackendActive = st.ActiveState
-		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID))
+		f.Socket = env.socketFact(ctx, env.socketUnit())
+		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID), f.Socket.Active())
 	}
 	sup := env.supervision(ctx)
 	f.Supervision = &sup
@@ -247,7 +248,7 @@ func (c *cutover) preflight(ctx context.Context) error {
 func (c *cutover) arm(ctx context.Context) error {
 	env, cfg, f := c.env, c.env.Config, c.facts
 	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: string(c.dir), InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
-		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Reason: "cutover to " + f.CandidateVersion})
+		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Socket: env.socketUnit(), Reason: "cutover to " + f.CandidateVersion})
 	if err != nil {
 		return fail(CodeFailed, "snapshot, nothing changed: %w", err)
 	}
@@ -282,10 +283,12 @@ func (c *cutover) arm(ctx context.Context) error {
 // deadline, so that this run, not the timer, decides.
 func (c *cutover) budget() time.Duration { return c.opts.Deadline / 3 }
 
-// swap installs the release, points current at it, writes the unit when it
-// changed, reloads and restarts only the backend. It returns why it failed.
+// swap installs the release, points current at it, writes the units when
+// they changed, reloads and restarts only the backend: its socket keeps the
+// port, so connections wait instead of being refused. It returns why it
+// failed.
 func (c *cutover) swap(ctx context.Context) (why []string) {
-	env, cfg, v := c.env, c.env.Config, c.facts.CandidateVersion
+	env, v := c.env, c.facts.CandidateVersion
 	_ = c.timed("install+restart", func() error {
 		if _, _, err := c.store.Install(v, c.opts.Build); err != nil {
 			why = []string{"install release: " + err.Error()}
@@ -298,7 +301,9 @@ func (c *cutover) swap(ctx context.Context) (why []string) {
 		} else {
 			rctx, cancel := context.WithTimeout(ctx, c.budget())
 			defer cancel()
-			if err := env.Systemd.Restart(rctx, cfg.Backend.Unit); err != nil {
+			// With the socket unit new (the first cutover onto it), systemd
+			// orders the old process's stop before the socket's start.
+			if err := env.Systemd.Restart(rctx, env.Config.Backend.Unit); err != nil {
 				why = []string{err.Error()} // the client names the job and the unit
 			}
 		}
@@ -313,7 +318,7 @@ func (c *cutover) swap(ctx context.Context) (why []string) {
 // verify probes production until it passes, retrying briefly (the backend
 // may need a moment), within the budget. It returns the failures.
 func (c *cutover) verify(ctx context.Context) (why []string) {
-	want := Expect{Version: c.facts.CandidateVersion, Digest: c.facts.Digest}
+	want := Expect{Version: c.facts.CandidateVersion, Digest: c.facts.Digest, Socket: c.facts.Socket}
 	_ = c.timed("verify", func() error {
 		vctx, cancel := context.WithTimeout(ctx, c.budget())
 		defer cancel()
@@ -397,6 +402,7 @@ func (c *cutover) done() *Report {
 func observe(ctx context.Context, env *Env) Observed {
 	o := observeBackend(ctx, env)
 	o.Tunnels = env.tunnelFacts(ctx, true)
+	o.Socket = env.socketFact(ctx, env.socketUnit())
 	return o
 }
 
@@ -427,10 +433,11 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 	return res.Version, res.Digest, nil
 }
 
-// writeUnitIfChanged renders the backend unit and writes it when it differs
-// (atomically, as install and canary do). Without tunnel commands in
-// the config the units cannot be rendered; the installed unit is then kept as
-// it is.
+// writeUnitIfChanged renders the backend unit and its socket unit and
+// writes each that differs (atomically, as install and canary do). A
+// written socket unit applies at its next start, never by restarting it.
+// Without tunnel commands in the config the units cannot be rendered; the
+// installed units are then kept as they are.
 func writeUnitIfChanged(env *Env) error {
 	cfg := env.Config
 	if cfg.ValidateTunnels() != nil {
@@ -444,13 +451,14 @@ func writeUnitIfChanged(env *Env) error {
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
+	var write []units.Unit
 	for _, u := range us {
-		if u.Name == cfg.Backend.Unit {
-			_, err := units.Sync(cfg.UnitDir, []units.Unit{u})
-			return err
+		if u.Name == cfg.Backend.Unit || u.Name == env.socketUnit() {
+			write = append(write, u)
 		}
 	}
-	return nil
+	_, err = units.Sync(cfg.UnitDir, write)
+	return err
 }
 
 // Check verifies production as it runs now (mcpctl verify): the backend's
@@ -462,6 +470,7 @@ func Check(ctx context.Context, env *Env, backend, tunnels bool) []string {
 	want := Expect{}
 	if backend {
 		o = observeBackend(ctx, env)
+		o.Socket = env.socketFact(ctx, env.socketUnit())
 		want.Version = o.Version
 	}
 	if tunnels {

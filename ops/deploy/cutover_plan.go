@@ -43,6 +43,9 @@ type Facts struct {
 	HealthzErr    error
 	ReadyzErr     error
 	Tunnels       []TunnelFact
+	// Socket is production's socket unit (not loaded on an installation
+	// older than it).
+	Socket *SocketFact
 	// Duplicates lists other supervisors of production found (a foreign
 	// listener on the port, a second unit with the same ExecStart, ...).
 	Duplicates []string
@@ -107,6 +110,16 @@ func PlanPreflight(f Facts) Preflight {
 	if f.ReadyzErr != nil {
 		refuse("production /readyz: %v", f.ReadyzErr)
 	}
+	switch s := f.Socket; {
+	case s == nil:
+	case s.Err != nil:
+		refuse("socket %s is %s", s.Unit, s)
+	case s.Loaded() && !s.Active():
+		// Written by `mcpctl unit install` while the old service holds the
+		// port, or failed: the restart starts it, but until the new build
+		// listens callers are refused, as without a socket.
+		p.Warnings = append(p.Warnings, fmt.Sprintf("socket %s is %s, not listening: the restart starts it; until then connections are refused", s.Unit, s.ActiveState))
+	}
 	if len(f.Tunnels) == 0 {
 		refuse("no tunnels configured: cutover verifies both tunnels")
 	}
@@ -132,6 +145,9 @@ func PlanPreflight(f Facts) Preflight {
 type Expect struct {
 	Version string
 	Digest  string
+	// Socket is production's socket unit before the restart: when it was
+	// listening, the restart must have left it alone (same run).
+	Socket *SocketFact
 }
 
 // Observed is production after the restart.
@@ -145,6 +161,8 @@ type Observed struct {
 	// FileListErr is a file.list of "/" (nil when not probed).
 	FileListErr error
 	Tunnels     []TunnelFact
+	// Socket is production's socket unit (nil when not observed).
+	Socket *SocketFact
 }
 
 // Judge lists every way the restarted production fails verification; empty
@@ -174,6 +192,12 @@ func Judge(want Expect, before []TunnelFact, got Observed) []string {
 	}
 	if got.FileListErr != nil {
 		fail("backend file.list: %v", got.FileListErr)
+	}
+	switch b, a := want.Socket, got.Socket; {
+	case b.Active() && !b.Same(a):
+		fail("socket %s: %v (was %s, now %s)", b.Unit, errSocketRestarted, b, a)
+	case a != nil && (a.Err != nil || (a.Loaded() && !a.Active())):
+		fail("socket %s is %s, not active", a.Unit, a)
 	}
 	after := make(map[string]TunnelFact, len(got.Tunnels))
 	for _, t := range got.Tunnels {

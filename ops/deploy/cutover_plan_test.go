@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -46,6 +47,13 @@ func TestPlanPreflight(t *testing.T) {
 		{name: "tunnel inactive", change: func(f *Facts) { f.Tunnels[1].ActiveState = "inactive" }, refusals: []string{"tunnel b"}},
 		{name: "tunnel unready", change: func(f *Facts) { f.Tunnels[0].ReadyErr = boom }, refusals: []string{"tunnel a: boom"}},
 		{name: "no tunnels", change: func(f *Facts) { f.Tunnels = nil }, refusals: []string{"no tunnels"}},
+		{name: "socket listening", change: func(f *Facts) { f.Socket = listening() }},
+		{name: "no socket unit yet", change: func(f *Facts) {
+			f.Socket = &SocketFact{Unit: "mcp-backend.socket", LoadState: "not-found", ActiveState: "inactive"}
+		}},
+		{name: "socket not listening yet", change: func(f *Facts) { f.Socket = listening(); f.Socket.ActiveState = "inactive" }, warn: true},
+		{name: "socket failed", change: func(f *Facts) { f.Socket = listening(); f.Socket.ActiveState = "failed" }, warn: true},
+		{name: "socket unreadable", change: func(f *Facts) { f.Socket = &SocketFact{Unit: "mcp-backend.socket", Err: boom} }, refusals: []string{"socket mcp-backend.socket is unknown: boom"}},
 		{name: "duplicate", change: func(f *Facts) { f.Duplicates = []string{"pid 7 on :3210"} }, refusals: []string{"duplicate supervisor: pid 7"}},
 		{name: "second unit on the same binary", change: func(f *Facts) {
 			sup := supervision(svc("legacy-mcp.service", "active", "/opt/mcp-backend/current/mcp-backend", "serve"))
@@ -93,12 +101,17 @@ func TestPlanPreflight(t *testing.T) {
 	}
 }
 
+// listening is production's socket unit, active since a fixed time.
+func listening() *SocketFact {
+	return &SocketFact{Unit: "mcp-backend.socket", LoadState: "loaded", ActiveState: "active", InvocationID: "s1", ActiveEnter: time.Unix(100, 0)}
+}
+
 func TestJudge(t *testing.T) {
 	boom := errors.New("boom")
-	want := Expect{Version: "v2", Digest: "sha256:bb"}
+	want := Expect{Version: "v2", Digest: "sha256:bb", Socket: listening()}
 	before := healthyFacts().Tunnels
 	good := func() Observed {
-		return Observed{Version: "v2", Digest: "sha256:bb", Tunnels: []TunnelFact{
+		return Observed{Version: "v2", Digest: "sha256:bb", Socket: listening(), Tunnels: []TunnelFact{
 			{Name: "a", Unit: "a.service", ActiveState: "active", InvocationID: "1"},
 			{Name: "b", Unit: "b.service", ActiveState: "active", InvocationID: "2"},
 		}}
@@ -119,6 +132,9 @@ func TestJudge(t *testing.T) {
 		{name: "tunnel down", change: func(o *Observed) { o.Tunnels[1].ActiveState = "failed"; o.Tunnels[1].ReadyErr = boom }, fails: []string{"not active", "tunnel b /readyz"}},
 		{name: "tunnel shell", change: func(o *Observed) { o.Tunnels[1].ShellErr = boom }, fails: []string{"tunnel b shell.exec"}},
 		{name: "tunnel missing", change: func(o *Observed) { o.Tunnels = o.Tunnels[:1] }, fails: []string{"tunnel b was not observed"}},
+		{name: "socket restarted", change: func(o *Observed) { o.Socket.InvocationID = "s2" }, fails: []string{"socket mcp-backend.socket: the socket was stopped or restarted"}},
+		{name: "socket re-entered active", change: func(o *Observed) { o.Socket.ActiveEnter = time.Unix(200, 0) }, fails: []string{"stopped or restarted"}},
+		{name: "socket stopped", change: func(o *Observed) { o.Socket.ActiveState = "inactive" }, fails: []string{"stopped or restarted"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,9 +12,10 @@ import (
 
 // duplicates finds processes other than mainPID listening on listen's port:
 // a second supervisor (a stray manual run, another unit) would keep serving
-// the old build, or steal the port from the new one. Best effort: what /proc
-// cannot show is not reported.
-func duplicates(listen string, mainPID int) []string {
+// the old build, or steal the port from the new one. With ownSocket (the
+// backend's socket unit is active) PID 1 holds the port for production and
+// is not one. Best effort: what /proc cannot show is not reported.
+func duplicates(listen string, mainPID int, ownSocket bool) []string {
 	_, p, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil
@@ -34,7 +35,9 @@ func duplicates(listen string, mainPID int) []string {
 	procs, _ := os.ReadDir("/proc")
 	for _, d := range procs {
 		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == mainPID {
+		if err != nil || pid == mainPID || (ownSocket && pid == 1) || (mainPID > 0 && parent(pid) == mainPID) {
+			// A child of the backend holds its listening socket between fork
+			// and exec (the descriptor closes at exec): not a supervisor.
 			continue
 		}
 		fds, _ := os.ReadDir(filepath.Join("/proc", d.Name(), "fd"))
@@ -69,4 +72,19 @@ func listeners(path string, port int, inodes map[string]bool) {
 			inodes[fs[9]] = true
 		}
 	}
+}
+
+// parent is pid's parent process id, 0 when unknown.
+func parent(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package deploy
 import (
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,7 @@ func TestDuplicates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := duplicates(addr, tc.mainPID)
+			got := duplicates(addr, tc.mainPID, false)
 			if len(got) != tc.want {
 				t.Fatalf("duplicates = %q, want %d", got, tc.want)
 			}
@@ -32,5 +33,34 @@ func TestDuplicates(t *testing.T) {
 				t.Fatalf("duplicates = %q", got)
 			}
 		})
+	}
+}
+
+// TestDuplicatesSkipsTheBackendsChildren: a child of the backend holds its
+// listening socket for a moment (between fork and exec); it is no second
+// supervisor. The child here keeps the socket for good, which is the same
+// to the check.
+func TestDuplicatesSkipsTheBackendsChildren(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	if got := duplicates(ln.Addr().String(), os.Getpid(), false); len(got) != 0 {
+		t.Fatalf("duplicates = %q, want none: the only other holder is our child", got)
+	}
+	if got := duplicates(ln.Addr().String(), 1<<30, false); len(got) != 2 {
+		t.Fatalf("duplicates = %q, want us and our child when another process is production", got)
 	}
 }

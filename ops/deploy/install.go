@@ -286,7 +286,8 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 	if err := rep.step("enable", func() error { return sd.Enable(ctx, enable...) }); err != nil {
 		return err
 	}
-	start := []string{cfg.Backend.Unit}
+	// The socket first: it owns the port before the backend that takes it.
+	start := []string{env.socketUnit(), cfg.Backend.Unit}
 	for _, t := range cfg.Tunnels {
 		start = append(start, t.Unit)
 	}

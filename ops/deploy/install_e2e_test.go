@@ -131,7 +131,7 @@ func (h *host) assertNotInstalled(ctx context.Context, when string) {
 	if _, err := os.Stat(h.cfg.Backend.Config); !errors.Is(err, os.ErrNotExist) {
 		h.t.Errorf("%s: backend config: %v, want absent (it was absent before)", when, err)
 	}
-	names := []string{h.cfg.Backend.Unit, units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
+	names := []string{units.Socket(h.cfg.Backend.Unit), h.cfg.Backend.Unit, units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
 	for _, tn := range h.cfg.Tunnels {
 		names = append(names, tn.Unit)
 	}
@@ -221,8 +221,8 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 			t.Fatalf("exit %d, want 1\n%s\n%s", code, out, stderr)
 		}
 		ir := decode[deploy.InstallReport](t, out)
-		if ir.OK || !ir.UndoOK || len(ir.Undo) == 0 || len(ir.Started) != 4 {
-			t.Fatalf("report: ok %v undoOK %v, %d undo steps, started %v; want a failed install after 4 starts, fully undone\n%s", ir.OK, ir.UndoOK, len(ir.Undo), ir.Started, out)
+		if ir.OK || !ir.UndoOK || len(ir.Undo) == 0 || len(ir.Started) != 5 {
+			t.Fatalf("report: ok %v undoOK %v, %d undo steps, started %v; want a failed install after 5 starts (socket, backend, tunnels, timer), fully undone\n%s", ir.OK, ir.UndoOK, len(ir.Undo), ir.Started, out)
 		}
 		// The dead tunnel is the only reason it failed.
 		if ir.Backend == nil || !ir.Backend.OK() || len(ir.Tunnels) != 2 || !ir.Tunnels[0].OK() || ir.Tunnels[1].OK() {
@@ -248,7 +248,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	if cur, err := store.Current(); err != nil || cur != "v1" {
 		t.Fatalf("current = %q, %v; want v1", cur, err)
 	}
-	for _, u := range []string{cfg.Backend.Unit, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer} {
+	for _, u := range []string{units.Socket(cfg.Backend.Unit), cfg.Backend.Unit, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer} {
 		if a, _, _, _ := h.unit(ctx, u); a != "active" {
 			t.Errorf("%s is %s after install, want active", u, a)
 		}
@@ -354,6 +354,11 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		t.Errorf("human canary status: exit %d\n%s", code, out)
 	}
 
+	// The canary listens through its own socket unit, on the canary port.
+	if a, _, _, _ := h.unit(ctx, units.Socket(cfg.Canary.Unit)); a != "active" {
+		t.Errorf("%s is %s while the canary runs, want active", units.Socket(cfg.Canary.Unit), a)
+	}
+
 	code, out, stderr = h.run(ctx, "canary", "stop", "--json")
 	if code != 0 {
 		t.Fatalf("canary stop: exit %d\n%s\n%s", code, out, stderr)
@@ -364,6 +369,14 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	}
 	if a, _, _, _ := h.unit(ctx, cfg.Canary.Unit); a == "active" {
 		t.Errorf("canary still active after stop")
+	}
+	for _, n := range []string{cfg.Canary.Unit, units.Socket(cfg.Canary.Unit)} {
+		if _, err := os.Stat(filepath.Join(h.m.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after canary stop: %v, want removed", n, err)
+		}
+	}
+	if !deploy.PortFree(cfg.Canary.Listen) {
+		t.Errorf("canary.listen %s still held after canary stop (its socket must go too)", cfg.Canary.Listen)
 	}
 	if _, err := store.Get("v2"); !errors.Is(err, release.ErrNotFound) {
 		t.Errorf("release v2 after stop: %v, want not found", err)

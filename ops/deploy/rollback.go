@@ -97,6 +97,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	step("restore", t0)
 
 	unit := env.Config.Backend.Unit
+	hasSocket := snapshotHasSocket(m, env.Config.UnitDir, env.socketUnit())
 	st, err := env.Systemd.Unit(ctx, unit)
 	if err != nil {
 		return failed(fmt.Errorf("read %s: %w", unit, err))
@@ -117,12 +118,20 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		if err := env.Systemd.DaemonReload(ctx); err != nil {
 			return failed(fmt.Errorf("daemon-reload: %w", err))
 		}
+		if err := env.settleSocket(ctx, hasSocket); err != nil {
+			return failed(err)
+		}
 		_ = env.Systemd.ResetFailed(ctx, unit)
 		step("daemon-reload", t0)
 	default:
 		t0 = env.now()
 		if err := env.Systemd.DaemonReload(ctx); err != nil {
 			return failed(fmt.Errorf("daemon-reload: %w", err))
+		}
+		// The socket is restored with the unit; a listening one is left
+		// alone, so the restart below is invisible to clients.
+		if err := env.settleSocket(ctx, hasSocket); err != nil {
+			return failed(err)
 		}
 		if err := env.Systemd.ResetFailed(ctx, unit); err != nil {
 			log.Warn("reset-failed", "unit", unit, "err", err)

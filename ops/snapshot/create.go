@@ -23,8 +23,12 @@ type Spec struct {
 	BackendConfig string // the backend's config file
 	UnitDir       string // e.g. /etc/systemd/system
 	Unit          string // e.g. mcp-backend.service; its drop-ins are <UnitDir>/<Unit>.d/*.conf
-	Reason        string
-	Now           func() time.Time // nil means time.Now
+	// Socket, when set, is the socket unit that owns the service's port
+	// (e.g. mcp-backend.socket), kept with its drop-ins like Unit: a
+	// rollback restores the pair as it was, a missing socket file included.
+	Socket string
+	Reason string
+	Now    func() time.Time // nil means time.Now
 }
 
 func (s *Spec) validate() error {
@@ -36,10 +40,17 @@ func (s *Spec) validate() error {
 			return fmt.Errorf("snapshot: %s %q: want an absolute path", f.name, f.val)
 		}
 	}
-	if s.Unit == "" || strings.ContainsAny(s.Unit, "/\x00") || s.Unit == "." || s.Unit == ".." {
+	if !unitName(s.Unit) {
 		return fmt.Errorf("snapshot: unit %q: want a unit file name like mcp-backend.service", s.Unit)
 	}
+	if s.Socket != "" && !unitName(s.Socket) {
+		return fmt.Errorf("snapshot: socket %q: want a unit file name like mcp-backend.socket", s.Socket)
+	}
 	return nil
+}
+
+func unitName(n string) bool {
+	return n != "" && !strings.ContainsAny(n, "/\x00") && n != "." && n != ".."
 }
 
 // Create snapshots the current desired state. It is written into a temp
@@ -91,16 +102,21 @@ func Create(ctx context.Context, spec Spec) (*Manifest, error) {
 	}
 	items = append(items, item{RoleConfig, filepath.Clean(spec.BackendConfig)})
 	unitDir := filepath.Clean(spec.UnitDir)
-	items = append(items, item{RoleUnit, filepath.Join(unitDir, spec.Unit)})
-	dropDir := filepath.Join(unitDir, spec.Unit+".d")
-	m.Sets = append(m.Sets, Set{Dir: dropDir, Pattern: "*.conf"})
-	dropIns, err := filepath.Glob(filepath.Join(dropDir, "*.conf"))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: drop-ins: %w", err)
-	}
-	sort.Strings(dropIns)
-	for _, p := range dropIns {
-		items = append(items, item{RoleDropIn, p})
+	for _, unit := range []string{spec.Socket, spec.Unit} {
+		if unit == "" {
+			continue
+		}
+		items = append(items, item{RoleUnit, filepath.Join(unitDir, unit)})
+		dropDir := filepath.Join(unitDir, unit+".d")
+		m.Sets = append(m.Sets, Set{Dir: dropDir, Pattern: "*.conf"})
+		dropIns, err := filepath.Glob(filepath.Join(dropDir, "*.conf"))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: drop-ins: %w", err)
+		}
+		sort.Strings(dropIns)
+		for _, p := range dropIns {
+			items = append(items, item{RoleDropIn, p})
+		}
 	}
 
 	snaps := filepath.Join(spec.StateDir, SnapshotsDir)

@@ -1,7 +1,8 @@
 // Package snapshot holds rollback snapshots: self-contained copies of the
 // desired state a rollback restores (the current release's files and the
-// current link, the backend config, the backend unit and its drop-ins) under
-// <stateDir>/snapshots/<id>/, each with a manifest of every file's sha256.
+// current link, the backend config, the backend unit, its socket unit and
+// their drop-ins) under <stateDir>/snapshots/<id>/, each with a manifest of
+// every file's sha256.
 //
 // A snapshot copies the release's files instead of referring to the release
 // directory: pruning releases can then never break a rollback, and a restore

@@ -22,6 +22,7 @@ import (
 // host is a fake machine in a temp dir: install root, config, units, state.
 type host struct {
 	root, installRoot, config, unitDir, unit, stateDir string
+	socket                                             string
 	store                                              *release.Store
 	clock                                              time.Time
 }
@@ -31,8 +32,10 @@ func (h *host) dropInDir() string { return filepath.Join(h.unitDir, h.unit+".d")
 func (h *host) now() time.Time    { h.clock = h.clock.Add(time.Minute); return h.clock }
 func (h *host) spec(reason string) Spec {
 	return Spec{StateDir: h.stateDir, InstallRoot: h.installRoot, BackendConfig: h.config,
-		UnitDir: h.unitDir, Unit: h.unit, Reason: reason, Now: h.now}
+		UnitDir: h.unitDir, Unit: h.unit, Socket: h.socket, Reason: reason, Now: h.now}
 }
+
+func (h *host) socketPath() string { return filepath.Join(h.unitDir, h.socket) }
 
 func write(t testing.TB, path, content string, mode fs.FileMode) {
 	t.Helper()
@@ -67,6 +70,7 @@ func newHost(t testing.TB) *host {
 		config:      filepath.Join(root, "etc/mcp-backend/config.json"),
 		unitDir:     filepath.Join(root, "etc/systemd/system"),
 		unit:        "mcp-backend.service",
+		socket:      "mcp-backend.socket",
 		stateDir:    filepath.Join(root, "var/lib/mcpctl"),
 		clock:       time.Date(2026, 12, 2, 14, 15, 0, 0, time.UTC),
 	}
@@ -77,6 +81,7 @@ func newHost(t testing.TB) *host {
 	}
 	write(t, h.config, `{"listen":"127.0.0.1:3210"}`+"\n", 0o640)
 	write(t, h.unitPath(), "[Service]\nExecStart=/opt/mcp-backend/current/mcp-backend serve\n", 0o644)
+	write(t, h.socketPath(), "[Socket]\nListenStream=127.0.0.1:3210\n", 0o644)
 	write(t, filepath.Join(h.dropInDir(), "10-guardrails.conf"), "[Service]\nTasksMax=512\n", 0o644)
 	write(t, filepath.Join(h.dropInDir(), "20-env.conf"), "[Service]\nEnvironment=A=1\n", 0o644)
 	return h
@@ -154,6 +159,8 @@ func cutover(t testing.TB, h *host) {
 	}
 	write(t, h.config, `{"listen":"127.0.0.1:3210","concurrency":{"maxActive":4}}`, 0o600)
 	write(t, h.unitPath(), "[Service]\nExecStart=/bin/false\n", 0o644)
+	write(t, h.socketPath(), "[Socket]\nListenStream=127.0.0.1:4000\nBacklog=1\n", 0o644)
+	write(t, filepath.Join(h.unitDir, h.socket+".d", "10-new.conf"), "[Socket]\nBacklog=2\n", 0o644)
 	write(t, filepath.Join(h.dropInDir(), "10-guardrails.conf"), "[Service]\nTasksMax=1\n", 0o644)
 	write(t, filepath.Join(h.dropInDir(), "30-new.conf"), "[Service]\nNice=5\n", 0o644)
 	if err := os.Remove(filepath.Join(h.dropInDir(), "20-env.conf")); err != nil {
@@ -307,6 +314,37 @@ func TestRestoreMissingOriginals(t *testing.T) {
 	}
 }
 
+// TestRestoreRemovesSocketAddedLater: a snapshot taken before production
+// had a socket unit removes the socket file and its drop-ins a later
+// cutover added, so the restored service binds its port itself again.
+func TestRestoreRemovesSocketAddedLater(t *testing.T) {
+	h := newHost(t)
+	if err := os.Remove(h.socketPath()); err != nil {
+		t.Fatal(err)
+	}
+	before := fingerprint(t, h)
+	m, err := Create(context.Background(), h.spec("before the socket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := false
+	for _, f := range m.Files {
+		if f.Path == h.socketPath() {
+			recorded = !f.Exists
+		}
+	}
+	if !recorded {
+		t.Fatalf("manifest does not record %s as absent: %+v", h.socketPath(), m.Files)
+	}
+	cutover(t, h)
+	if _, err := Restore(m); err != nil {
+		t.Fatal(err)
+	}
+	after := fingerprint(t, h)
+	maps.DeleteFunc(after, func(k, _ string) bool { return strings.Contains(k, "/releases/v2/") })
+	assertSame(t, "after restore", before, after)
+}
+
 func TestCorruptSnapshotTouchesNothing(t *testing.T) {
 	flip := func(t testing.TB, p string) {
 		b, err := os.ReadFile(p)
@@ -344,7 +382,8 @@ func TestCorruptSnapshotTouchesNothing(t *testing.T) {
 		{"flipped byte in binary", func(t testing.TB, m *Manifest) { flip(t, stored(m, RoleRelease, release.BinaryName)) }, release.BinaryName, false},
 		{"flipped byte in config", func(t testing.TB, m *Manifest) { flip(t, stored(m, RoleConfig, "")) }, "config.json", false},
 		{"flipped byte in last drop-in", func(t testing.TB, m *Manifest) { flip(t, stored(m, RoleDropIn, "20-env.conf")) }, "20-env.conf", false},
-		{"unit copy missing", func(t testing.TB, m *Manifest) { os.Remove(stored(m, RoleUnit, "")) }, "mcp-backend.service", false},
+		{"unit copy missing", func(t testing.TB, m *Manifest) { os.Remove(stored(m, RoleUnit, "mcp-backend.service")) }, "mcp-backend.service", false},
+		{"socket copy missing", func(t testing.TB, m *Manifest) { os.Remove(stored(m, RoleUnit, "mcp-backend.socket")) }, "mcp-backend.socket", false},
 		{"drop-in truncated", func(t testing.TB, m *Manifest) { os.Truncate(stored(m, RoleDropIn, "10-guardrails.conf"), 0) }, "10-guardrails.conf", false},
 		{"manifest sha256 edited", func(t testing.TB, m *Manifest) {
 			editManifest(t, m, func(c *Manifest) { c.Files[len(c.Files)-1].SHA256 = strings.Repeat("0", 64) })
@@ -634,7 +673,7 @@ func TestManifestFormat(t *testing.T) {
 	if st.Mode().Perm() != 0o700 {
 		t.Fatalf("snapshot dir mode %v, want 0700 (configs may hold secrets)", st.Mode().Perm())
 	}
-	if len(m.Files) != 6 { // binary, release.json, config, unit, two drop-ins
-		t.Fatalf("manifest has %d files, want 6", len(m.Files))
+	if len(m.Files) != 7 { // binary, release.json, config, socket, unit, two drop-ins
+		t.Fatalf("manifest has %d files, want 7", len(m.Files))
 	}
 }

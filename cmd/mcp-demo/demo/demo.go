@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/stress"
 )
 
 // Status is a step's outcome.
@@ -86,6 +87,10 @@ type Result struct {
 	// Step 3.
 	VersionAfterCutover string
 	TunnelsCutover      [2][]Identity // before, after
+	// SteadyCutover and SteadyBadCutover are the steady load through both
+	// tunnels during the cutover (step 3) and the failed cutover with its
+	// rollback (step 5).
+	SteadyCutover, SteadyBadCutover *stress.SteadyCounts
 	// Step 4.
 	Overloaded         int // OVERLOADED answers through the tunnel
 	OverloadIdentities [2][]Identity
@@ -223,6 +228,10 @@ func Run(ctx context.Context, opts Options) *Result {
 		if p != "" {
 			v.say("latency plot: %s", p)
 		}
+	}
+	if res.SteadyCutover != nil || res.SteadyBadCutover != nil {
+		v.say("steady load through both tunnels (%g calls/s), cutover: %s", demoSteadyRate, steadyLine(res.SteadyCutover))
+		v.say("steady load through both tunnels (%g calls/s), failed cutover and rollback: %s", demoSteadyRate, steadyLine(res.SteadyBadCutover))
 	}
 	if res.Passed() {
 		fmt.Fprintln(opts.Out, "  "+v.pass.Render("demo PASS")+": every step did what it should")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/stress"
 )
 
 // requireDemo skips where the machine cannot run the demo (or fails under
@@ -83,6 +84,14 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Errorf("after the rollback production reports %q, current %q; want v2, v2", res.VersionAfterBadCutover, res.CurrentAfterBadCutover)
 	}
 	assertSame(t, "tunnels across the failed cutover", res.TunnelsBadCutover, 2)
+	for name, c := range map[string]*stress.SteadyCounts{"cutover": res.SteadyCutover, "failed cutover and rollback": res.SteadyBadCutover} {
+		if c == nil || c.Calls == 0 || c.OK == 0 || !c.Clean() {
+			t.Errorf("steady load through both tunnels during the %s: %+v; want calls, some ok, no transport, HTTP or JSON-RPC failure", name, c)
+		}
+	}
+	if !strings.Contains(out.String(), "steady load through both tunnels") {
+		t.Error("the summary does not print the steady load's counts")
+	}
 	// 6: teardown.
 	if len(res.Leftovers) > 0 {
 		t.Errorf("left behind: %v", res.Leftovers)

@@ -238,7 +238,12 @@ func (s *site) cutover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	code, out, errOut, err := s.run(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+	var code int
+	var out, errOut string
+	s.res.SteadyCutover, err = s.underSteadyLoad(ctx, func() (err error) {
+		code, out, errOut, err = s.run(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -266,6 +271,7 @@ func (s *site) cutover(ctx context.Context) error {
 	problems = append(problems, changedUnits(before, after)...)
 	s.v.say("tunnels across the cutover:")
 	s.v.identities(before, after)
+	problems = append(problems, s.steadyProblems("the cutover", s.res.SteadyCutover)...)
 
 	code, out, errOut, err = s.run(ctx, "verify", "all")
 	if err != nil {
@@ -365,8 +371,11 @@ exec %s "$@"
 	}
 	problems = append(problems, changedUnits(before, mid)...)
 
-	// Forced: it must roll itself back.
-	code, out, errOut, err = s.run(ctx, "cutover", "--build", v3, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "demo: bad build")
+	// Forced: it must roll itself back, under load through both tunnels.
+	s.res.SteadyBadCutover, err = s.underSteadyLoad(ctx, func() (err error) {
+		code, out, errOut, err = s.run(ctx, "cutover", "--build", v3, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "demo: bad build")
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -383,6 +392,7 @@ exec %s "$@"
 	s.v.say("units across the failed cutover (the backend restarted twice: v3, then v2 again):")
 	s.v.identities(before, after)
 	problems = append(problems, changedUnits(before[1:], after[1:])...)
+	problems = append(problems, s.steadyProblems("the failed cutover and its rollback", s.res.SteadyBadCutover)...)
 	ver, err := s.probe(ctx, s.backend)
 	s.res.VersionAfterBadCutover = ver
 	if err != nil || ver != "v2" {
@@ -641,4 +651,75 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// demoSteadyRate is the steady load through both tunnels while production
+// restarts: well under the demo's small limits (4 shell slots at 0.3 s a
+// call hold about 13 shell calls/s; half of 10 calls/s are shell).
+const demoSteadyRate = 10.0
+
+// underSteadyLoad runs f while a steady load goes through both tunnels and
+// returns the counts of every call that load made: what ChatGPT
+// conversations behind the tunnels would have seen.
+func (s *site) underSteadyLoad(ctx context.Context, f func() error) (*stress.SteadyCounts, error) {
+	var targets []string
+	for _, t := range s.cfg.Tunnels {
+		targets = append(targets, t.URL)
+	}
+	stop := make(chan struct{})
+	type outcome struct {
+		rep *stress.SteadyReport
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		rep, err := stress.RunSteady(ctx, stress.SteadyConfig{Targets: targets, Rate: demoSteadyRate, Duration: 10 * time.Minute, Stop: stop})
+		done <- outcome{rep, err}
+	}()
+	ferr := f()
+	close(stop)
+	o := <-done
+	if ferr != nil {
+		return nil, ferr
+	}
+	if o.err != nil {
+		return nil, fmt.Errorf("steady load through the tunnels: %w", o.err)
+	}
+	c := o.rep.Total
+	return &c, nil
+}
+
+// steadyProblems judges the steady load's counts: callers may get tool
+// results (UNAVAILABLE from a restart, OVERLOADED after a stall) but never
+// a transport failure, an HTTP error or a JSON-RPC error.
+func (s *site) steadyProblems(what string, c *stress.SteadyCounts) []string {
+	s.v.say("steady load through both tunnels during %s: %s", what, steadyLine(c))
+	for _, sample := range c.Samples {
+		s.v.say("  %s", sample)
+	}
+	var problems []string
+	if c.Calls == 0 {
+		problems = append(problems, "no call of the steady load completed during "+what)
+	}
+	if !c.Clean() {
+		problems = append(problems, fmt.Sprintf("during %s callers saw %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies",
+			what, c.Transport, c.HTTP, c.JSONRPC, c.BadReply))
+	}
+	return problems
+}
+
+// steadyLine is one line of steady counts.
+func steadyLine(c *stress.SteadyCounts) string {
+	if c == nil {
+		return "not run"
+	}
+	codes := ""
+	for _, k := range stress.Codes(c.ToolByCode) {
+		codes += fmt.Sprintf(" %s %d", k, c.ToolByCode[k])
+	}
+	if codes != "" {
+		codes = " (" + strings.TrimSpace(codes) + ")"
+	}
+	return fmt.Sprintf("%d calls: %d ok, %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d tool errors%s; longest wait %.0f ms (p99 %.0f ms)",
+		c.Calls, c.OK, c.Transport, c.HTTP, c.JSONRPC, c.Tool, codes, c.Wait.MaxMs, c.Wait.P99Ms)
 }

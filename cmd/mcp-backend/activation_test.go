@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+)
+
+// passedSocket is a listening TCP socket the test owns, as systemd owns a
+// socket unit's.
+func passedSocket(t testing.TB) (*net.TCPListener, *os.File) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return ln.(*net.TCPListener), f
+}
+
+// activated starts the real mcp-backend as systemd starts a socket-activated
+// service: the socket as fd 3, LISTEN_FDS=1 and LISTEN_PID naming the
+// process itself (a shell sets it to its own pid, then execs the backend).
+func activated(t testing.TB, sock *os.File, args ...string) (*backend, *bytes.Buffer) {
+	t.Helper()
+	script := `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=mcp-backend.socket exec "$0" "$@"`
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script, binary}, args...)...)
+	cmd.ExtraFiles = []*os.File{sock}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{cmd: cmd, done: make(chan struct{})}
+	go func() { b.err = cmd.Wait(); close(b.done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-b.done })
+	return b, &stderr
+}
+
+// backend is a started process whose exit is awaited once.
+type backend struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// exited waits up to 30 s for the process to exit on its own.
+func (b *backend) exited(t testing.TB, stderr *bytes.Buffer) error {
+	t.Helper()
+	select {
+	case <-b.done:
+		return b.err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running:\n%s", stderr)
+		return nil
+	}
+}
+
+func stop(t testing.TB, b *backend, stderr *bytes.Buffer) {
+	t.Helper()
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	if err := b.exited(t, stderr); err != nil {
+		t.Fatalf("backend exit: %v\n%s", err, stderr)
+	}
+}
+
+// TestSocketActivationOutlivesTheProcess: with a passed socket the backend
+// serves on it without binding the port itself, and a request sent while no
+// backend runs waits in the socket's backlog and is answered by the next
+// one: what keeps the tunnels from seeing a closed port during a restart.
+func TestSocketActivationOutlivesTheProcess(t *testing.T) {
+	ln, sock := passedSocket(t)
+	addr := ln.Addr().String()
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, addr))
+	first, stderr := activated(t, sock, "serve", "--config", cfg, "--listen", addr)
+	base := "http://" + addr
+	client := &http.Client{Timeout: 2 * time.Second}
+	proctest.Eventually(t, "first backend serves on the passed socket", func() bool {
+		r, err := client.Get(base + "/healthz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == 200
+	})
+	// It did not bind the port itself: the log names the passed socket and
+	// it never failed with "address already in use" (the test holds it).
+	stop(t, first, stderr)
+	if strings.Contains(stderr.String(), "address already in use") {
+		t.Fatalf("the backend tried to bind the port itself:\n%s", stderr)
+	}
+
+	// No backend runs now; the socket is still open. A client connects and
+	// sends its request: the kernel accepts it into the backlog.
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect while no backend runs: %v (the port must stay open)", err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	second, stderr2 := activated(t, sock, "serve", "--config", cfg)
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the request sent between the two processes was not answered: %v\n%s", err, stderr2)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	stop(t, second, stderr2)
+}
+
+// TestSocketActivationListenMismatch: a passed socket on another address
+// than the config's (or --listen's) is a usage error naming both.
+func TestSocketActivationListenMismatch(t *testing.T) {
+	ln, sock := passedSocket(t)
+	other := proctest.FreeAddr(t)
+	tests := []struct {
+		name   string
+		config string
+		args   []string
+		want   string
+	}{
+		{"config listen differs", other, nil, other},
+		{"--listen differs", ln.Addr().String(), []string{"--listen", other}, other},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, tc.config))
+			b, stderr := activated(t, sock, append([]string{"serve", "--config", cfg}, tc.args...)...)
+			err := b.exited(t, stderr)
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != exitUsage {
+				t.Fatalf("exit %v, want %d\n%s", err, exitUsage, stderr)
+			}
+			for _, w := range []string{ln.Addr().String(), tc.want} {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("error does not name %s:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}

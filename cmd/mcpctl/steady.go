@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/stress"
+)
+
+// runSteadyCommand is mcpctl stress --profile steady: a load well under
+// capacity through the tunnels (or other given URLs), reporting transport
+// failures, HTTP errors, JSON-RPC errors and tool errors separately. Exit 1
+// when any call failed other than with a tool error.
+func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
+	targets := c.StringSlice("target")
+	if len(targets) == 0 {
+		for _, t := range cfg.Tunnels {
+			if t.URL != "" {
+				targets = append(targets, t.URL)
+			}
+		}
+		if len(targets) == 0 {
+			return usageError("steady: no --target and no tunnels[].url in the config: name the tunnel URLs to run through")
+		}
+	}
+	var tunnels []string
+	for _, t := range cfg.Tunnels {
+		tunnels = append(tunnels, strings.TrimSuffix(t.URL, "/"))
+	}
+	for _, t := range targets {
+		// Loopback, or a tunnel of this deployment: never an arbitrary host.
+		if stress.CheckLoopback(t) != nil && !slices.Contains(tunnels, strings.TrimSuffix(t, "/")) {
+			return usageError("--target %s: must be a loopback URL or one of the tunnels' url in the config (%s)", t, strings.Join(tunnels, ", "))
+		}
+		if u, err := url.Parse(t); err != nil || u.Host == "" {
+			return usageError("--target %q: want a base URL like http://127.0.0.1:8441", t)
+		}
+	}
+	run := stress.SteadyConfig{Targets: targets, Rate: c.Float64("rate"), Duration: c.Duration("duration"),
+		Timeout: c.Duration("timeout"), KeepAlive: c.Bool("keepalive")}
+	if err := stress.CheckSteady(run); err != nil {
+		return usageError("%v", err)
+	}
+	// Through the tunnels the calls reach production: its token, if any.
+	if who, err := verify.ForBackend(cfg.Backend.Config); err == nil {
+		run.Token = who.Token
+	}
+	rep, err := stress.RunSteady(c.Context, run)
+	if err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
+	}
+	if d.out.json {
+		if err := writeJSON(d.stdout, rep); err != nil {
+			return withCode(deploy.CodeFailed, err)
+		}
+	} else {
+		printSteady(d.stdout, rep)
+	}
+	if !rep.Total.Clean() {
+		return withCode(deploy.CodeFailed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
+			rep.Total.Transport, rep.Total.HTTP, rep.Total.JSONRPC, rep.Total.BadReply, rep.Total.Calls))
+	}
+	return nil
+}
+
+// printSteady renders the counts: one row per target and the total, then
+// the error codes and the first failures.
+func printSteady(w io.Writer, rep *stress.SteadyReport) {
+	conn := "one connection per call"
+	if rep.KeepAlive {
+		conn = "keep-alive connections"
+	}
+	fmt.Fprintf(w, "steady load: %g calls/s for %s through %d target(s), half shell.exec %q, half system.info (%s)\n\n",
+		rep.Rate, rep.Duration, len(rep.Targets), stress.SteadyShellCommand, conn)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tcalls\tok\ttransport\tHTTP\tJSON-RPC\ttool errors\tbad replies\twait p50 ms\tp99 ms\tmax ms\t")
+	row := func(c stress.SteadyCounts) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t\n", c.Target, c.Calls, c.OK, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.BadReply,
+			c.Wait.P50Ms, c.Wait.P99Ms, c.Wait.MaxMs)
+	}
+	for _, c := range rep.Targets {
+		row(c)
+	}
+	row(rep.Total)
+	tw.Flush()
+	codes := func(what string, m map[string]int) {
+		if len(m) == 0 {
+			return
+		}
+		var parts []string
+		for _, k := range stress.Codes(m) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	codes("HTTP errors by status", rep.Total.HTTPByStatus)
+	codes("JSON-RPC errors by code", rep.Total.JSONRPCByCode)
+	codes("tool errors by code", rep.Total.ToolByCode)
+	for _, c := range rep.Targets {
+		for _, s := range c.Samples {
+			fmt.Fprintf(w, "  %s: %s\n", c.Target, s)
+		}
+	}
+	verdict := "CLEAN: no transport failure, HTTP error or JSON-RPC error"
+	if !rep.Total.Clean() {
+		verdict = "NOT CLEAN: callers saw failures other than tool results"
+	}
+	fmt.Fprintf(w, "%s; longest wait %.0f ms (p99 %.0f ms)\n", verdict, rep.Total.Wait.MaxMs, rep.Total.Wait.P99Ms)
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/stress"
+)
+
+// steadyConfigFile writes an mcpctl.json whose tunnels have the given URLs.
+func steadyConfigFile(t testing.TB, urls ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var tunnels []map[string]any
+	for i, u := range urls {
+		tunnels = append(tunnels, map[string]any{"name": "t" + string(rune('a'+i)), "unit": "t" + string(rune('a'+i)) + ".service", "url": u})
+	}
+	b, _ := json.Marshal(map[string]any{"stateDir": filepath.Join(dir, "state"), "tunnels": tunnels,
+		"backend": map[string]any{"config": filepath.Join(dir, "config.json")}})
+	path := filepath.Join(dir, "mcpctl.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSteadyCommandUsage(t *testing.T) {
+	cfg := steadyConfigFile(t, "https://overdeck.example.com")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"host that is no tunnel", []string{"--target", "http://192.0.2.1:3211"}, "must be a loopback URL or one of the tunnels' url"},
+		{"not a URL", []string{"--target", "127.0.0.1:1"}, "loopback URL"},
+		{"rate too high", []string{"--target", "http://127.0.0.1:1", "--rate", "1e6"}, "rate"},
+		{"several targets outside steady", []string{"--profile", "overload", "--target", "http://127.0.0.1:1", "--target", "http://127.0.0.1:2"}, "only the steady profile"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--config", cfg, "stress"}, tc.args...)
+			if !strings.Contains(strings.Join(tc.args, " "), "--profile") {
+				args = append(args, "--profile", "steady")
+			}
+			code, _, errOut := runCLI(t, args...)
+			if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, deploy.CodeUsage, tc.want)
+			}
+		})
+	}
+}
+
+// TestSteadyCommandThroughDeadTunnels: without --target the steady load
+// runs through every configured tunnel; a tunnel whose port is closed
+// counts transport failures, exit 1, and the JSON names each target.
+func TestSteadyCommandThroughDeadTunnels(t *testing.T) {
+	a, b := "http://"+proctest.FreeAddr(t), "http://"+proctest.FreeAddr(t)
+	cfg := steadyConfigFile(t, a, b)
+	code, out, errOut := runCLI(t, "--config", cfg, "--json", "stress", "--profile", "steady", "--duration", "1s", "--rate", "20")
+	if code != deploy.CodeFailed || !strings.Contains(errOut, "transport failures") {
+		t.Fatalf("exit %d, stderr %q; want %d naming transport failures", code, errOut, deploy.CodeFailed)
+	}
+	var rep stress.SteadyReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(rep.Targets) != 2 || rep.Targets[0].Target != a || rep.Targets[1].Target != b {
+		t.Fatalf("targets %+v, want the two tunnels", rep.Targets)
+	}
+	if rep.Total.Calls == 0 || rep.Total.Transport != rep.Total.Calls || rep.Total.OK != 0 {
+		t.Fatalf("total %+v: want every call a transport failure", rep.Total)
+	}
+}

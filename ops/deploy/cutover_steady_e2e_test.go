@@ -1,0 +1,358 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/ops/snapshot"
+	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/stress"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// phase is one mcpctl command run while the steady load ran.
+type phase struct {
+	name       string
+	start, end time.Time
+}
+
+// socketRun is the socket unit's identity: it changes whenever the socket
+// is started again, which means its port was closed in between.
+func (s *site) socketRun() (active, invocation string, since time.Time) {
+	s.t.Helper()
+	st, err := s.m.Client.Unit(context.Background(), units.Socket(s.cfg.Backend.Unit))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return st.ActiveState, st.InvocationID, st.ActiveEnterTimestamp
+}
+
+// TestCutoversUnderSteadyLoad is what an operator sees during deploys: a
+// steady 40 calls/s (half shell.exec, half system.info) through both tunnels
+// while production goes through three cutovers, a failed cutover that rolls
+// back and an operator's rollback. No caller may see a transport failure, an
+// HTTP error or a JSON-RPC error: the socket unit holds the port through
+// every restart, so connections wait in its backlog. Calls cut by a restart
+// may be tool results (UNAVAILABLE); they are counted apart. The tunnels and
+// the socket are never restarted.
+func TestCutoversUnderSteadyLoad(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	for _, v := range []string{"v2", "v3", "v4"} {
+		s.pass(s.build(v))
+	}
+	tunnelsBefore := s.invocations()
+	sockActive, sockInv, sockSince := s.socketRun()
+	if sockActive != "active" || sockInv == "" {
+		t.Fatalf("socket %s is %q (invocation %q), want active", units.Socket(s.cfg.Backend.Unit), sockActive, sockInv)
+	}
+
+	var mu sync.Mutex
+	var calls []stress.SteadyCall
+	stop := make(chan struct{})
+	type outcome struct {
+		rep *stress.SteadyReport
+		err error
+	}
+	done := make(chan outcome, 1)
+	targets := []string{s.cfg.Tunnels[0].URL, s.cfg.Tunnels[1].URL}
+	go func() {
+		rep, err := stress.RunSteady(context.Background(), stress.SteadyConfig{
+			Targets: targets, Rate: 40, Duration: 10 * time.Minute, Stop: stop,
+			OnCall: func(c stress.SteadyCall) { mu.Lock(); calls = append(calls, c); mu.Unlock() },
+		})
+		done <- outcome{rep, err}
+	}()
+	stopped := false
+	stopLoad := func() outcome {
+		if !stopped {
+			close(stop)
+			stopped = true
+		}
+		return <-done
+	}
+	defer func() {
+		if !stopped {
+			stopLoad()
+		}
+	}()
+	// The load is flowing before the first cutover.
+	okCalls := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range calls {
+			if c.Outcome == stress.OutcomeOK {
+				n++
+			}
+		}
+		return n
+	}
+	waitCalls := func(n int) {
+		for end := time.Now().Add(60 * time.Second); okCalls() < n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("fewer than %d ok calls through the tunnels", n)
+			}
+		}
+	}
+	waitCalls(40)
+
+	// The longest the socket's accept queue grew: how much backlog the
+	// restarts needed (the kernel shows it as a listener's rx_queue).
+	backlog := peakAcceptQueue(s.cfg.Backend.Listen, stop)
+
+	var phases []phase
+	step := func(name string, wantCode int, args ...string) {
+		t.Helper()
+		start := time.Now()
+		code, out := s.run(args...)
+		phases = append(phases, phase{name, start, time.Now()})
+		if code != wantCode {
+			t.Fatalf("%s: exit %d, want %d:\n%s", name, code, wantCode, out)
+		}
+		// Each step starts under load with production settled (nothing
+		// queued), so its figures are its own.
+		waitCalls(okCalls() + 40)
+		proctest.Eventually(t, "production's queue empty", func() bool {
+			code, body, err := (&verify.Client{}).Metrics(context.Background(), s.backend)
+			var m struct {
+				Queued struct {
+					Total int `json:"total"`
+				} `json:"queued"`
+			}
+			return err == nil && code == 200 && json.Unmarshal(body, &m) == nil && m.Queued.Total == 0
+		})
+	}
+	step("cutover v1->v2", 0, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+	step("cutover v2->v3", 0, "cutover", "--build", s.builds["v3"], "--arm-rollback")
+	step("cutover v3->v4", 0, "cutover", "--build", s.builds["v4"], "--arm-rollback")
+	step("failed cutover v4->v5, rolled back", 3, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback",
+		"--deadline", "15s", "--skip-canary-check", "e2e: never ready")
+	if v := s.version(); v != "v4" {
+		t.Fatalf("after the failed cutover production runs %s, want v4", v)
+	}
+	// The newest snapshot is v4's (taken by the failed cutover): the
+	// operator names the one the cutover to v4 took, of v3.
+	step("operator rollback v4->v3", 0, "rollback", "--snapshot", snapshotOfVersion(t, s, "v3"))
+	if v := s.version(); v != "v3" {
+		t.Fatalf("after the rollback production runs %s, want v3", v)
+	}
+	o := stopLoad()
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	rep := o.rep
+
+	// Figures per step: what callers saw while each command ran.
+	for _, p := range phases {
+		c := stressCountsIn(calls, p.start, p.end)
+		t.Logf("figures: %-36s %4d calls: %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v; wait p99 %.0f ms, max %.0f ms",
+			p.name, c.Calls, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.ToolByCode, c.Wait.P99Ms, c.Wait.MaxMs)
+	}
+	t.Logf("figures: peak accept queue of %s: %d connections (Backlog=%d)", units.Socket(s.cfg.Backend.Unit), backlog(), units.SocketBacklog)
+	tot := rep.Total
+	t.Logf("figures: whole run %d calls in %d targets: %d ok, %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v, %d bad replies; wait p50 %.0f ms, p99 %.0f ms, max %.0f ms",
+		tot.Calls, len(rep.Targets), tot.OK, tot.Transport, tot.HTTP, tot.JSONRPC, tot.Tool, tot.ToolByCode, tot.BadReply, tot.Wait.P50Ms, tot.Wait.P99Ms, tot.Wait.MaxMs)
+	for _, c := range rep.Targets {
+		for _, sample := range c.Samples {
+			t.Logf("  %s: %s", c.Target, sample)
+		}
+	}
+	if !tot.Clean() {
+		t.Errorf("callers saw %d transport failures, %d HTTP errors, %d JSON-RPC errors and %d unreadable replies; want none", tot.Transport, tot.HTTP, tot.JSONRPC, tot.BadReply)
+	}
+	for code := range tot.ToolByCode {
+		// A call cut by a restart answers UNAVAILABLE. The failed cutover
+		// holds every call for its restart budget; when the restored build
+		// accepts them at once, those beyond its queue are OVERLOADED. Both
+		// are answers a client retries; nothing else is expected at a rate
+		// this far under capacity.
+		if code != "UNAVAILABLE" && code != "OVERLOADED" {
+			t.Errorf("tool errors %v: only UNAVAILABLE (a restart) and OVERLOADED (the burst after a stall) are expected", tot.ToolByCode)
+		}
+	}
+	for i, c := range rep.Targets {
+		if c.OK == 0 {
+			t.Errorf("no ok call through %s (%s)", s.cfg.Tunnels[i].Name, c.Target)
+		}
+	}
+	if after := s.invocations(); fmt.Sprint(after) != fmt.Sprint(tunnelsBefore) {
+		t.Errorf("tunnels restarted: before %v after %v", tunnelsBefore, after)
+	}
+	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
+		t.Errorf("socket restarted: was active %s since %s, now %s %s since %s", sockInv, sockSince, a, inv, since)
+	}
+	s.assertNoRollbackArmed()
+}
+
+// stressCountsIn counts the calls that ended in [from, to): a failure
+// belongs to the step during which the caller saw it.
+func stressCountsIn(calls []stress.SteadyCall, from, to time.Time) stressWindow {
+	var w stressWindow
+	w.ToolByCode = map[string]int{}
+	var waits []time.Duration
+	for _, c := range calls {
+		if end := c.Start.Add(c.Latency); end.Before(from) || !end.Before(to) {
+			continue
+		}
+		w.Calls++
+		waits = append(waits, c.Latency)
+		switch c.Outcome {
+		case stress.OutcomeOK:
+		case stress.OutcomeTransport:
+			w.Transport++
+		case stress.OutcomeHTTPError:
+			w.HTTP++
+		case stress.OutcomeRPCError:
+			w.JSONRPC++
+		case stress.OutcomeOverloaded, stress.OutcomeCancelled, stress.OutcomeToolError:
+			w.Tool++
+			w.ToolByCode[c.Code]++
+		}
+	}
+	slices.Sort(waits)
+	w.Wait = stress.Summarize(waits)
+	return w
+}
+
+type stressWindow struct {
+	Calls, Transport, HTTP, JSONRPC, Tool int
+	ToolByCode                            map[string]int
+	Wait                                  stress.Latency
+}
+
+// snapshotOfVersion is the newest snapshot of production on version v.
+func snapshotOfVersion(t testing.TB, s *site, v string) string {
+	t.Helper()
+	list, err := snapshot.List(s.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list {
+		if e.Manifest != nil && e.Manifest.Version == v {
+			return e.Manifest.ID
+		}
+	}
+	t.Fatalf("no snapshot of %s in %v", v, list)
+	return ""
+}
+
+// peakAcceptQueue samples the accept queue of the TCP listener on listen's
+// port every 20 ms until stop and returns the largest it saw.
+func peakAcceptQueue(listen string, stop <-chan struct{}) func() int {
+	_, p, _ := net.SplitHostPort(listen)
+	port, _ := strconv.Atoi(p)
+	var peak atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			b, err := os.ReadFile("/proc/net/tcp")
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n")[1:] {
+				f := strings.Fields(line)
+				if len(f) < 5 || f[3] != "0A" {
+					continue
+				}
+				i := strings.LastIndexByte(f[1], ':')
+				lp, _ := strconv.ParseUint(f[1][i+1:], 16, 32)
+				_, rx, _ := strings.Cut(f[4], ":")
+				n, _ := strconv.ParseUint(rx, 16, 32)
+				if int(lp) == port && int64(n) > peak.Load() {
+					peak.Store(int64(n))
+				}
+			}
+		}
+	}()
+	return func() int { <-done; return int(peak.Load()) }
+}
+
+// TestCutoverOntoTheSocketAndBack: production installed before the socket
+// unit existed (the service binds its port itself). The first cutover
+// installs the socket and hands the port to it; a rollback to the snapshot
+// from before removes the socket file and stops the socket, so the old
+// build binds its port again; the next cutover brings the socket back.
+func TestCutoverOntoTheSocketAndBack(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	sock := units.Socket(s.cfg.Backend.Unit)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The older installation: no socket unit, a service without Requires=.
+	unitPath := filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit)
+	b, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Requires=") {
+			continue
+		}
+		old = append(old, strings.Replace(l, " "+sock, "", 1))
+	}
+	if err := os.WriteFile(unitPath, []byte(strings.Join(old, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func() error{
+		func() error { return s.m.Client.Stop(ctx, s.cfg.Backend.Unit) },
+		func() error { return s.m.Client.Stop(ctx, sock) },
+		func() error { return os.Remove(filepath.Join(s.m.UnitsDir, sock)) },
+		func() error { return s.m.Client.DaemonReload(ctx) },
+		func() error { return s.m.Client.Start(ctx, s.cfg.Backend.Unit) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+	if a, _, _ := s.socketRun(); a == "active" {
+		t.Fatal("the older installation has an active socket")
+	}
+
+	s.pass(s.builds["v2"])
+	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+		t.Fatalf("first cutover onto the socket: exit %d\n%s", code, out)
+	}
+	if a, inv, _ := s.socketRun(); a != "active" || inv == "" || s.version() != "v2" {
+		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, inv, s.version())
+	}
+
+	if code, out := s.run("rollback"); code != 0 {
+		t.Fatalf("rollback to the snapshot without a socket: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(s.m.UnitsDir, sock)); !os.IsNotExist(err) {
+		t.Fatalf("socket unit file after the rollback: %v, want removed (the snapshot had none)", err)
+	}
+	if a, _, _ := s.socketRun(); a == "active" {
+		t.Fatal("socket still active after rolling back to an installation without one")
+	}
+	if s.version() != "v1" {
+		t.Fatalf("production %s after the rollback, want v1 serving on its own port", s.version())
+	}
+
+	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+		t.Fatalf("cutover onto the socket again: exit %d\n%s", code, out)
+	}
+	if a, _, _ := s.socketRun(); a != "active" || s.version() != "v2" {
+		t.Fatalf("socket %s, production %s; want active and v2", a, s.version())
+	}
+	s.assertNoRollbackArmed()
+}
