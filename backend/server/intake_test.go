@@ -457,3 +457,44 @@ func TestShutdownAnswersEveryCall(t *testing.T) {
 	s.done <- nil // for the cleanup
 	proctest.WaitDead(t, pid)
 }
+
+// TestShutdownAnswersAnAcceptedConnection: a connection the server accepted
+// just before SIGTERM whose request arrives after it (under socket
+// activation, one the kernel queued for the old process) gets an answer,
+// not an EOF: http.Server.Shutdown alone drops such a request.
+func TestShutdownAnswersAnAcceptedConnection(t *testing.T) {
+	s := serveBackend(t, nil, nil)
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	proctest.Eventually(t, "the connection accepted", func() bool {
+		l := s.srv.conns.Load()
+		if l == nil {
+			return false
+		}
+		n, _ := l.open()
+		return n >= 1
+	})
+	s.stop()
+	// Shutdown has begun once the listener refuses new connections.
+	proctest.Eventually(t, "the listener closed", func() bool {
+		c, err := net.Dial("tcp", s.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"system.info","arguments":{}}}`
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("request on a connection accepted before shutdown: %v, want an answer", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "UNAVAILABLE") {
+		t.Fatalf("answer %d %s, want 200 with UNAVAILABLE (restarting)", resp.StatusCode, b)
+	}
+}

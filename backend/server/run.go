@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -33,6 +34,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          nil,
 		ConnContext:       connContext,
 	}
+	var pending connStates
+	hs.ConnState = pending.track
 	capped := newCapListener(ln, s.httpLim.MaxConns, s.httpLim.ReserveConns)
 	s.conns.Store(capped)
 	errc := make(chan error, 1)
@@ -59,6 +62,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.beginStopping()
 	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
+	// http.Server.Shutdown drops a request that it reads after shutdown
+	// began: a connection accepted a moment before (under socket
+	// activation, one the kernel queued for this process) would see EOF.
+	// So first stop accepting and let every accepted connection get its
+	// request answered; only then shut down, within the same drain.
+	hs.SetKeepAlivesEnabled(false)
+	_ = capped.Close()
+	pending.waitQuiet(dctx)
 	err := hs.Shutdown(dctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Every call still running is answered UNAVAILABLE on its own
@@ -132,4 +143,49 @@ func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
 		return nil
 	}
 	return err
+}
+
+// connStates counts the connections that were accepted and have not yet
+// had their answer written: new ones (request not read yet) and active ones.
+type connStates struct {
+	mu    sync.Mutex
+	busy  map[net.Conn]bool
+	quiet chan struct{} // closed and replaced whenever busy becomes empty
+}
+
+func (c *connStates) track(conn net.Conn, st http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy == nil {
+		c.busy = map[net.Conn]bool{}
+	}
+	switch st {
+	case http.StateNew, http.StateActive:
+		c.busy[conn] = true
+	default:
+		delete(c.busy, conn)
+	}
+	if len(c.busy) == 0 && c.quiet != nil {
+		close(c.quiet)
+		c.quiet = nil
+	}
+}
+
+// waitQuiet returns once no accepted connection waits for its answer, or
+// when ctx ends.
+func (c *connStates) waitQuiet(ctx context.Context) {
+	c.mu.Lock()
+	if len(c.busy) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.quiet == nil {
+		c.quiet = make(chan struct{})
+	}
+	q := c.quiet
+	c.mu.Unlock()
+	select {
+	case <-q:
+	case <-ctx.Done():
+	}
 }
