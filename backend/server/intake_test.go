@@ -343,9 +343,16 @@ func TestMemoryGuardShedsNormalWork(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A real cgroup file is never seen half-written; os.WriteFile truncates
+	// first, and a sample taken in between reads no anon line and drops
+	// shedding. Write beside it and rename, as the kernel's view is atomic.
 	write := func(name, body string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		tmp := filepath.Join(root, name+".tmp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
