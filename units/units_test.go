@@ -2,7 +2,6 @@ package units_test
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/overdeck/mcp-backend/internal/golden"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/units"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // goldenConfig is the default config with the tunnels filled in.
 func goldenConfig(t testing.TB) *ctlconfig.Config {
@@ -58,27 +56,8 @@ func TestRenderGolden(t *testing.T) {
 	if got := names(us); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("units = %v, want %v", got, want)
 	}
-	dir := filepath.Join("testdata", "golden")
-	if *update {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, u := range us {
-		path := filepath.Join(dir, u.Name)
-		if *update {
-			if err := os.WriteFile(path, u.Content, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		golden, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test ./units -update)", err)
-		}
-		if !bytes.Equal(golden, u.Content) {
-			t.Errorf("%s differs from %s (run go test ./units -update after checking):\n%s", u.Name, path, u.Content)
-		}
+		golden.Check(t, filepath.Join("golden", u.Name), u.Content)
 	}
 }
 

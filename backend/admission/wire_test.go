@@ -5,14 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+	"github.com/overdeck/mcp-backend/internal/golden"
+)
 
 // TestSnapshotJSONGolden pins the bytes of the /metrics JSON (what the
 // server's encoder writes for a snapshot): operators, the stress and mcpctl
@@ -45,7 +42,7 @@ func TestSnapshotJSONGolden(t *testing.T) {
 	if err := json.NewEncoder(&buf).Encode(c.Snapshot()); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "metrics.golden.json", buf.Bytes())
+	golden.Check(t, "metrics.golden.json", buf.Bytes())
 
 	stop()
 	for _, q := range queued {
@@ -54,21 +51,4 @@ func TestSnapshotJSONGolden(t *testing.T) {
 	releaseAll(shell)
 	releaseAll(normal)
 	assertIdle(t, c)
-}
-
-func golden(t testing.TB, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the golden file (a contract changed; -update only if that is intended):\ngot:  %s\nwant: %s", name, got, want)
-	}
 }

@@ -1,20 +1,15 @@
 package tools
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/internal/golden"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // TestShellExecWireGolden pins what clients of shell.exec read: the bytes of
 // a result as the server sends them (the text content, which mirrors the
@@ -29,7 +24,7 @@ func TestShellExecWireGolden(t *testing.T) {
 	text := []byte(res.Content[0].(*mcp.TextContent).Text)
 	// The duration is the one field that differs from run to run.
 	text = regexp.MustCompile(`"durationMs":\d+`).ReplaceAll(text, []byte(`"durationMs":0`))
-	wireGolden(t, "shell-exec-result.golden.json", append(text, '\n'))
+	golden.Check(t, "shell-exec-result.golden.json", append(text, '\n'))
 
 	for _, d := range h.tools.defs {
 		if d.tool.Name != mcpwire.ToolShellExec {
@@ -39,25 +34,8 @@ func TestShellExecWireGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wireGolden(t, "shell-exec-output-schema.golden.json", append(schema, '\n'))
+		golden.Check(t, "shell-exec-output-schema.golden.json", append(schema, '\n'))
 		return
 	}
 	t.Fatalf("no tool %s", mcpwire.ToolShellExec)
-}
-
-func wireGolden(t testing.TB, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the golden file (a contract changed; -update only if that is intended):\ngot:  %s\nwant: %s", name, got, want)
-	}
 }
