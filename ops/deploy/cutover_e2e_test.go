@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,16 +82,6 @@ func onlyReason(t testing.TB, out, want string) {
 	}
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func newSite(t testing.TB, deadline time.Duration) *site {
 	t.Helper()
 	dir := t.TempDir()
@@ -103,7 +92,7 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 		s.builds[v] = filepath.Join(dir, "bin", "mcp-backend-"+v)
 		nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcp-backend", v), s.builds[v])
 	}
-	port, canary := freePort(t), freePort(t)
+	port, canary := proctest.FreePort(t), proctest.FreePort(t)
 	s.backend = fmt.Sprintf("http://127.0.0.1:%d", port)
 	cfg := ctlconfig.Default()
 	cfg.Backend.Listen = fmt.Sprintf("127.0.0.1:%d", port)
@@ -114,7 +103,7 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.Rollback.Deadline = ctlconfig.Duration(deadline)
 	for i := range cfg.Tunnels {
-		tp := freePort(t)
+		tp := proctest.FreePort(t)
 		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
 		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
 	}
