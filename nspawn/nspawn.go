@@ -187,6 +187,25 @@ func (m *Machine) Exec(ctx context.Context, argv ...string) (string, error) {
 	return out.String(), nil
 }
 
+// Run runs argv inside the container and returns its exit code with its
+// stdout and stderr. A non-zero exit is a result, not an error: err is set
+// only when argv did not run to an exit of its own (not started, or cut by
+// ctx), and then code is -1.
+func (m *Machine) Run(ctx context.Context, argv ...string) (code int, stdout, stderr string, err error) {
+	cmd := m.Command(ctx, argv...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errb.String(), nil
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		return ee.ExitCode(), out.String(), errb.String(), nil
+	}
+	return -1, out.String(), errb.String(), fmt.Errorf("%s: %w\nstderr: %s", strings.Join(argv, " "), err, errb.String())
+}
+
 // Reboot stops the container and boots it again with the same machine-id,
 // units dir and binds, as a host reboot would (the transient units and
 // everything in its tmpfs are gone, the bound directories stay). Client is

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,19 +36,11 @@ func TestRollbackStatusBrokenMarkerInRealSystemd(t *testing.T) {
 
 	run := func(args ...string) (int, string, string) {
 		t.Helper()
-		cmd := m.Command(ctx, append([]string{mcpctl, "--config", conf, "--no-color"}, args...)...)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return 0, out.String(), errb.String()
-		case errors.As(err, &ee):
-			return ee.ExitCode(), out.String(), errb.String()
+		code, out, errOut, err := m.Run(ctx, append([]string{mcpctl, "--config", conf, "--no-color"}, args...)...)
+		if err != nil {
+			t.Fatalf("mcpctl %v: %v", args, err)
 		}
-		t.Fatalf("mcpctl %v: %v", args, err)
-		return -1, "", ""
+		return code, out, errOut
 	}
 
 	code, out, errOut := run("rollback", "status")

@@ -171,3 +171,38 @@ func TestCommandCancelKillsInside(t *testing.T) {
 		}
 	}
 }
+
+// TestRunExitCodes: Run returns a command's own exit code with its output,
+// and an error (code -1) only when the command could not run to its exit.
+func TestRunExitCodes(t *testing.T) {
+	m := Boot(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		name           string
+		argv           []string
+		code           int
+		stdout, stderr string
+		wantErr        bool
+	}{
+		{name: "success", argv: []string{"sh", "-c", "echo out"}, code: 0, stdout: "out\n"},
+		{name: "exit code and both streams", argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, code: 3, stdout: "out\n", stderr: "err\n"},
+		{name: "no such command", argv: []string{"/nonexistent/command"}, code: 127},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut, err := m.Run(ctx, tc.argv...)
+			if (err != nil) != tc.wantErr || code != tc.code || out != tc.stdout || (tc.stderr != "" && errOut != tc.stderr) {
+				t.Fatalf("Run(%q) = %d, %q, %q, %v; want %d, %q, %q, error %v", tc.argv, code, out, errOut, err, tc.code, tc.stdout, tc.stderr, tc.wantErr)
+			}
+		})
+	}
+	t.Run("cut by its context", func(t *testing.T) {
+		short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancelShort()
+		code, _, _, err := m.Run(short, "sleep", "300")
+		if err == nil || code != -1 {
+			t.Fatalf("Run(sleep 300) cut by its context = %d, %v; want -1 and an error", code, err)
+		}
+	})
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,19 +50,11 @@ type host struct {
 // its exit code and stdout.
 func (h *host) run(ctx context.Context, args ...string) (int, string, string) {
 	h.t.Helper()
-	cmd := h.m.Command(ctx, append([]string{h.mcpctl, "--config", h.cfgPath, "--no-color"}, args...)...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, out.String(), errb.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), out.String(), errb.String()
+	code, out, errOut, err := h.m.Run(ctx, append([]string{h.mcpctl, "--config", h.cfgPath, "--no-color"}, args...)...)
+	if err != nil {
+		h.t.Fatalf("mcpctl %v: %v", args, err)
 	}
-	h.t.Fatalf("mcpctl %v: %v", args, err)
-	return -1, "", ""
+	return code, out, errOut
 }
 
 func (h *host) unit(ctx context.Context, name string) (active, load string, pid uint32, inv string) {

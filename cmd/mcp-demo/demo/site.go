@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -455,18 +454,7 @@ func (s *site) run(ctx context.Context, args ...string) (int, string, string, er
 	defer cancel()
 	s.v.command(append([]string{"mcpctl"}, args...))
 	argv := append([]string{s.mcpctl, "--config", s.cfgPath, "--no-color"}, args...)
-	cmd := s.m.Command(ctx, argv...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, out.String(), errb.String(), nil
-	case errors.As(err, &ee) && ctx.Err() == nil:
-		return ee.ExitCode(), out.String(), errb.String(), nil
-	}
-	return -1, out.String(), errb.String(), fmt.Errorf("mcpctl %s: %w\n%s", strings.Join(args, " "), err, errb.String())
+	return s.m.Run(ctx, argv...)
 }
 
 func (s *site) tunnelUnits() []string {
