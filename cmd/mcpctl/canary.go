@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,17 +17,17 @@ func canaryCommand(d *deps) *cli.Command {
 			{
 				Name:  "start",
 				Usage: "check, install as a release and start the candidate as the canary; prove production untouched",
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary (`PATH`)", Required: true},
-					&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
-				},
+				Flags: buildFlags("candidate mcp-backend binary"),
 				Action: func(c *cli.Context) error {
+					build, err := buildArg(c)
+					if err != nil {
+						return err
+					}
 					env, done, err := deployEnv(c, d, true)
 					if err != nil {
 						return err
 					}
 					defer done()
-					build, _ := filepath.Abs(c.String("build"))
 					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
 					d.out.print(rep, func(w io.Writer, st styles) { humanCanary(w, st, rep, err) })
 					if err != nil {

@@ -18,20 +18,18 @@ func cutoverCommand(d *deps) *cli.Command {
 		Name:      "cutover",
 		Usage:     "replace production with a candidate build under an armed automatic rollback",
 		UsageText: "mcpctl cutover --build PATH --arm-rollback [--version V] [--deadline D] [--skip-canary-check REASON]",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "build", Usage: "candidate mcp-backend binary `PATH`", Required: true},
+		Flags: append(buildFlags("candidate mcp-backend binary"),
 			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts, so a bad deploy undoes itself even if this session dies", Required: true},
-			&cli.StringFlag{Name: "version", Usage: "release `V`: must equal what the build's --version prints (the default); anything else is refused, exit 2"},
 			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
 			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.IsSet("skip-canary-check") && strings.TrimSpace(c.String("skip-canary-check")) == "" {
 				return usageError("--skip-canary-check: give the reason, e.g. --skip-canary-check \"hotfix for incident 42\"")
 			}
-			build, err := filepath.Abs(c.String("build"))
+			build, err := buildArg(c)
 			if err != nil {
-				return usageError("--build %q: %v", c.String("build"), err)
+				return err
 			}
 			opts := deploy.Options{
 				Build: build, Version: c.String("version"), Deadline: c.Duration("deadline"),
@@ -50,6 +48,28 @@ func cutoverCommand(d *deps) *cli.Command {
 			return err
 		},
 	}
+}
+
+// buildFlags are --build and --version of the commands that take a build
+// (install, canary start, cutover); what says what the binary is for.
+func buildFlags(what string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "build", Usage: what + " `PATH`", Required: true},
+		&cli.StringFlag{Name: "version", Usage: "release `V`: must equal what the build's --version prints (the default); anything else is refused, exit 2"},
+	}
+}
+
+// buildArg is --build as an absolute path: the release store and the
+// candidate check must not depend on the working directory.
+func buildArg(c *cli.Context) (string, error) {
+	if strings.TrimSpace(c.String("build")) == "" {
+		return "", usageError("--build: give the path of an mcp-backend binary, e.g. --build ./mcp-backend")
+	}
+	build, err := filepath.Abs(c.String("build"))
+	if err != nil {
+		return "", usageError("--build %q: %v", c.String("build"), err)
+	}
+	return build, nil
 }
 
 // deployEnv loads mcpctl.json and connects to systemd for the commands that

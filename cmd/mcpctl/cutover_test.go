@@ -17,6 +17,9 @@ func TestCutoverRollbackUsage(t *testing.T) {
 	}{
 		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, deploy.CodeUsage, "--arm-rollback"},
 		{"cutover without --build", []string{"cutover", "--arm-rollback"}, deploy.CodeUsage, "build"},
+		{"cutover with an empty --build", []string{"cutover", "--build", "", "--arm-rollback"}, deploy.CodeUsage, "--build: give the path"},
+		{"install with an empty --build", []string{"install", "--build", " "}, deploy.CodeUsage, "--build: give the path"},
+		{"canary start with an empty --build", []string{"canary", "start", "--build", ""}, deploy.CodeUsage, "--build: give the path"},
 		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, deploy.CodeUsage, "reason"},
 		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, deploy.CodeUsage, "--snapshot"},
 		{"rollback with a stray argument", []string{"rollback", "now"}, deploy.CodeUsage, "status or disarm"},

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,17 +14,17 @@ func installCommand(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:  "install",
 		Usage: "first install on a clean host: release, current, config, units, tunnels, watchdog",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "build", Usage: "mcp-backend binary to install (`PATH`)", Required: true},
-			&cli.StringFlag{Name: "version", Usage: "release version; must be what --build --version prints (the default)"},
-		},
+		Flags: buildFlags("mcp-backend binary to install"),
 		Action: func(c *cli.Context) error {
+			build, err := buildArg(c)
+			if err != nil {
+				return err
+			}
 			env, done, err := deployEnv(c, d, true)
 			if err != nil {
 				return err
 			}
 			defer done()
-			build, _ := filepath.Abs(c.String("build"))
 			rep, err := deploy.Install(c.Context, env, deploy.InstallOptions{Build: build, Version: c.String("version")})
 			d.out.print(rep, func(w io.Writer, st styles) { humanInstall(w, st, rep, err) })
 			if err != nil {
