@@ -112,6 +112,9 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 		return res, startError(t.opts.ShellPath, err)
 	}
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group id is the leader's pid
+	// Every descendant starts at or after the leader: the marker kill only
+	// waits for processes that young (0 if unreadable: then for any).
+	since, _ := procStartTime(pgid)
 	if !t.track(pgid) {
 		killGroup(pgid, sigKILL) // Close ran between beginExec and Start
 	}
@@ -150,7 +153,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	}
 	// Always sweep the group: descendants may linger after the leader exits.
 	killGroup(pgid, sigKILL)
-	if left := killMarked(marker); left > 0 {
+	if left := killMarked(marker, since); left > 0 {
 		t.log.Warn("tools: marked descendants still running after the group kill", "processes", left, "rounds", killMarkedRounds)
 	}
 	<-exited
@@ -254,19 +257,39 @@ func execMarker() string {
 // forks no more, so the rounds run out only under a pid flood.
 const killMarkedRounds = 200
 
+// execWindowWait bounds how long killMarked waits for processes that show
+// no environment (see killMarked). Leaving execve takes microseconds; only
+// a process started without any environment (env -i) that left the group
+// makes the wait run out, and then it cannot be told apart anyway.
+const execWindowWait = 2 * time.Second
+
 // killMarked SIGKILLs every process whose environment carries marker: the
 // command's descendants that escaped its process group. One pass is not
 // enough: a marked process may fork after /proc was listed, so the scan
-// repeats until two passes in a row find no marked process (a process in
-// the middle of execve shows an empty environment for a moment; the second
-// pass sees it again). It reads /proc/PID/environ of every process, a few
-// milliseconds per pass. It returns how many marked processes the last
-// pass still found (0 when all are gone).
-func killMarked(marker string) int {
+// repeats until two passes in a row find no marked process. A process in
+// the middle of execve shows an empty environment until the new program's
+// stack is set up, and on a loaded machine it can be preempted there for
+// longer than two passes: while a pass finds such a process (a user
+// process started no earlier than the command, since, with no
+// environment), it does not count as clean. It reads /proc/PID/environ of
+// every process, a few milliseconds per pass. It returns how many marked
+// processes the last pass still found (0 when all are gone).
+func killMarked(marker string, since uint64) int {
 	needle := []byte(marker + "\x00")
+	deadline := time.Now().Add(execWindowWait)
 	left, clean := 0, 0
-	for range killMarkedRounds {
-		if left = killMarkedOnce(needle); left > 0 {
+	for rounds := 0; rounds < killMarkedRounds; {
+		found, unsure := killMarkedOnce(needle, since)
+		left = found
+		if found == 0 && unsure > 0 && time.Now().Before(deadline) {
+			// Only processes in mid-execve may remain: give them the CPU
+			// this loop would take from them, then look again.
+			clean = 0
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		rounds++
+		if found > 0 {
 			clean = 0
 			continue
 		}
@@ -278,20 +301,30 @@ func killMarked(marker string) int {
 }
 
 // killMarkedOnce kills the marked processes of one /proc listing and
-// returns how many it found. A process already dying (SIGKILLed, memory
-// not yet released) is found again: the next round sees it gone.
-func killMarkedOnce(needle []byte) int {
+// returns how many it found, and how many could not be told apart (no
+// environment yet, see killMarked). A process already dying (SIGKILLed,
+// memory not yet released) is found again: the next round sees it gone.
+func killMarkedOnce(needle []byte, since uint64) (found, unsure int) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	found := 0
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 1 || pid == selfPID {
 			continue
 		}
-		if !hasMarker(pid, needle) {
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue // gone
+		}
+		if len(env) == 0 {
+			if inExecWindow(pid, since) {
+				unsure++
+			}
+			continue
+		}
+		if !bytes.Contains(env, needle) {
 			continue
 		}
 		found++
@@ -307,7 +340,59 @@ func killMarkedOnce(needle []byte) int {
 		}
 		unix.Close(fd)
 	}
-	return found
+	return found, unsure
+}
+
+// pfKthread is PF_KTHREAD of /proc/PID/stat's flags: a kernel thread.
+const pfKthread = 0x00200000
+
+// inExecWindow says whether a process that shows no environment may be a
+// process in the middle of execve, started at or after since: a live user
+// process, not a kernel thread or a zombie (they show none either).
+func inExecWindow(pid int, since uint64) bool {
+	st, ok := readProcStat(pid)
+	return ok && st.flags&pfKthread == 0 && st.state != 'Z' && st.state != 'X' && st.startTime >= since
+}
+
+// procStat is what the marker kill reads of /proc/PID/stat.
+type procStat struct {
+	state     byte
+	flags     uint64
+	startTime uint64 // clock ticks after boot
+}
+
+// procStartTime is a process's start time in clock ticks after boot.
+func procStartTime(pid int) (uint64, bool) {
+	st, ok := readProcStat(pid)
+	return st.startTime, ok
+}
+
+// readProcStat parses /proc/PID/stat. The command name may hold spaces and
+// parentheses, so the fields are counted from the last ')'.
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseProcStat(b)
+}
+
+func parseProcStat(b []byte) (procStat, bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	// After the name: state (field 3), ..., flags (9), ..., starttime (22).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	flags, err1 := strconv.ParseUint(f[6], 10, 64)
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil {
+		return procStat{}, false
+	}
+	return procStat{state: f[0][0], flags: flags, startTime: start}, true
 }
 
 func hasMarker(pid int, needle []byte) bool {

@@ -1,0 +1,138 @@
+package tools
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// The fields after the name, as the kernel writes them: state, ppid,
+	// pgrp, session, tty_nr, tpgid, flags, 12 counters and nice values,
+	// then starttime.
+	tail := func(state, flags, start string) string {
+		return " " + state + " 1 1 1 0 -1 " + flags + " 0 0 0 0 0 0 0 0 20 0 1 0 " + start + " 0 0"
+	}
+	tests := []struct {
+		name string
+		line string
+		want procStat
+		ok   bool
+	}{
+		{"plain", "42 (sleep)" + tail("S", "4194304", "1234"), procStat{state: 'S', flags: 4194304, startTime: 1234}, true},
+		{"name with spaces and parentheses", "42 (a) b (c d))" + tail("R", "0", "99"), procStat{state: 'R', startTime: 99}, true},
+		{"kernel thread", "2 (kthreadd)" + tail("S", "2129984", "0"), procStat{state: 'S', flags: 2129984}, true},
+		{"zombie", "7 (sh)" + tail("Z", "4194316", "5"), procStat{state: 'Z', flags: 4194316, startTime: 5}, true},
+		{"no name", "42 sleep S 1", procStat{}, false},
+		{"cut short", "42 (sleep) S 1 1 1", procStat{}, false},
+		{"not a number", "42 (sleep)" + tail("S", "x", "1"), procStat{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseProcStat([]byte(tc.line))
+			if ok != tc.ok || got != tc.want {
+				t.Fatalf("parseProcStat(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestInExecWindowOfRealProcesses: what the marker kill waits for, judged
+// on real processes: a live process younger than since with no
+// environment may be mid-execve; an older one, a kernel thread and a
+// zombie are not.
+func TestInExecWindowOfRealProcesses(t *testing.T) {
+	self, ok := procStartTime(os.Getpid())
+	if !ok {
+		t.Fatal("no start time of this process")
+	}
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = []string{} // shows no environment, as a process mid-execve does
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	child := cmd.Process.Pid
+	childStart, ok := procStartTime(child)
+	if !ok || childStart < self {
+		t.Fatalf("child start %d (ok %v) before this process's %d", childStart, ok, self)
+	}
+	if !inExecWindow(child, self) {
+		t.Errorf("a live user process with no environment, started after since, is not waited for")
+	}
+	if inExecWindow(child, childStart+1) {
+		t.Errorf("a process older than since is waited for")
+	}
+	if inExecWindow(2, 0) && isKthread(t, 2) {
+		t.Errorf("kernel thread 2 is waited for")
+	}
+	_ = cmd.Process.Kill()
+	// Not reaped yet: a zombie.
+	proctest.Eventually(t, "the killed child is a zombie", func() bool {
+		st, ok := readProcStat(child)
+		return ok && st.state == 'Z'
+	})
+	if inExecWindow(child, 0) {
+		t.Errorf("a zombie is waited for")
+	}
+}
+
+func isKthread(t testing.TB, pid int) bool {
+	t.Helper()
+	st, ok := readProcStat(pid)
+	return ok && st.flags&pfKthread != 0
+}
+
+// TestKillMarkedWaitsForAProcessInMidExecve: a process that shows no
+// environment yet (as one between the halves of execve does, preempted on
+// a loaded machine) and then runs with the marker is still killed: the
+// passes that see it blank do not count as clean. A real process stands in
+// for the kernel's window: it starts with an empty environment, blocks on
+// a FIFO, and execs a marked program once the scan is under way. (With two
+// clean passes only, the scan ended before the release and the marked
+// process lived on: the survivors of TestForkingSpawnerLeavesNoSurvivors.)
+func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
+	since, ok := procStartTime(os.Getpid())
+	if !ok {
+		t.Fatal("no start time of this process")
+	}
+	fifo := filepath.Join(t.TempDir(), "release")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := fmt.Sprintf("%s=test.%d", execMarkerVar, os.Getpid())
+	cmd := exec.Command("/bin/sh", "-c", "read x < "+fifo+"; exec /usr/bin/env "+marker+" /bin/sleep 60")
+	cmd.Env = []string{}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	left := make(chan int, 1)
+	go func() { left <- killMarked(marker, since) }()
+	// Let the scan run a while with the process blank; the new code waits
+	// for it however long this takes (up to execWindowWait), the old one
+	// was done after two passes.
+	time.Sleep(100 * time.Millisecond)
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(w, "go")
+	w.Close()
+	if n := <-left; n != 0 {
+		t.Fatalf("killMarked left %d marked processes", n)
+	}
+	proctest.Eventually(t, "the marked process killed", func() bool { return !proctest.Alive(child) })
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("child ended with %v, want killed", err)
+	}
+}
