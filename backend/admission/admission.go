@@ -63,6 +63,9 @@ var (
 	// refusal (errors.Is ErrQueueFull: OVERLOADED, counted rejected) and is
 	// also counted preempted.
 	ErrPreempted = fmt.Errorf("%w: its place went to a control operation", ErrQueueFull)
+	// ErrStopped: the controller was stopped (the process is shutting
+	// down) before the operation started; counted cancelled.
+	ErrStopped = errors.New("admission stopped: shutting down")
 )
 
 // Limits are the configured bounds.
@@ -101,6 +104,7 @@ type waiter struct {
 	ready      chan struct{} // closed when granted or evicted
 	granted    bool
 	evicted    bool // removed from the queue for a control operation
+	stopped    bool // removed from the queue by Stop
 	prev, next *waiter
 }
 
@@ -185,6 +189,7 @@ type Controller struct {
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
 	preempted                                          atomic.Int64
+	stopped                                            atomic.Bool // set under mu
 }
 
 // New returns a controller for lim. It panics on invalid limits: config
@@ -322,11 +327,20 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 		c.cancelled.Add(1)
 		return nil, ErrCancelled
 	}
+	if c.stopped.Load() {
+		c.cancelled.Add(1)
+		return nil, ErrStopped
+	}
 	if c.tryTake(k, true) {
 		c.accepted.Add(1)
 		return &Permit{c: c, kind: k}, nil
 	}
 	c.mu.Lock()
+	if c.stopped.Load() {
+		c.mu.Unlock()
+		c.cancelled.Add(1)
+		return nil, ErrStopped
+	}
 	var w *waiter
 	for w == nil {
 		s := c.state.Load()
@@ -382,6 +396,9 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 		if w.evicted { // set before ready closed; counted by the evictor
 			return nil, ErrPreempted
 		}
+		if w.stopped { // likewise, counted by Stop
+			return nil, ErrStopped
+		}
 		c.accepted.Add(1)
 		return &Permit{c: c, kind: k}, nil
 	case <-ctx.Done():
@@ -396,6 +413,10 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 		// the queue and was counted rejected.
 		c.mu.Unlock()
 		return nil, ErrPreempted
+	}
+	if w.stopped {
+		c.mu.Unlock()
+		return nil, ErrStopped
 	}
 	if w.granted {
 		// The grant raced the cancellation or timeout: hand the slot on
@@ -413,6 +434,29 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 		c.timedOut.Add(1)
 	}
 	return nil, failure
+}
+
+// Stop refuses every operation that has not started: queued ones leave at
+// once with ErrStopped, later Acquires get it too, and so a slot freed from
+// now on is never handed to anyone. Operations already running keep their
+// slots until they release them. At shutdown this is what keeps a queued
+// call from starting in the slot of a call that the shutdown just ended.
+// Stop is idempotent.
+func (c *Controller) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped.Store(true)
+	for _, q := range []*queue{&c.controlQ, &c.normalQ} {
+		for w := q.head; w != nil; {
+			next := w.next
+			q.remove(w)
+			c.state.Add(-queuedDelta(w.kind))
+			w.stopped = true
+			close(w.ready)
+			c.cancelled.Add(1)
+			w = next
+		}
+	}
 }
 
 // Shed reports whether an operation of kind k would be refused at once

@@ -431,6 +431,39 @@ func TestCancelWhileQueuedTakesNoSlot(t *testing.T) {
 	assertIdle(t, c)
 }
 
+// TestStopEmptiesTheQueueAndGrantsNothing: at shutdown queued operations
+// leave at once, counted cancelled, and slots that running operations free
+// afterwards are handed to no one; later Acquires are refused.
+func TestStopEmptiesTheQueueAndGrantsNothing(t *testing.T) {
+	c := New(defaults())
+	normal := hold(t, c, Normal, 40)
+	control := hold(t, c, Control, 8)
+	var waiting []<-chan result
+	for range 3 {
+		waiting = append(waiting, enqueue(t, context.Background(), c, Normal))
+	}
+	waiting = append(waiting, enqueue(t, context.Background(), c, Control))
+	before := c.Snapshot()
+	c.Stop()
+	for i, ch := range waiting {
+		if r := get(t, ch); !errors.Is(r.err, ErrStopped) || r.p != nil {
+			t.Fatalf("queued operation %d: got %+v, want ErrStopped", i, r)
+		}
+	}
+	releaseAll(normal[:1]) // a running operation ends: its slot goes to no one
+	if _, err := c.Acquire(context.Background(), Control); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Acquire after Stop with a slot free = %v, want ErrStopped", err)
+	}
+	releaseAll(normal[1:])
+	releaseAll(control)
+	c.Stop() // idempotent
+	after := c.Snapshot()
+	if after.Counters.Cancelled != before.Counters.Cancelled+5 || after.Counters.Accepted != before.Counters.Accepted {
+		t.Fatalf("counters before %+v after %+v: want 5 more cancelled, no more accepted", before.Counters, after.Counters)
+	}
+	assertIdle(t, c)
+}
+
 func TestControlPriorityOverEarlierQueuedNormal(t *testing.T) {
 	c := New(defaults())
 	ps := hold(t, c, Normal, 40)

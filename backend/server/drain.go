@@ -20,8 +20,13 @@ func restartError() *toolerr.Error {
 	return toolerr.New(mcpwire.CodeUnavailable, "backend restarting; retry")
 }
 
-// beginStopping answers queued and new calls UNAVAILABLE from now on.
-func (s *Server) beginStopping() { s.stopping() }
+// beginStopping answers queued and new calls UNAVAILABLE from now on. The
+// controller stops first, so a call that ends during the drain frees its
+// slot for no one: no queued call starts once shutdown has begun.
+func (s *Server) beginStopping() {
+	s.adm.Stop()
+	s.stopping()
+}
 
 // abandonRunning answers every call still running UNAVAILABLE.
 func (s *Server) abandonRunning() { s.abandon() }

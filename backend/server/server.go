@@ -170,6 +170,9 @@ func (s *Server) Admission() *admission.Controller { return s.adm }
 // Close cancels every call in flight (queued calls leave, running commands
 // are killed) and kills every command group. Safe to call more than once.
 func (s *Server) Close() {
+	// Admission first: the shutdown ends running calls, and their slots
+	// must not go to queued calls that the shutdown is about to refuse.
+	s.adm.Stop()
 	s.shutdown()
 	s.tools.Close()
 }
@@ -274,6 +277,8 @@ func admissionError(err error, lim admission.Limits) *toolerr.Error {
 		return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
 	case errors.Is(err, admission.ErrCancelled):
 		return toolerr.New(mcpwire.CodeCancelled, "request cancelled by the client while queued")
+	case errors.Is(err, admission.ErrStopped):
+		return restartError()
 	}
 	return toolerr.New(mcpwire.CodeInternal, "admission: %v", err)
 }
