@@ -89,32 +89,20 @@ func (u *stressUnit) Sample(ctx context.Context) (stress.UnitSample, error) {
 		if p, err := (&stress.ProcSampler{PID: int(st.MainPID)}).Sample(ctx); err == nil {
 			s.MemoryBytes = p.MemoryBytes
 		}
-		s.CgroupBytes = stressCgroupMemory(st.MainPID)
+		s.CgroupBytes = stressCgroupMemory(st.MainPID, u.name)
 	}
 	return s, nil
 }
 
-// stressCgroupMemory reads the memory of pid's cgroup (v2 memory.current,
-// or v1 memory.usage_in_bytes); 0 when neither is readable.
-func stressCgroupMemory(pid uint32) uint64 {
+// stressCgroupMemory reads the memory of unit's own cgroup through pid, its
+// main process (v2 memory.current, or v1 memory.usage_in_bytes); 0 when
+// neither is readable.
+func stressCgroupMemory(pid uint32, unit string) uint64 {
 	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/cgroup")
 	if err != nil {
 		return 0
 	}
-	var files []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		switch {
-		case f[0] == "0" && f[1] == "":
-			files = append(files, "/sys/fs/cgroup"+f[2]+"/memory.current", "/sys/fs/cgroup/unified"+f[2]+"/memory.current")
-		case f[1] == "memory":
-			files = append(files, "/sys/fs/cgroup/memory"+f[2]+"/memory.usage_in_bytes")
-		}
-	}
-	for _, path := range files {
+	for _, path := range unitCgroupFiles(string(b), unit) {
 		v, err := os.ReadFile(path)
 		if err != nil {
 			continue
@@ -124,6 +112,30 @@ func stressCgroupMemory(pid uint32) uint64 {
 		}
 	}
 	return 0
+}
+
+// unitCgroupFiles lists the memory files to try for unit, given the
+// /proc/PID/cgroup text of its main process. Only a cgroup of the unit's
+// own counts: where the memory controller is not delegated to the unit (a
+// container without it, a hybrid host's v1 hierarchy), the process's
+// memory cgroup is an ancestor such as "/", whose usage is the whole
+// container's or host's, page cache included, and is no figure of the
+// unit's.
+func unitCgroupFiles(procCgroup, unit string) []string {
+	var files []string
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || unit == "" || !strings.HasSuffix(f[2], "/"+unit) {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "":
+			files = append(files, "/sys/fs/cgroup"+f[2]+"/memory.current", "/sys/fs/cgroup/unified"+f[2]+"/memory.current")
+		case f[1] == "memory":
+			files = append(files, "/sys/fs/cgroup/memory"+f[2]+"/memory.usage_in_bytes")
+		}
+	}
+	return files
 }
 
 // systemdStressSampler connects to the system bus and returns a sampler of
