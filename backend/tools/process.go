@@ -204,7 +204,17 @@ func readProcess(pid int, boot time.Time) (ProcessInfo, bool) {
 
 type statInfo struct {
 	ProcessInfo
-	startTicks int64
+	startTicks int64  // clock ticks after boot
+	flags      uint64 // PF_* flags of the task
+}
+
+// readStat reads and parses /proc/PID/stat; false when it is gone.
+func readStat(pid int) (statInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return statInfo{}, false
+	}
+	return parseStat(b)
 }
 
 // parseStat parses /proc/PID/stat. The name is in parentheses and may itself
@@ -234,6 +244,7 @@ func parseStat(b []byte) (statInfo, bool) {
 	s.CPUTimeMs = (num(14) + num(15)) * 1000 / clockTicks
 	s.Threads = int(num(20))
 	s.startTicks = num(22)
+	s.flags, _ = strconv.ParseUint(f[9-3], 10, 64)
 	s.RSSBytes = num(24) * int64(os.Getpagesize())
 	return s, true
 }
@@ -382,11 +393,7 @@ func isThread(id int) bool {
 func isAncestor(pid int) bool {
 	cur := selfPID
 	for range 4096 { // bounded: a corrupt chain must not loop
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(cur) + "/stat")
-		if err != nil {
-			return false
-		}
-		s, ok := parseStat(b)
+		s, ok := readStat(cur)
 		if !ok || s.PPID <= 0 {
 			return false
 		}

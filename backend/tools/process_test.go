@@ -93,7 +93,7 @@ func TestParseStat(t *testing.T) {
 		t.Fatal("not parsed")
 	}
 	if s.PID != 4242 || s.Name != "we ird) (name)" || s.State != "S" || s.PPID != 1 || s.PGID != 4242 ||
-		s.CPUTimeMs != 3000 || s.Threads != 3 || s.startTicks != 12345 || s.RSSBytes != 7*int64(os.Getpagesize()) {
+		s.CPUTimeMs != 3000 || s.Threads != 3 || s.startTicks != 12345 || s.flags != 4194560 || s.RSSBytes != 7*int64(os.Getpagesize()) {
 		t.Fatalf("parsed %+v", s)
 	}
 	if _, ok := parseStat([]byte("garbage")); ok {

@@ -114,7 +114,8 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group id is the leader's pid
 	// Every descendant starts at or after the leader: the marker kill only
 	// waits for processes that young (0 if unreadable: then for any).
-	since, _ := procStartTime(pgid)
+	leader, _ := readStat(pgid)
+	since := leader.startTicks
 	if !t.track(pgid) {
 		killGroup(pgid, sigKILL) // Close ran between beginExec and Start
 	}
@@ -274,7 +275,7 @@ const execWindowWait = 2 * time.Second
 // environment), it does not count as clean. It reads /proc/PID/environ of
 // every process, a few milliseconds per pass. It returns how many marked
 // processes the last pass still found (0 when all are gone).
-func killMarked(marker string, since uint64) int {
+func killMarked(marker string, since int64) int {
 	needle := []byte(marker + "\x00")
 	deadline := time.Now().Add(execWindowWait)
 	left, clean := 0, 0
@@ -304,7 +305,7 @@ func killMarked(marker string, since uint64) int {
 // returns how many it found, and how many could not be told apart (no
 // environment yet, see killMarked). A process already dying (SIGKILLed,
 // memory not yet released) is found again: the next round sees it gone.
-func killMarkedOnce(needle []byte, since uint64) (found, unsure int) {
+func killMarkedOnce(needle []byte, since int64) (found, unsure int) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, 0
@@ -349,50 +350,9 @@ const pfKthread = 0x00200000
 // inExecWindow says whether a process that shows no environment may be a
 // process in the middle of execve, started at or after since: a live user
 // process, not a kernel thread or a zombie (they show none either).
-func inExecWindow(pid int, since uint64) bool {
-	st, ok := readProcStat(pid)
-	return ok && st.flags&pfKthread == 0 && st.state != 'Z' && st.state != 'X' && st.startTime >= since
-}
-
-// procStat is what the marker kill reads of /proc/PID/stat.
-type procStat struct {
-	state     byte
-	flags     uint64
-	startTime uint64 // clock ticks after boot
-}
-
-// procStartTime is a process's start time in clock ticks after boot.
-func procStartTime(pid int) (uint64, bool) {
-	st, ok := readProcStat(pid)
-	return st.startTime, ok
-}
-
-// readProcStat parses /proc/PID/stat. The command name may hold spaces and
-// parentheses, so the fields are counted from the last ')'.
-func readProcStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	return parseProcStat(b)
-}
-
-func parseProcStat(b []byte) (procStat, bool) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	// After the name: state (field 3), ..., flags (9), ..., starttime (22).
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, false
-	}
-	flags, err1 := strconv.ParseUint(f[6], 10, 64)
-	start, err2 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil {
-		return procStat{}, false
-	}
-	return procStat{state: f[0][0], flags: flags, startTime: start}, true
+func inExecWindow(pid int, since int64) bool {
+	st, ok := readStat(pid)
+	return ok && st.flags&pfKthread == 0 && st.State != "Z" && st.State != "X" && st.startTicks >= since
 }
 
 func hasMarker(pid int, needle []byte) bool {

@@ -13,46 +13,16 @@ import (
 	"github.com/overdeck/mcp-backend/internal/proctest"
 )
 
-func TestParseProcStat(t *testing.T) {
-	// The fields after the name, as the kernel writes them: state, ppid,
-	// pgrp, session, tty_nr, tpgid, flags, 12 counters and nice values,
-	// then starttime.
-	tail := func(state, flags, start string) string {
-		return " " + state + " 1 1 1 0 -1 " + flags + " 0 0 0 0 0 0 0 0 20 0 1 0 " + start + " 0 0"
-	}
-	tests := []struct {
-		name string
-		line string
-		want procStat
-		ok   bool
-	}{
-		{"plain", "42 (sleep)" + tail("S", "4194304", "1234"), procStat{state: 'S', flags: 4194304, startTime: 1234}, true},
-		{"name with spaces and parentheses", "42 (a) b (c d))" + tail("R", "0", "99"), procStat{state: 'R', startTime: 99}, true},
-		{"kernel thread", "2 (kthreadd)" + tail("S", "2129984", "0"), procStat{state: 'S', flags: 2129984}, true},
-		{"zombie", "7 (sh)" + tail("Z", "4194316", "5"), procStat{state: 'Z', flags: 4194316, startTime: 5}, true},
-		{"no name", "42 sleep S 1", procStat{}, false},
-		{"cut short", "42 (sleep) S 1 1 1", procStat{}, false},
-		{"not a number", "42 (sleep)" + tail("S", "x", "1"), procStat{}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := parseProcStat([]byte(tc.line))
-			if ok != tc.ok || got != tc.want {
-				t.Fatalf("parseProcStat(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
-			}
-		})
-	}
-}
-
 // TestInExecWindowOfRealProcesses: what the marker kill waits for, judged
 // on real processes: a live process younger than since with no
 // environment may be mid-execve; an older one, a kernel thread and a
 // zombie are not.
 func TestInExecWindowOfRealProcesses(t *testing.T) {
-	self, ok := procStartTime(os.Getpid())
+	me, ok := readStat(os.Getpid())
 	if !ok {
-		t.Fatal("no start time of this process")
+		t.Fatal("no /proc stat of this process")
 	}
+	self := me.startTicks
 	cmd := exec.Command("sleep", "60")
 	cmd.Env = []string{} // shows no environment, as a process mid-execve does
 	if err := cmd.Start(); err != nil {
@@ -60,7 +30,8 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	child := cmd.Process.Pid
-	childStart, ok := procStartTime(child)
+	st, ok := readStat(child)
+	childStart := st.startTicks
 	if !ok || childStart < self {
 		t.Fatalf("child start %d (ok %v) before this process's %d", childStart, ok, self)
 	}
@@ -76,8 +47,8 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 	_ = cmd.Process.Kill()
 	// Not reaped yet: a zombie.
 	proctest.Eventually(t, "the killed child is a zombie", func() bool {
-		st, ok := readProcStat(child)
-		return ok && st.state == 'Z'
+		st, ok := readStat(child)
+		return ok && st.State == "Z"
 	})
 	if inExecWindow(child, 0) {
 		t.Errorf("a zombie is waited for")
@@ -86,7 +57,7 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 
 func isKthread(t testing.TB, pid int) bool {
 	t.Helper()
-	st, ok := readProcStat(pid)
+	st, ok := readStat(pid)
 	return ok && st.flags&pfKthread != 0
 }
 
@@ -99,10 +70,11 @@ func isKthread(t testing.TB, pid int) bool {
 // clean passes only, the scan ended before the release and the marked
 // process lived on: the survivors of TestForkingSpawnerLeavesNoSurvivors.)
 func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
-	since, ok := procStartTime(os.Getpid())
+	me, ok := readStat(os.Getpid())
 	if !ok {
-		t.Fatal("no start time of this process")
+		t.Fatal("no /proc stat of this process")
 	}
+	since := me.startTicks
 	fifo := filepath.Join(t.TempDir(), "release")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -134,5 +106,17 @@ func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
 	proctest.Eventually(t, "the marked process killed", func() bool { return !proctest.Alive(child) })
 	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("child ended with %v, want killed", err)
+	}
+}
+
+// BenchmarkKillMarkedNothingLeft: what the marker kill adds to every
+// shell.exec whose descendants are all gone (two clean passes over /proc).
+func BenchmarkKillMarkedNothingLeft(b *testing.B) {
+	me, _ := readStat(os.Getpid())
+	marker := fmt.Sprintf("%s=bench.%d", execMarkerVar, os.Getpid())
+	for b.Loop() {
+		if n := killMarked(marker, me.startTicks); n != 0 {
+			b.Fatalf("%d marked processes", n)
+		}
 	}
 }
