@@ -80,7 +80,10 @@ func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := fmt.Sprintf("%s=test.%d", execMarkerVar, os.Getpid())
-	cmd := exec.Command("/bin/sh", "-c", "read x < "+fifo+"; exec /usr/bin/env "+marker+" /bin/sleep 60")
+	// The shell exports the marker itself: an env(1) in between would show
+	// an environment without it (the shell passes PWD), a phase a process
+	// in mid-execve never has.
+	cmd := exec.Command("/bin/sh", "-c", "read x < "+fifo+"; export "+marker+"; exec /bin/sleep 60")
 	cmd.Env = []string{}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
