@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/memguard"
 	"github.com/overdeck/mcp-backend/backend/oauth"
@@ -196,6 +197,8 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		ctx, cancel := s.requestContext(ctx, call)
 		defer cancel()
+		who0 := s.callerOf(who, call)
+		ctx = caller.With(ctx, who0)
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
 		if s.stoppingCtx.Err() != nil {
@@ -250,6 +253,30 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// callerOf resolves who a call acts for from what the SDK dispatched: the
+// verified identity, the call's _meta and its session header. HTTP and
+// stdio take the same path.
+func (s *Server) callerOf(who *oauth.Identity, call *mcp.CallToolRequest) caller.Caller {
+	c := caller.Claims{Authenticated: s.token != nil || s.oauth != nil}
+	if who != nil {
+		c.Operator = who.Operator
+		if !who.Operator {
+			c.Subject, c.ClientID = who.Subject, who.ClientID
+			if s.cfg.Auth.OAuth != nil {
+				c.Issuer = s.cfg.Auth.OAuth.Issuer
+			}
+		}
+	}
+	if m := call.Params.Meta; m != nil {
+		c.MetaSubject, _ = m[caller.MetaSubject].(string)
+		c.MetaSession, _ = m[caller.MetaSession].(string)
+	}
+	if call.Extra != nil && call.Extra.Header != nil {
+		c.SessionID = call.Extra.Header.Get(sessionHeader)
+	}
+	return caller.Resolve(c)
 }
 
 // requestContext joins the tool call's context with its HTTP request's, so
