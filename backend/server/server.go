@@ -36,6 +36,15 @@ import (
 // Any value a client sends is overwritten.
 const reqIDHeader = "X-Mcp-Backend-Request"
 
+// toolHeader carries the tool name the intake decided on (scope, early
+// refusal, flow) to the middleware, which refuses a call the SDK dispatched
+// under another name. Any value a client sends is overwritten.
+const toolHeader = "X-Mcp-Backend-Tool"
+
+// notACall is toolHeader's value for a message the intake did not read as
+// a tools/call (no tool is named so).
+const notACall = "(not tools/call)"
+
 // Server is one serving process: one admission controller, one tool set.
 type Server struct {
 	cfg        config.Config
@@ -65,9 +74,12 @@ type Server struct {
 	abandonCtx  context.Context // done at the drain deadline: running calls get UNAVAILABLE
 	abandon     context.CancelFunc
 
-	requests sync.Map      // reqIDHeader value -> context.Context of the HTTP request
-	cancels  *cancelScope  // links HTTP cancel notifications to their calls
-	nextReq  atomic.Uint64 // request ids; the header is ours, so a counter suffices
+	requests sync.Map // reqIDHeader value -> context.Context of the HTTP request
+	// disagreed counts calls the SDK dispatched under another tool name
+	// than the intake read: none, while the frame check holds.
+	disagreed atomic.Int64
+	cancels   *cancelScope  // links HTTP cancel notifications to their calls
+	nextReq   atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
 
 // Option adjusts a Server at construction.
@@ -201,6 +213,10 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		ctx = caller.With(ctx, who0)
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
+		if te := s.mayRun(who, call); te != nil {
+			s.logCall(who, tool, kind, 0, 0, string(te.Code))
+			return toolerr.Result(te), nil
+		}
 		if s.stoppingCtx.Err() != nil {
 			s.logCall(who, tool, kind, 0, 0, string(mcpwire.CodeUnavailable))
 			return toolerr.Result(restartError()), nil
@@ -253,6 +269,26 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// mayRun enforces, where the tool actually runs and with the name the SDK
+// dispatched, what the intake decided from its own reading: the same tool,
+// and one the token's scopes grant. Neither can fail while the intake and
+// the SDK read messages alike; if they ever do not, no tool runs that the
+// caller may not call.
+func (s *Server) mayRun(who *oauth.Identity, call *mcp.CallToolRequest) *toolerr.Error {
+	tool := call.Params.Name
+	if call.Extra != nil && call.Extra.Header != nil {
+		if seen, ok := call.Extra.Header[toolHeader]; ok && (len(seen) != 1 || seen[0] != tool) {
+			s.disagreed.Add(1)
+			s.log.Error("intake and dispatch disagree on the tool; refused", "intake", seen, "dispatched", tool)
+			return toolerr.New(mcpwire.CodeInvalidArgument, "the request's tool name is ambiguous; refused")
+		}
+	}
+	if s.oauth != nil && who != nil && !s.oauth.MayCall(who, tool) {
+		return toolerr.New(mcpwire.CodePermissionDenied, "tool %s is not granted by the token's scopes", tool)
+	}
+	return nil
 }
 
 // callerOf resolves who a call acts for from what the SDK dispatched: the
@@ -423,8 +459,12 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 			writeRPCErrorID(w, http.StatusBadRequest, msg.ID, code, why)
 			return
 		}
-		if msg.Method == "tools/call" && !s.mayCall(w, r, msg.Params.Name) {
-			return
+		r.Header.Set(toolHeader, notACall)
+		if msg.Method == "tools/call" {
+			if !s.mayCall(w, r, msg.Params.Name) {
+				return
+			}
+			r.Header.Set(toolHeader, msg.Params.Name)
 		}
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
@@ -483,9 +523,20 @@ type rpcMessage struct {
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  struct {
-		Name      string          `json:"name"`
-		RequestID json.RawMessage `json:"requestId"` // of notifications/cancelled
+		Name      string                     `json:"name"`
+		RequestID json.RawMessage            `json:"requestId"` // of notifications/cancelled
+		Meta      map[string]json.RawMessage `json:"_meta"`     // exact keys, as the SDK reads them
 	} `json:"params"`
+}
+
+// metaString is a string value of the message's params._meta, "" when the
+// key is absent or not a string (the SDK's reading too).
+func (m *rpcMessage) metaString(key string) string {
+	var v string
+	if raw, ok := m.Params.Meta[key]; !ok || json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	return v
 }
 
 // parseJSONRPC returns the message, or a JSON-RPC error code and message
@@ -504,6 +555,10 @@ func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 			return m, -32700, "parse error: the body is not valid JSON"
 		}
 		return m, -32600, "invalid request: " + err.Error()
+	}
+	if err := checkFrame(body); err != nil {
+		// The intake and the SDK must read the same call from these bytes.
+		return rpcMessage{}, -32600, "invalid request: " + err.Error()
 	}
 	if m.JSONRPC != "2.0" {
 		return m, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
