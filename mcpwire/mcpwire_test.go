@@ -18,10 +18,11 @@ func TestRoundTrip(t *testing.T) {
 	}{
 		{"metrics", &Metrics{}, `{"limits":{"maxActive":48,"reservedControl":8,"maxNonControl":40,"maxShell":8,"maxQueue":64,"queueWaitMs":30000},` +
 			`"active":{"total":4,"control":1,"nonControl":3,"shell":2},"queued":{"total":3,"control":1,"nonControl":2},` +
-			`"peak":{"active":9,"nonControl":7,"shell":5,"queued":6},"counters":{"accepted":11,"completed":10,"rejected":12,"timedOut":13,"cancelled":14,"preempted":5}}`},
+			`"peak":{"active":9,"nonControl":7,"shell":5,"queued":6},"counters":{"accepted":11,"completed":10,"rejected":12,"timedOut":13,"cancelled":14,"preempted":5,"displaced":2}}`},
 		{"shell result", &ShellResult{}, `{"exitCode":0,"signal":null,"stdout":"a\n","stderr":"","timedOut":false,"outputLimited":true,"durationMs":12}`},
 		{"shell result killed", &ShellResult{}, `{"exitCode":null,"signal":"SIGKILL","stdout":"","stderr":"","timedOut":true,"outputLimited":false,"durationMs":100}`},
 		{"error envelope", &ErrorEnvelope{}, `{"error":{"code":"OVERLOADED","message":"backend overloaded","retryable":true}}`},
+		{"overloaded with scope", &ErrorEnvelope{}, `{"error":{"code":"OVERLOADED","message":"backend overloaded","retryable":true,"scope":"principal","retryAfterMs":800}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,42 @@ type Metrics struct {
 	Queued   Queued   `json:"queued"`
 	Peak     Peak     `json:"peak"`
 	Counters Counters `json:"counters"`
+	// Flows is the fair-share state: which callers hold and wait for slots.
+	Flows *Flows `json:"flows,omitempty"`
+}
+
+// Flows is the "flows" object of /metrics: the flow table's size and the
+// busiest flows. Ids are never shown: a principal is its kind and a hash,
+// a conversation its hash.
+type Flows struct {
+	// Principals and Conversations tracked now; Cap bounds each.
+	Principals    int `json:"principals"`
+	Conversations int `json:"conversations"`
+	Cap           int `json:"cap"`
+	// Busy: conversations with an operation running or queued.
+	Busy int `json:"busy"`
+	// Overflowed counts flows that found the table full and share a bucket.
+	Overflowed int64 `json:"overflowed"`
+	// Reserve is the per-class reserve no flow may fill alone.
+	Reserve int `json:"reserve"`
+	// Top are the busiest conversations (running + queued), at most TopFlows.
+	Top []FlowStat `json:"top"`
+}
+
+// TopFlows is how many flows /metrics lists.
+const TopFlows = 5
+
+// FlowStat is one conversation's share of the server.
+type FlowStat struct {
+	PrincipalKind string `json:"principalKind"`
+	Principal     string `json:"principal"` // a hash
+	Conversation  string `json:"conversation"`
+	Active        int    `json:"active"`
+	Queued        int    `json:"queued"`
+	Refused       int64  `json:"refused"`
+	// ServedSeconds is the slot-seconds held since the flow was last idle
+	// long enough to be forgotten.
+	ServedSeconds float64 `json:"servedSeconds"`
 }
 
 // Idle says nothing holds or waits for a slot.
@@ -63,6 +99,9 @@ type Counters struct {
 	// Preempted is the part of Rejected that was queued and gave its place
 	// to a control operation.
 	Preempted int64 `json:"preempted"`
+	// Displaced is the part of Rejected that was queued and gave its place
+	// to an arrival from a flow holding fewer places (fair share).
+	Displaced int64 `json:"displaced"`
 }
 
 // Seen is the number of operations admission decided on: each is accepted,
@@ -78,5 +117,6 @@ func (c Counters) Sub(o Counters) Counters {
 		TimedOut:  c.TimedOut - o.TimedOut,
 		Cancelled: c.Cancelled - o.Cancelled,
 		Preempted: c.Preempted - o.Preempted,
+		Displaced: c.Displaced - o.Displaced,
 	}
 }

@@ -33,7 +33,20 @@ type ToolError struct {
 	Code      Code   `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// Scope is whose limit an OVERLOADED call hit: ScopeConversation,
+	// ScopePrincipal or ScopeServer.
+	Scope string `json:"scope,omitempty"`
+	// RetryAfterMs is when a retry may find room, estimated from what the
+	// server observes (drain rate, the caller's recent refusals).
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
+
+// The scopes of an OVERLOADED error.
+const (
+	ScopeConversation = "conversation"
+	ScopePrincipal    = "principal"
+	ScopeServer       = "server"
+)
 
 // ErrorEnvelope is the JSON of a failed tool call: {"error":{...}}. It is the
 // text content of a result with isError, and sits in the result's _meta

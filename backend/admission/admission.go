@@ -4,6 +4,14 @@
 // separate cap on shell commands), a bounded queue waits for capacity, and
 // everything beyond fails at once with OVERLOADED.
 //
+// Inside those bounds it shares capacity fairly among flows (a principal,
+// then a conversation within it): a freed slot goes to the flow that has had
+// the least service, no flow holds more than its max-min fair share of a
+// class while others want it, a small reserve of each class stays for a
+// flow that holds nothing, and a full queue gives a place held by the flow
+// with the most places to an arrival from a flow with fewer. The decisions
+// are made by a pure dispatcher (fair.go) under the controller's lock.
+//
 // One Controller must serve every request of a process: a limit is only a
 // limit if every path shares it.
 package admission
@@ -53,7 +61,8 @@ func KindOf(tool string) Kind {
 	return Normal
 }
 
-// Sentinel errors callers branch on to build the tool error.
+// Sentinel errors callers branch on to build the tool error. Refusals that
+// are OVERLOADED come wrapped in a *Refusal that says whose limit it was.
 var (
 	ErrQueueFull    = errors.New("admission queue is full")      // OVERLOADED, counted rejected
 	ErrQueueTimeout = errors.New("admission queue wait expired") // OVERLOADED, counted timedOut
@@ -63,10 +72,44 @@ var (
 	// refusal (errors.Is ErrQueueFull: OVERLOADED, counted rejected) and is
 	// also counted preempted.
 	ErrPreempted = fmt.Errorf("%w: its place went to a control operation", ErrQueueFull)
+	// ErrDisplaced: a queued operation of the flow holding the most queue
+	// places gave its place to an arrival from a flow holding fewer. A
+	// queue-full refusal, also counted displaced.
+	ErrDisplaced = fmt.Errorf("%w: its place went to a caller holding fewer places", ErrQueueFull)
 	// ErrStopped: the controller was stopped (the process is shutting
 	// down) before the operation started; counted cancelled.
 	ErrStopped = errors.New("admission stopped: shutting down")
 )
+
+// Scope says whose limit an OVERLOADED refusal hit.
+type Scope string
+
+const (
+	// ScopeServer: the server is full of other callers' fair shares.
+	ScopeServer Scope = "server"
+	// ScopePrincipal: the caller's principal holds the most.
+	ScopePrincipal Scope = "principal"
+	// ScopeConversation: the caller's own conversation holds the most.
+	ScopeConversation Scope = "conversation"
+)
+
+// Refusal is an OVERLOADED decision: why (ErrQueueFull, ErrPreempted,
+// ErrDisplaced, ErrQueueTimeout; errors.Is works through it), whose limit,
+// and when a retry may be worth it, from what the controller observes.
+type Refusal struct {
+	Err        error
+	Scope      Scope
+	RetryAfter time.Duration
+}
+
+func (r *Refusal) Error() string { return r.Err.Error() + " (" + string(r.Scope) + ")" }
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// Flow names who an operation is for: a principal and a conversation
+// within it (caller.Caller's keys). The zero Flow is one anonymous flow.
+type Flow struct {
+	Principal, Conversation string
+}
 
 // Limits are the configured bounds.
 type Limits struct {
@@ -75,6 +118,17 @@ type Limits struct {
 	MaxShell        int
 	MaxQueue        int
 	QueueWait       time.Duration
+	// FlowReserve slots of each class (shell, non-control, all) that no
+	// flow may fill alone: they stay for a flow holding nothing in the
+	// class. Applied only to classes of at least two slots; 0 turns the
+	// reserve off.
+	FlowReserve int
+	// MaxFlows bounds the conversations tracked (and, separately, the
+	// principals); beyond it new ones share hash buckets. 0 means 1024.
+	MaxFlows int
+	// FlowIdle is how long a flow with nothing active or queued is kept
+	// (with its service history) before it is forgotten. 0 means 5 minutes.
+	FlowIdle time.Duration
 }
 
 // MaxNonControl is the share of slots normal work may use.
@@ -93,58 +147,25 @@ func (l Limits) Validate() error {
 		return errors.New("admission: maxQueue must be >= 0")
 	case l.MaxActive > MaxLimit, l.MaxQueue > MaxLimit:
 		return errors.New("admission: maxActive and maxQueue must be <= 4095")
+	case l.FlowReserve < 0, l.MaxFlows < 0, l.FlowIdle < 0:
+		return errors.New("admission: flowReserve, maxFlows and flowIdle must be >= 0")
 	}
 	return nil
 }
 
-// waiter is one queued operation. granted and the list links are guarded by
-// the controller's mutex.
-type waiter struct {
-	kind       Kind
-	ready      chan struct{} // closed when granted or evicted
-	granted    bool
-	evicted    bool // removed from the queue for a control operation
-	stopped    bool // removed from the queue by Stop
-	prev, next *waiter
-}
-
-// queue is an intrusive FIFO list, so removal of a cancelled waiter is O(1).
-type queue struct {
-	head, tail *waiter
-}
-
-func (q *queue) push(w *waiter) {
-	w.prev, w.next = q.tail, nil
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
+func (l Limits) withDefaults() Limits {
+	if l.MaxFlows == 0 {
+		l.MaxFlows = 1024
 	}
-	q.tail = w
-}
-
-func (q *queue) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
+	if l.FlowIdle == 0 {
+		l.FlowIdle = 5 * time.Minute
 	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
+	return l
 }
 
 // The gauges live in one 64-bit word of 12-bit fields, so one atomic load
-// is a consistent view and one compare-and-swap takes or frees a slot.
-// Operations that neither see nor create queued waiters never touch the
-// mutex; everything that involves the queue runs under it. Because the
-// queued counts share the word with the active counts, a release can never
-// miss a waiter that queued concurrently: either the release's CAS sees the
-// waiter's count and takes the slow path, or the waiter's CAS sees the freed
-// slot and starts at once.
+// is a consistent view for Snapshot, Full and /readyz without the lock.
+// Every change is made under the controller's mutex.
 const (
 	fieldBits = 12
 	fieldMask = 1<<fieldBits - 1
@@ -180,25 +201,39 @@ func queuedTotal(s uint64) int { return field(s, shQControl) + field(s, shQNorma
 // share it.
 type Controller struct {
 	lim   Limits
-	state atomic.Uint64 // the packed gauges
+	now   func() time.Time
+	state atomic.Uint64 // the packed gauges; written under mu
 
-	mu       sync.Mutex // guards the queues and every change while queued
-	controlQ queue
-	normalQ  queue
+	mu     sync.Mutex // guards everything below and every change of state
+	flows  flowTable
+	drain  drainMeter
+	redo   *time.Timer // re-dispatch when a flow's remembered demand lapses
+	redoAt time.Time
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
-	preempted                                          atomic.Int64
+	preempted, displaced                               atomic.Int64
 	stopped                                            atomic.Bool // set under mu
 }
 
+// Option adjusts a Controller at construction.
+type Option func(*Controller)
+
+// WithClock sets the clock service is measured with (tests).
+func WithClock(now func() time.Time) Option { return func(c *Controller) { c.now = now } }
+
 // New returns a controller for lim. It panics on invalid limits: config
 // validation runs before it.
-func New(lim Limits) *Controller {
+func New(lim Limits, opts ...Option) *Controller {
 	if err := lim.Validate(); err != nil {
 		panic(err)
 	}
-	return &Controller{lim: lim}
+	c := &Controller{lim: lim.withDefaults(), now: time.Now}
+	for _, o := range opts {
+		o(c)
+	}
+	c.flows.init(c.lim)
+	return c
 }
 
 // Limits returns the configured limits.
@@ -208,6 +243,7 @@ func (c *Controller) Limits() Limits { return c.lim }
 type Permit struct {
 	c        *Controller
 	kind     Kind
+	conv     *flowState
 	released atomic.Bool
 }
 
@@ -222,18 +258,12 @@ func (p *Permit) Release() {
 	}
 	c := p.c
 	c.completed.Add(1)
-	for {
-		s := c.state.Load()
-		if queuedTotal(s) > 0 {
-			break
-		}
-		if c.state.CompareAndSwap(s, s-takeDelta[p.kind]) {
-			return
-		}
-	}
 	c.mu.Lock()
+	now := c.now()
 	c.state.Add(-takeDelta[p.kind])
-	c.dispatch()
+	c.flows.finish(p.conv, p.kind, now)
+	c.drain.note(p.kind, now)
+	c.dispatch(now)
 	c.mu.Unlock()
 }
 
@@ -251,22 +281,6 @@ func (c *Controller) canStart(s uint64, k Kind) bool {
 	return k != Shell || field(s, shShell) < c.lim.MaxShell
 }
 
-// tryTake occupies a slot of kind k if it fits; with mustBeEmpty it also
-// requires an empty queue (the lock-free fast path may not overtake waiters).
-func (c *Controller) tryTake(k Kind, mustBeEmpty bool) bool {
-	for {
-		s := c.state.Load()
-		if (mustBeEmpty && queuedTotal(s) > 0) || !c.canStart(s, k) {
-			return false
-		}
-		n := s + takeDelta[k]
-		if c.state.CompareAndSwap(s, n) {
-			c.notePeaks(n)
-			return true
-		}
-	}
-}
-
 func (c *Controller) notePeaks(s uint64) {
 	setMax(&c.peakActive, int64(field(s, shTotal)))
 	setMax(&c.peakNonControl, int64(field(s, shNonControl)))
@@ -274,55 +288,73 @@ func (c *Controller) notePeaks(s uint64) {
 	setMax(&c.peakQueued, int64(queuedTotal(s)))
 }
 
-// dispatch grants queued waiters while capacity allows: control first, FIFO
-// within a class, skipping waiters that cannot start yet so a waiting shell
-// command never blocks startable work behind it. Caller holds mu.
+// dispatch grants queued waiters while capacity and fair shares allow:
+// control first; among the flows with a waiter that may start, the
+// principal and then the conversation with the least service; within a
+// flow its oldest startable waiter, so a waiting shell command never blocks
+// startable work behind it. Caller holds mu.
 //
 // Invariant after dispatch: no queued waiter could start now. That is what
-// lets a new arrival that fits start at once without overtaking anyone.
-func (c *Controller) dispatch() {
-	for w := c.controlQ.head; w != nil; {
-		next := w.next
-		if !c.grant(&c.controlQ, w) {
-			break // no slot at all is free
-		}
-		w = next
-	}
-	for w := c.normalQ.head; w != nil; {
-		s := c.state.Load()
-		if field(s, shTotal) >= c.lim.MaxActive || field(s, shNonControl) >= c.lim.MaxNonControl() {
-			return
-		}
-		next := w.next
-		c.grant(&c.normalQ, w)
-		w = next
-	}
-}
-
-// grant moves w from the queue to a slot if it fits. Caller holds mu.
-func (c *Controller) grant(q *queue, w *waiter) bool {
-	for {
-		s := c.state.Load()
-		if !c.canStart(s, w.kind) {
-			return false
-		}
-		n := s - queuedDelta(w.kind) + takeDelta[w.kind]
-		if c.state.CompareAndSwap(s, n) {
-			c.notePeaks(n)
+// lets a new arrival that may start do so at once without overtaking anyone.
+func (c *Controller) dispatch(now time.Time) {
+	for queuedTotal(c.state.Load()) > 0 {
+		w := c.flows.pick(c, now)
+		if w == nil {
 			break
 		}
+		c.grant(w, now)
 	}
-	q.remove(w)
-	w.granted = true
-	close(w.ready)
-	return true
+	c.armRedo(now)
 }
 
-// Acquire waits for a slot of kind k. It returns at once when one is free,
-// ErrQueueFull at once when the queue is full, ErrQueueTimeout after the
-// queue wait, and ErrCancelled when ctx ends first; those errors never hold
-// a slot.
+// grant moves w from the queue to a slot. Caller holds mu and has checked
+// that it may start.
+func (c *Controller) grant(w *waiter, now time.Time) {
+	n := c.state.Load() - queuedDelta(w.kind) + takeDelta[w.kind]
+	c.state.Store(n)
+	c.notePeaks(n)
+	c.flows.start(w, now)
+	w.granted = true
+	close(w.ready)
+}
+
+// armRedo schedules a dispatch for when a flow's remembered demand lapses
+// while waiters are held back by it; nothing else would wake them if no
+// call ends meanwhile. Caller holds mu.
+func (c *Controller) armRedo(now time.Time) {
+	at := c.flows.lapse
+	if at.IsZero() || queuedTotal(c.state.Load()) == 0 || (!c.redoAt.IsZero() && !at.Before(c.redoAt)) {
+		return
+	}
+	c.redoAt = at
+	d := at.Sub(now) + time.Millisecond
+	if c.redo == nil {
+		c.redo = time.AfterFunc(d, c.redispatch)
+		return
+	}
+	c.redo.Reset(d)
+}
+
+func (c *Controller) redispatch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.redoAt = time.Time{}
+	now := c.now()
+	c.flows.stale = true
+	c.dispatch(now)
+}
+
+// Acquire waits for a slot of kind k for the anonymous flow.
 func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
+	return c.AcquireFlow(ctx, k, Flow{})
+}
+
+// AcquireFlow waits for a slot of kind k for flow f. It returns at once when
+// one is free for f, a *Refusal (ErrQueueFull) at once when the queue is
+// full and f holds no fewer places than anyone, a *Refusal (ErrQueueTimeout)
+// after the queue wait, and ErrCancelled when ctx ends first; those errors
+// never hold a slot.
+func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, error) {
 	if ctx.Err() != nil {
 		c.cancelled.Add(1)
 		return nil, ErrCancelled
@@ -331,61 +363,67 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 		c.cancelled.Add(1)
 		return nil, ErrStopped
 	}
-	if c.tryTake(k, true) {
-		c.accepted.Add(1)
-		return &Permit{c: c, kind: k}, nil
-	}
 	c.mu.Lock()
 	if c.stopped.Load() {
 		c.mu.Unlock()
 		c.cancelled.Add(1)
 		return nil, ErrStopped
 	}
-	var w *waiter
-	for w == nil {
-		s := c.state.Load()
-		if c.canStart(s, k) {
-			// Under mu every startable waiter has been granted already,
-			// so starting now overtakes no one.
-			if c.state.CompareAndSwap(s, s+takeDelta[k]) {
-				c.notePeaks(s + takeDelta[k])
-				c.mu.Unlock()
-				c.accepted.Add(1)
-				return &Permit{c: c, kind: k}, nil
-			}
-			continue
-		}
-		if queuedTotal(s) >= c.lim.MaxQueue {
-			if v := c.normalQ.tail; k == Control && v != nil {
-				// Control work is never refused because normal work
-				// filled the queue: it takes the place of the youngest
-				// queued normal operation, which is refused at once.
-				n := s - queuedDelta(v.kind) + queuedDelta(Control)
-				if !c.state.CompareAndSwap(s, n) {
-					continue
-				}
-				c.normalQ.remove(v)
-				v.evicted = true
-				close(v.ready)
-				c.rejected.Add(1)
+	now := c.now()
+	conv := c.flows.get(f, now)
+	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
+	// The arrival's demand counts in the shares it is judged by.
+	c.flows.enqueue(w, now)
+	if c.canStart(c.state.Load(), k) && c.flows.mayStart(c, w, now) {
+		// After dispatch no queued waiter may start, so starting now
+		// overtakes no one.
+		n := c.state.Load() + takeDelta[k]
+		c.state.Store(n)
+		c.notePeaks(n)
+		c.flows.start(w, now)
+		c.mu.Unlock()
+		c.accepted.Add(1)
+		return &Permit{c: c, kind: k, conv: conv}, nil
+	}
+	s := c.state.Load()
+	if queuedTotal(s) >= c.lim.MaxQueue {
+		victim, scope := c.flows.victim(w, now)
+		if victim == nil && k == Control {
+			// Control work is never refused because normal work filled
+			// the queue: it takes the place of the youngest normal
+			// operation of the flow holding the most normal places.
+			victim = c.flows.normalVictim()
+			if victim != nil {
+				victim.evicted = ErrPreempted
 				c.preempted.Add(1)
-				w = &waiter{kind: k, ready: make(chan struct{})}
-				break
 			}
+		} else if victim != nil {
+			victim.evicted = ErrDisplaced
+			c.displaced.Add(1)
+		}
+		if victim == nil {
+			c.flows.dequeue(w, now)
+			r := c.refusal(ErrQueueFull, scope, conv, k, now)
+			c.dispatch(now) // the arrival's demand is gone again
 			c.mu.Unlock()
 			c.rejected.Add(1)
-			return nil, ErrQueueFull
+			return nil, r
 		}
-		if n := s + queuedDelta(k); c.state.CompareAndSwap(s, n) {
-			c.notePeaks(n)
-			w = &waiter{kind: k, ready: make(chan struct{})}
+		c.state.Store(s - queuedDelta(victim.kind))
+		c.flows.dequeue(victim, now)
+		vscope := ScopeConversation
+		if victim.conv.principal != conv.principal {
+			vscope = ScopePrincipal
 		}
+		victim.refusal = c.refusal(ErrQueueFull, vscope, victim.conv, victim.kind, now)
+		close(victim.ready)
+		c.rejected.Add(1)
 	}
-	q := &c.normalQ
-	if k == Control {
-		q = &c.controlQ
-	}
-	q.push(w)
+	n := c.state.Load() + queuedDelta(k)
+	c.state.Store(n)
+	c.notePeaks(n)
+	c.flows.queue(w)
+	c.dispatch(now) // a place given up may have raised another flow's share
 	c.mu.Unlock()
 
 	timer := time.NewTimer(c.lim.QueueWait)
@@ -393,14 +431,14 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 	var failure error
 	select {
 	case <-w.ready:
-		if w.evicted { // set before ready closed; counted by the evictor
-			return nil, ErrPreempted
+		if w.evicted != nil { // set before ready closed; counted by the evictor
+			return nil, c.evictedError(w)
 		}
 		if w.stopped { // likewise, counted by Stop
 			return nil, ErrStopped
 		}
 		c.accepted.Add(1)
-		return &Permit{c: c, kind: k}, nil
+		return &Permit{c: c, kind: k, conv: conv}, nil
 	case <-ctx.Done():
 		failure = ErrCancelled
 	case <-timer.C:
@@ -408,32 +446,70 @@ func (c *Controller) Acquire(ctx context.Context, k Kind) (*Permit, error) {
 	}
 
 	c.mu.Lock()
-	if w.evicted {
+	now = c.now()
+	switch {
+	case w.evicted != nil:
 		// The eviction raced the cancellation or timeout: it already left
 		// the queue and was counted rejected.
 		c.mu.Unlock()
-		return nil, ErrPreempted
-	}
-	if w.stopped {
+		return nil, c.evictedError(w)
+	case w.stopped:
 		c.mu.Unlock()
 		return nil, ErrStopped
-	}
-	if w.granted {
+	case w.granted:
 		// The grant raced the cancellation or timeout: hand the slot on
 		// instead of stranding it.
 		c.state.Add(-takeDelta[k])
-		c.dispatch()
-	} else {
-		q.remove(w)
+		c.flows.finish(conv, k, now)
+	default:
 		c.state.Add(-queuedDelta(k))
+		c.flows.dequeue(w, now)
 	}
+	var r *Refusal
+	if failure == ErrQueueTimeout {
+		r = c.refusal(ErrQueueTimeout, ScopeServer, conv, k, now)
+	}
+	c.dispatch(now)
 	c.mu.Unlock()
 	if failure == ErrCancelled {
 		c.cancelled.Add(1)
-	} else {
-		c.timedOut.Add(1)
+		return nil, ErrCancelled
 	}
-	return nil, failure
+	c.timedOut.Add(1)
+	return nil, r
+}
+
+func (c *Controller) evictedError(w *waiter) error {
+	if w.refusal != nil {
+		w.refusal.Err = w.evicted
+		return w.refusal
+	}
+	return w.evicted
+}
+
+// refusal builds an OVERLOADED decision for flow conv and counts it against
+// the flow. Caller holds mu.
+func (c *Controller) refusal(err error, scope Scope, conv *flowState, k Kind, now time.Time) *Refusal {
+	recent := c.flows.refused(conv, now)
+	return &Refusal{Err: err, Scope: scope, RetryAfter: c.retryAfter(k, recent, now)}
+}
+
+// retryAfter estimates when a retry could find a place: the time the class
+// takes to drain what is queued ahead, from its completions over the last
+// seconds, doubled for each doubling of the flow's own recent refusals (a
+// caller that retries at once is told to wait longer), within [50ms, 32s].
+func (c *Controller) retryAfter(k Kind, recentRefusals int, now time.Time) time.Duration {
+	const lo, hi = 50 * time.Millisecond, 32 * time.Second
+	rate := c.drain.rate(k, now) // completions per second
+	ahead := float64(queuedTotal(c.state.Load()) + 1)
+	est := hi
+	if rate > 0 {
+		est = time.Duration(ahead / rate * float64(time.Second))
+	}
+	for n := recentRefusals; n > 1 && est < hi; n >>= 1 {
+		est *= 2
+	}
+	return min(max(est, lo), hi)
 }
 
 // Stop refuses every operation that has not started: queued ones leave at
@@ -446,32 +522,49 @@ func (c *Controller) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped.Store(true)
-	for _, q := range []*queue{&c.controlQ, &c.normalQ} {
-		for w := q.head; w != nil; {
-			next := w.next
-			q.remove(w)
-			c.state.Add(-queuedDelta(w.kind))
-			w.stopped = true
-			close(w.ready)
-			c.cancelled.Add(1)
-			w = next
-		}
+	now := c.now()
+	for _, w := range c.flows.allWaiters() {
+		c.state.Add(-queuedDelta(w.kind))
+		c.flows.dequeue(w, now)
+		w.stopped = true
+		close(w.ready)
+		c.cancelled.Add(1)
 	}
 }
 
-// Shed reports whether an operation of kind k would be refused at once
-// because it can neither start nor queue now (control work can queue while
-// normal work is queued: it takes its place), and if so counts it as
-// rejected. A transport uses it to answer OVERLOADED before spending work on
-// a request the controller would refuse anyway: under overload most requests
-// are such, and shedding them cheaply keeps latency low for the rest.
-func (c *Controller) Shed(k Kind) bool {
+// Shed reports whether an operation of kind k for the anonymous flow would
+// be refused at once; see ShedFlow.
+func (c *Controller) Shed(k Kind) bool { return c.ShedFlow(k, Flow{}) != nil }
+
+// ShedFlow returns the refusal an operation of kind k for flow f would get
+// at once, because it can neither start nor queue now (nor take a place held
+// by a flow with more), and counts it as rejected; nil when it would start
+// or queue. A transport uses it to answer OVERLOADED before spending work on
+// a request the controller would refuse anyway: under overload most
+// requests are such, and shedding them cheaply keeps latency low for the
+// rest. It decides with the caller's flow, so a polite caller is not shed
+// for a greedy one's queue.
+func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	s := c.state.Load()
-	if c.canStart(s, k) || queuedTotal(s) < c.lim.MaxQueue || (k == Control && field(s, shQNormal) > 0) {
-		return false
+	if queuedTotal(s) < c.lim.MaxQueue || c.stopped.Load() {
+		return nil // Acquire decides (and answers a stop itself)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	conv := c.flows.get(f, now)
+	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
+	c.flows.enqueue(w, now)
+	defer c.flows.dequeue(w, now)
+	if c.canStart(c.state.Load(), k) && c.flows.mayStart(c, w, now) {
+		return nil
+	}
+	victim, scope := c.flows.victim(w, now)
+	if victim != nil || (k == Control && c.flows.normalVictim() != nil) {
+		return nil
 	}
 	c.rejected.Add(1)
-	return true
+	return c.refusal(ErrQueueFull, scope, conv, k, now)
 }
 
 // Full reports whether the queue is full: the /readyz condition. It is one
@@ -492,4 +585,13 @@ func setMax(m *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// RetryAfter is the retry hint for a refusal that is no flow's doing (the
+// memory guard, the body budget): how long the class takes to drain what
+// is queued, from its recent completions.
+func (c *Controller) RetryAfter(k Kind) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.retryAfter(k, 0, c.now())
 }

@@ -1,6 +1,11 @@
 package admission
 
-import "github.com/overdeck/mcp-backend/mcpwire"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
 
 // Snapshot is the /metrics JSON. It reads the state without taking the
 // scheduler's lock; each number is exact, the set is a moment's view.
@@ -40,6 +45,42 @@ func (c *Controller) Snapshot() mcpwire.Metrics {
 			TimedOut:  c.timedOut.Load(),
 			Cancelled: c.cancelled.Load(),
 			Preempted: c.preempted.Load(),
+			Displaced: c.displaced.Load(),
 		},
+		Flows: c.flowStats(),
 	}
+}
+
+// flowStats reads the flow table under the lock: bounded work (the table
+// is capped), and /metrics is not a hot path.
+func (c *Controller) flowStats() *mcpwire.Flows {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	out := &mcpwire.Flows{Principals: len(c.flows.principals), Conversations: c.flows.nconv, Cap: c.lim.MaxFlows,
+		Overflowed: c.flows.overflowed, Reserve: c.lim.FlowReserve, Top: []mcpwire.FlowStat{}}
+	for pk, p := range c.flows.principals {
+		for ck, conv := range p.convs {
+			d := conv.demand(poolAll)
+			if d > 0 {
+				out.Busy++
+			}
+			if d == 0 && conv.refusedTotal == 0 {
+				continue
+			}
+			st := mcpwire.FlowStat{PrincipalKind: principalKind(pk), Principal: principalHash(pk), Conversation: ck,
+				Active: conv.active[poolAll], Queued: conv.queued[poolAll], Refused: conv.refusedTotal, ServedSeconds: conv.servedNow(now)}
+			out.Top = append(out.Top, st)
+		}
+	}
+	slices.SortFunc(out.Top, func(a, b mcpwire.FlowStat) int {
+		if d := (b.Active + b.Queued) - (a.Active + a.Queued); d != 0 {
+			return d
+		}
+		return cmp.Compare(b.Refused, a.Refused)
+	})
+	if len(out.Top) > mcpwire.TopFlows {
+		out.Top = out.Top[:mcpwire.TopFlows]
+	}
+	return out
 }

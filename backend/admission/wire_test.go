@@ -16,7 +16,8 @@ import (
 // read these names, so a rename or a dropped field must show up here. The
 // state is built so that most numbers differ, and a swapped field shows too.
 func TestSnapshotJSONGolden(t *testing.T) {
-	c := New(Limits{MaxActive: 7, ReservedControl: 2, MaxShell: 3, MaxQueue: 2, QueueWait: 45 * time.Second})
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := New(Limits{MaxActive: 7, ReservedControl: 2, MaxShell: 3, MaxQueue: 2, QueueWait: 45 * time.Second}, WithClock(func() time.Time { return clock }))
 	shell := hold(t, c, Shell, 3)
 	normal := hold(t, c, Normal, 2) // the non-control share (5) is now full
 	control := hold(t, c, Control, 1)

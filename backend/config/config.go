@@ -48,6 +48,14 @@ type Concurrency struct {
 	MaxShell        int `json:"maxShell"`
 	MaxQueue        int `json:"maxQueue"`
 	QueueWaitMs     int `json:"queueWaitMs"`
+	// FlowReserve slots of each class stay for a caller holding nothing
+	// there: no conversation alone fills a class (fair share).
+	FlowReserve int `json:"flowReserve"`
+	// MaxFlows bounds the conversations (and principals) tracked for fair
+	// share; beyond it new ones share buckets.
+	MaxFlows int `json:"maxFlows"`
+	// FlowIdleMs: how long an idle flow's service history is kept.
+	FlowIdleMs int `json:"flowIdleMs"`
 }
 
 // MaxNonControl is the capacity left to non-control work.
@@ -83,6 +91,9 @@ func Default() Config {
 			MaxShell:        8,
 			MaxQueue:        64,
 			QueueWaitMs:     30000,
+			FlowReserve:     1,
+			MaxFlows:        1024,
+			FlowIdleMs:      300000,
 		},
 		Limits: Limits{OutputBytes: 4 << 20, ResponseBytes: 6 << 20},
 		Shell:  Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
@@ -156,6 +167,8 @@ const maxLimit = 4095
 const (
 	// maxQueueWaitMs: a call queued longer than an hour has no client left.
 	maxQueueWaitMs = 3600000
+	// maxFlows bounds the fair-share flow table (a few hundred bytes each).
+	maxFlows = 1 << 16
 	// maxShellTimeoutMs: a day; shell.exec is not a job scheduler.
 	maxShellTimeoutMs = 86400000
 	// maxOutputBytes: file.read allocates this per call and JSON escaping
@@ -212,6 +225,15 @@ func (c Config) Validate() error {
 	}
 	if cc.QueueWaitMs <= 0 || cc.QueueWaitMs > maxQueueWaitMs {
 		bad("concurrency.queueWaitMs", cc.QueueWaitMs, fmt.Sprintf("must be 1..%d (1 h)", maxQueueWaitMs))
+	}
+	if cc.FlowReserve < 0 || cc.FlowReserve > 16 {
+		bad("concurrency.flowReserve", cc.FlowReserve, "must be 0..16 (each class keeps at most its size - 1; 0 turns the fair-share reserve off)")
+	}
+	if cc.MaxFlows < 1 || cc.MaxFlows > maxFlows {
+		bad("concurrency.maxFlows", cc.MaxFlows, fmt.Sprintf("must be 1..%d", maxFlows))
+	}
+	if cc.FlowIdleMs < 1000 || cc.FlowIdleMs > 86400000 {
+		bad("concurrency.flowIdleMs", cc.FlowIdleMs, "must be 1000..86400000 (1 s to 1 day)")
 	}
 	outputOK := c.Limits.OutputBytes > 0 && c.Limits.OutputBytes <= maxOutputBytes
 	if !outputOK {

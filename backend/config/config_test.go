@@ -15,10 +15,10 @@ func TestParseDefaults(t *testing.T) {
 	}{
 		{"empty object gets all defaults", `{}`, func(c Config) bool { return equal(c, Default()) }},
 		{"file without concurrency gets 48/8/8/64/30000", `{"listen":"127.0.0.1:4000"}`, func(c Config) bool {
-			return c.Concurrency == Concurrency{48, 8, 8, 64, 30000} && c.Listen == "127.0.0.1:4000"
+			return c.Concurrency == Concurrency{48, 8, 8, 64, 30000, 1, 1024, 300000} && c.Listen == "127.0.0.1:4000"
 		}},
 		{"partial concurrency keeps other defaults", `{"concurrency":{"maxShell":4}}`, func(c Config) bool {
-			return c.Concurrency == Concurrency{48, 8, 4, 64, 30000}
+			return c.Concurrency == Concurrency{48, 8, 4, 64, 30000, 1, 1024, 300000}
 		}},
 		{"limits default 4 MiB / 6 MiB", `{}`, func(c Config) bool {
 			return c.Limits.OutputBytes == 4194304 && c.Limits.ResponseBytes == 6291456
@@ -76,6 +76,9 @@ func TestValidate(t *testing.T) {
 		{"reserved not below max", `{"concurrency":{"maxActive":8,"reservedControl":8,"maxShell":1}}`, "concurrency.reservedControl = 8: must be < maxActive (8)"},
 		{"zero maxActive", `{"concurrency":{"maxActive":0}}`, "concurrency.maxActive = 0: must be 1..4095"},
 		{"negative queue", `{"concurrency":{"maxQueue":-1}}`, "concurrency.maxQueue = -1: must be 0..4095"},
+		{"negative flow reserve", `{"concurrency":{"flowReserve":-1}}`, "concurrency.flowReserve = -1: must be 0..16"},
+		{"flow table of none", `{"concurrency":{"maxFlows":0}}`, "concurrency.maxFlows = 0: must be 1..65536"},
+		{"flows forgotten at once", `{"concurrency":{"flowIdleMs":10}}`, "concurrency.flowIdleMs = 10: must be 1000..86400000"},
 		{"huge queue", `{"concurrency":{"maxQueue":5000}}`, "concurrency.maxQueue = 5000: must be 0..4095"},
 		{"zero queue wait", `{"concurrency":{"queueWaitMs":0}}`, "concurrency.queueWaitMs = 0: must be 1..3600000"},
 		{"queue wait overflowing a duration", `{"concurrency":{"queueWaitMs":9300000000000}}`, "concurrency.queueWaitMs = 9300000000000: must be 1..3600000"},
