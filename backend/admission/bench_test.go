@@ -2,8 +2,12 @@ package admission
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/backend/caller"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -64,4 +68,52 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkAcquireReleaseFlows is the path of a call with fair share: its
+// raw ids (a session id) resolved to its flow, then Acquire and Release,
+// the calls spread over 1, 100 or 10,000 conversations (the table holds
+// 1024; beyond, conversations share buckets). Compare with
+// BenchmarkAcquireRelease/admission (the anonymous flow, no resolution).
+func BenchmarkAcquireReleaseFlows(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 100, 10000} {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("session-%032d", i)
+		}
+		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
+			lim := benchLimits()
+			lim.FlowReserve = 1
+			c := New(lim)
+			i := 0
+			for b.Loop() {
+				cw := caller.Resolve(caller.Claims{SessionID: ids[i%n]})
+				i++
+				p, err := c.AcquireFlow(ctx, Normal, Flow{Principal: cw.Principal.Key(), Conversation: cw.Conversation})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Release()
+			}
+		})
+		b.Run(fmt.Sprintf("flows=%d/16goroutines", n), func(b *testing.B) {
+			lim := benchLimits()
+			lim.FlowReserve = 1
+			c := New(lim)
+			var next atomic.Int64
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					cw := caller.Resolve(caller.Claims{SessionID: ids[int(next.Add(1))%n]})
+					p, err := c.AcquireFlow(ctx, Normal, Flow{Principal: cw.Principal.Key(), Conversation: cw.Conversation})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					p.Release()
+				}
+			})
+		})
+	}
 }

@@ -13,8 +13,10 @@ import (
 // Fair sharing, decided under the controller's lock.
 //
 // A flow is a conversation within a principal. Capacity comes in three
-// nested pools: all slots (every kind), non-control slots (normal and
-// shell) and shell slots. In each pool a principal's share is its max-min
+// pools: control work (any slot; normal work's use of slots is bounded by
+// the non-control cap, so control callers share among themselves what they
+// ask for), non-control slots (normal and shell) and shell slots (nested in
+// the non-control ones). In each pool a principal's share is its max-min
 // fair share (water-filling) of the pool less its reserve, over the demands
 // (running + queued) of the principals that want it; a conversation's share
 // is its max-min fair share of its principal's. Shares are real numbers and
@@ -42,21 +44,30 @@ const demandMemory = time.Second
 
 // Pools a kind occupies.
 const (
-	poolAll = iota
+	poolControl = iota
 	poolNonControl
 	poolShell
 	numPools
 )
 
+var (
+	controlPools = []int{poolControl}
+	normalPools  = []int{poolNonControl}
+	shellPools   = []int{poolNonControl, poolShell}
+)
+
 func poolsOf(k Kind) []int {
 	switch k {
 	case Control:
-		return []int{poolAll}
+		return controlPools
 	case Shell:
-		return []int{poolAll, poolNonControl, poolShell}
+		return shellPools
 	}
-	return []int{poolAll, poolNonControl}
+	return normalPools
 }
+
+// running is the slots a flow holds, of every kind.
+func (f *flowState) running() int { return f.active[poolControl] + f.active[poolNonControl] }
 
 // waiter is one queued operation; its fields are guarded by the
 // controller's mutex.
@@ -98,6 +109,9 @@ type flowState struct {
 
 func (f *flowState) demand(p int) int { return f.active[p] + f.queued[p] }
 
+// busy is everything a flow runs or queues, of every kind.
+func (f *flowState) busy() int { return f.demand(poolControl) + f.demand(poolNonControl) }
+
 // effDemand is the demand shares are computed from: the current one, or the
 // remembered peak while it lasts.
 func (f *flowState) effDemand(p int, now time.Time) int {
@@ -119,7 +133,7 @@ func (f *flowState) idle(now time.Time) bool {
 
 // servedNow is the service so far, running slots included.
 func (f *flowState) servedNow(now time.Time) float64 {
-	return f.served + float64(f.active[poolAll])*now.Sub(f.servedAt).Seconds()
+	return f.served + float64(f.running())*now.Sub(f.servedAt).Seconds()
 }
 
 func (f *flowState) accrue(now time.Time) {
@@ -230,7 +244,7 @@ func (t *flowTable) sweep(now time.Time) {
 func activate(f *flowState, peers map[*flowState]struct{}, now time.Time) {
 	least, found := 0.0, false
 	for q := range peers {
-		if q == f || q.demand(poolAll) == 0 {
+		if q == f || q.busy() == 0 {
 			continue
 		}
 		if s := q.servedNow(now); !found || s < least {
@@ -246,10 +260,10 @@ func activate(f *flowState, peers map[*flowState]struct{}, now time.Time) {
 func (t *flowTable) addDemand(w *waiter, delta int, now time.Time) {
 	c, p := w.conv, w.conv.principal
 	if delta > 0 {
-		if c.demand(poolAll) == 0 {
+		if c.busy() == 0 {
 			activate(c, p.busyConvs, now)
 		}
-		if p.demand(poolAll) == 0 {
+		if p.busy() == 0 {
 			activate(p, t.busy, now)
 		}
 	}
@@ -424,7 +438,7 @@ func (t *flowTable) mayStart(c *Controller, w *waiter, now time.Time) bool {
 	}
 	conv, p := w.conv, w.conv.principal
 	s := c.state.Load()
-	used := [numPools]int{field(s, shTotal), field(s, shNonControl), field(s, shShell)}
+	used := [numPools]int{field(s, shTotal) - field(s, shNonControl), field(s, shNonControl), field(s, shShell)}
 	for _, pool := range poolsOf(w.kind) {
 		n, h := t.capacity[pool], t.reserve[pool]
 		if float64(conv.active[pool]) >= conv.share[pool] {
@@ -511,12 +525,7 @@ func (t *flowTable) victim(w *waiter, _ time.Time) (*waiter, Scope) {
 	if top != nil && top.nwait > mine+1 {
 		return youngest(busiestConv(top, nil), w.kind), ""
 	}
-	var topConv *flowState
-	for _, c := range p.convs {
-		if c != conv && c.nwait > 0 && (topConv == nil || c.nwait > topConv.nwait) {
-			topConv = c
-		}
-	}
+	topConv := busiestConv(p, conv)
 	if topConv != nil && topConv.nwait > conv.nwait+1 {
 		return youngest(topConv, w.kind), ""
 	}
@@ -533,34 +542,45 @@ func (t *flowTable) victim(w *waiter, _ time.Time) (*waiter, Scope) {
 
 // normalVictim is the youngest normal operation of the flow holding the
 // most normal places: the place a control arrival takes at a full queue.
+// Among flows holding as many, the youngest operation goes.
 func (t *flowTable) normalVictim() *waiter {
-	var top *flowState
+	most := 0
 	for q := range t.waiting {
-		if q.queued[poolNonControl] > 0 && (top == nil || q.queued[poolNonControl] > top.queued[poolNonControl]) {
-			top = q
-		}
+		most = max(most, q.queued[poolNonControl])
 	}
-	if top == nil {
+	if most == 0 {
 		return nil
 	}
-	var conv *flowState
-	for _, c := range top.convs {
-		if c.queued[poolNonControl] > 0 && (conv == nil || c.queued[poolNonControl] > conv.queued[poolNonControl]) {
-			conv = c
+	var best *waiter
+	for q := range t.waiting {
+		if q.queued[poolNonControl] != most {
+			continue
+		}
+		cmost := 0
+		for _, c := range q.convs {
+			cmost = max(cmost, c.queued[poolNonControl])
+		}
+		for _, c := range q.convs {
+			if c.queued[poolNonControl] != cmost {
+				continue
+			}
+			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.at.After(best.at)) {
+				best = w
+			}
 		}
 	}
-	for w := conv.tail; w != nil; w = w.prev {
-		if w.kind != Control {
-			return w
-		}
-	}
-	return nil
+	return best
 }
 
+// busiestConv is the conversation of p holding the most places, except
+// one; among those holding as many, the one with the youngest operation.
 func busiestConv(p *flowState, except *flowState) *flowState {
 	var top *flowState
 	for _, c := range p.convs {
-		if c != except && c.nwait > 0 && (top == nil || c.nwait > top.nwait) {
+		if c == except || c.nwait == 0 {
+			continue
+		}
+		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at.After(top.tail.at)) {
 			top = c
 		}
 	}

@@ -352,7 +352,7 @@ func TestRetryAfterFollowsDrainAndRefusals(t *testing.T) {
 		}
 		return ref.RetryAfter
 	}
-	idleHint := hint() // nothing has drained: the longest hint
+	idleHint := hint()       // nothing has drained: the longest hint
 	clk.add(3 * time.Second) // that refusal is no longer recent
 	for range 3 {
 		held[0].Release()

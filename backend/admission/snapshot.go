@@ -61,7 +61,7 @@ func (c *Controller) flowStats() *mcpwire.Flows {
 		Overflowed: c.flows.overflowed, Reserve: c.lim.FlowReserve, Top: []mcpwire.FlowStat{}}
 	for pk, p := range c.flows.principals {
 		for ck, conv := range p.convs {
-			d := conv.demand(poolAll)
+			d := conv.busy()
 			if d > 0 {
 				out.Busy++
 			}
@@ -69,7 +69,7 @@ func (c *Controller) flowStats() *mcpwire.Flows {
 				continue
 			}
 			st := mcpwire.FlowStat{PrincipalKind: principalKind(pk), Principal: principalHash(pk), Conversation: ck,
-				Active: conv.active[poolAll], Queued: conv.queued[poolAll], Refused: conv.refusedTotal, ServedSeconds: conv.servedNow(now)}
+				Active: conv.running(), Queued: conv.queued[poolControl] + conv.queued[poolNonControl], Refused: conv.refusedTotal, ServedSeconds: conv.servedNow(now)}
 			out.Top = append(out.Top, st)
 		}
 	}

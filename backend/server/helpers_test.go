@@ -58,11 +58,24 @@ func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
 
 var rpcID atomic.Int64
 
-// callRaw posts one tools/call as a plain HTTP client would.
+// callRaw posts one tools/call as a plain HTTP client would, in a
+// conversation of its own (ChatGPT's shape: a fresh session per call, the
+// conversation in _meta), so tests that drive the global limits do it with
+// many conversations, as real traffic does.
 func callRaw(ctx context.Context, url, tool string, args any) (int, []byte, error) {
+	id := rpcID.Add(1)
+	return callAs(ctx, url, fmt.Sprintf("conversation-%d", id), tool, args)
+}
+
+// callAs posts one tools/call in conversation conv (its _meta
+// openai/session; "" for none).
+func callAs(ctx context.Context, url, conv, tool string, args any) (int, []byte, error) {
+	params := map[string]any{"name": tool, "arguments": args}
+	if conv != "" {
+		params["_meta"] = map[string]any{"openai/session": conv}
+	}
 	body, _ := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "id": rpcID.Add(1), "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args},
+		"jsonrpc": "2.0", "id": rpcID.Add(1), "method": "tools/call", "params": params,
 	})
 	return post(ctx, url+"/mcp", body)
 }

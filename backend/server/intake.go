@@ -11,6 +11,10 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // HTTPLimits bound what clients can make the HTTP layer hold, whatever they
@@ -204,12 +208,12 @@ func (s *Server) refuseBody(w http.ResponseWriter, r *http.Request, got []byte, 
 		got = buf[:n+m]
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	id, method, _ := sniffRequest(got)
+	id, method, name := sniffRequest(got)
 	restarting := s.abandonCtx.Err() != nil
 	switch {
 	case errors.Is(err, errBodyBudget):
 		if method == "tools/call" && id != nil {
-			s.writeToolResult(w, id, s.shedBody)
+			s.writeToolResult(w, id, encodeResult(s.serverOverloaded(toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget), admission.KindOf(name))))
 			return
 		}
 		writeRPCErrorID(w, http.StatusServiceUnavailable, id, -32000, "backend overloaded: request-body budget in use; retry later")

@@ -21,7 +21,7 @@ import (
 // complete; /metrics counts the preemptions and everything balances.
 func TestControlPreemptsQueuedNormalWorkOverHTTP(t *testing.T) {
 	b := startBackend(t, func(c *config.Config) {
-		c.Concurrency = config.Concurrency{MaxActive: 12, ReservedControl: 2, MaxShell: 10, MaxQueue: 8, QueueWaitMs: 600000}
+		c.Concurrency.MaxActive, c.Concurrency.ReservedControl, c.Concurrency.MaxShell, c.Concurrency.MaxQueue, c.Concurrency.QueueWaitMs = 12, 2, 10, 8, 600000
 	})
 	g := newGate(t)
 	call := func(tool string, args map[string]any) string {

@@ -56,9 +56,6 @@ type Server struct {
 	oauth      *oauth.Verifier // nil when OAuth is off
 	startOAuth sync.Once       // key loading starts with the first Handler
 
-	shedResult    []byte // the encoded OVERLOADED result of a request shed at once
-	shedBody      []byte // the encoded OVERLOADED result when the body budget is in use
-	shedMemory    []byte // the encoded OVERLOADED result while the memory guard sheds
 	restartResult []byte // the encoded UNAVAILABLE result of a call cut by a restart
 
 	httpLim HTTPLimits
@@ -79,6 +76,7 @@ type Server struct {
 	// than the intake read: none, while the frame check holds.
 	disagreed atomic.Int64
 	cancels   *cancelScope  // links HTTP cancel notifications to their calls
+	refusals  *refusalLog   // calls that never ran, logged in aggregate
 	nextReq   atomic.Uint64 // request ids; the header is ours, so a counter suffices
 }
 
@@ -109,6 +107,9 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 			MaxShell:        cfg.Concurrency.MaxShell,
 			MaxQueue:        cfg.Concurrency.MaxQueue,
 			QueueWait:       cfg.Concurrency.QueueWait(),
+			FlowReserve:     cfg.Concurrency.FlowReserve,
+			MaxFlows:        cfg.Concurrency.MaxFlows,
+			FlowIdle:        time.Duration(cfg.Concurrency.FlowIdleMs) * time.Millisecond,
 		}),
 	}
 	if cfg.Auth.BearerTokenFile != "" {
@@ -153,9 +154,6 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		dst *[]byte
 		err *toolerr.Error
 	}{
-		{&s.shedResult, admissionError(admission.ErrQueueFull, s.adm.Limits())},
-		{&s.shedBody, toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget)},
-		{&s.shedMemory, memoryError()},
 		{&s.restartResult, restartError()},
 	} {
 		b, err := json.Marshal(toolerr.Result(r.err))
@@ -170,6 +168,8 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.refusals = newRefusalLog(log)
+	go s.refusals.run(s.down)
 	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "mcp-backend", Version: buildinfo.Version}, &mcp.ServerOptions{Logger: sdkLogger(log)})
 	s.tools.Register(s.mcp)
@@ -209,35 +209,35 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		ctx, cancel := s.requestContext(ctx, call)
 		defer cancel()
-		who0 := s.callerOf(who, call)
-		ctx = caller.With(ctx, who0)
+		cw := s.callerOf(who, call)
+		ctx = caller.With(ctx, cw)
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
 		if te := s.mayRun(who, call); te != nil {
-			s.logCall(who, tool, kind, 0, 0, string(te.Code))
+			s.refusals.add(cw, tool, string(te.Code))
 			return toolerr.Result(te), nil
 		}
 		if s.stoppingCtx.Err() != nil {
-			s.logCall(who, tool, kind, 0, 0, string(mcpwire.CodeUnavailable))
+			s.refusals.add(cw, tool, string(mcpwire.CodeUnavailable))
 			return toolerr.Result(restartError()), nil
 		}
 		if kind != admission.Control && s.mem.Load().Shedding() {
-			s.logCall(who, tool, kind, 0, 0, string(mcpwire.CodeOverloaded))
-			return toolerr.Result(memoryError()), nil
+			s.refusals.add(cw, tool, string(mcpwire.CodeOverloaded))
+			return toolerr.Result(s.serverOverloaded(memoryError(), kind)), nil
 		}
 		start := time.Now()
 		// Shutdown takes queued calls out of the queue at once.
 		acqCtx, stopAcq := context.WithCancel(ctx)
 		defer stopAcq()
 		defer context.AfterFunc(s.stoppingCtx, stopAcq)()
-		permit, err := s.adm.Acquire(acqCtx, kind)
+		permit, err := s.adm.AcquireFlow(acqCtx, kind, flowOf(cw))
 		wait := time.Since(start)
 		if err != nil {
 			te := admissionError(err, s.adm.Limits())
 			if s.stoppingCtx.Err() != nil && ctx.Err() == nil {
 				te = restartError()
 			}
-			s.logCall(who, tool, kind, wait, 0, string(te.Code))
+			s.refusals.add(cw, tool, string(te.Code))
 			return toolerr.Result(te), nil
 		}
 		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
@@ -257,14 +257,14 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		dur := time.Since(start) - wait
 		switch {
 		case abandoned:
-			s.logCall(who, tool, kind, wait, dur, "abandoned-at-shutdown")
+			s.logCall(who, cw, tool, kind, wait, dur, "abandoned-at-shutdown")
 		case err != nil:
-			s.logCall(who, tool, kind, wait, dur, "jsonrpc-error")
+			s.logCall(who, cw, tool, kind, wait, dur, "jsonrpc-error")
 		default:
 			if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
-				s.logCall(who, tool, kind, wait, dur, outcome(r))
+				s.logCall(who, cw, tool, kind, wait, dur, outcome(r))
 			} else {
-				s.logCall(who, tool, kind, wait, dur, "ok")
+				s.logCall(who, cw, tool, kind, wait, dur, "ok")
 			}
 		}
 		return res, err
@@ -295,7 +295,21 @@ func (s *Server) mayRun(who *oauth.Identity, call *mcp.CallToolRequest) *toolerr
 // verified identity, the call's _meta and its session header. HTTP and
 // stdio take the same path.
 func (s *Server) callerOf(who *oauth.Identity, call *mcp.CallToolRequest) caller.Caller {
-	c := caller.Claims{Authenticated: s.token != nil || s.oauth != nil}
+	var subject, session, sid string
+	if m := call.Params.Meta; m != nil {
+		subject, _ = m[caller.MetaSubject].(string)
+		session, _ = m[caller.MetaSession].(string)
+	}
+	if call.Extra != nil && call.Extra.Header != nil {
+		sid = call.Extra.Header.Get(sessionHeader)
+	}
+	return s.resolveCaller(who, subject, session, sid)
+}
+
+// resolveCaller is the one resolution the intake (from its reading of the
+// body) and the middleware (from the SDK's) both use.
+func (s *Server) resolveCaller(who *oauth.Identity, metaSubject, metaSession, sessionID string) caller.Caller {
+	c := caller.Claims{Authenticated: s.token != nil || s.oauth != nil, MetaSubject: metaSubject, MetaSession: metaSession, SessionID: sessionID}
 	if who != nil {
 		c.Operator = who.Operator
 		if !who.Operator {
@@ -305,14 +319,12 @@ func (s *Server) callerOf(who *oauth.Identity, call *mcp.CallToolRequest) caller
 			}
 		}
 	}
-	if m := call.Params.Meta; m != nil {
-		c.MetaSubject, _ = m[caller.MetaSubject].(string)
-		c.MetaSession, _ = m[caller.MetaSession].(string)
-	}
-	if call.Extra != nil && call.Extra.Header != nil {
-		c.SessionID = call.Extra.Header.Get(sessionHeader)
-	}
 	return caller.Resolve(c)
+}
+
+// flowOf is a caller's flow in admission.
+func flowOf(c caller.Caller) admission.Flow {
+	return admission.Flow{Principal: c.Principal.Key(), Conversation: c.Conversation}
 }
 
 // requestContext joins the tool call's context with its HTTP request's, so
@@ -333,17 +345,49 @@ func (s *Server) requestContext(ctx context.Context, call *mcp.CallToolRequest) 
 }
 
 func admissionError(err error, lim admission.Limits) *toolerr.Error {
+	var r *admission.Refusal
+	if errors.As(err, &r) {
+		var te *toolerr.Error
+		switch {
+		case errors.Is(err, admission.ErrQueueTimeout):
+			te = toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
+		case r.Scope == admission.ScopeConversation:
+			te = toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: this conversation holds the most of the admission queue (%d places); retry later", lim.MaxQueue)
+		case r.Scope == admission.ScopePrincipal:
+			te = toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: this caller holds the most of the admission queue (%d places); retry later", lim.MaxQueue)
+		default:
+			te = toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: admission queue is full (%d queued); retry later", lim.MaxQueue)
+		}
+		if errors.Is(err, admission.ErrDisplaced) {
+			te.Message = "backend overloaded: this call's queue place went to a caller holding fewer; retry later"
+		}
+		te.Scope, te.RetryAfterMs = string(r.Scope), max(r.RetryAfter.Milliseconds(), 1)
+		return te
+	}
 	switch {
-	case errors.Is(err, admission.ErrQueueFull):
+	case errors.Is(err, admission.ErrQueueFull), errors.Is(err, admission.ErrQueueTimeout):
 		return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: admission queue is full (%d queued); retry later", lim.MaxQueue)
-	case errors.Is(err, admission.ErrQueueTimeout):
-		return toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: no slot within the queue wait of %s; retry later", lim.QueueWait)
 	case errors.Is(err, admission.ErrCancelled):
 		return toolerr.New(mcpwire.CodeCancelled, "request cancelled by the client while queued")
 	case errors.Is(err, admission.ErrStopped):
 		return restartError()
 	}
 	return toolerr.New(mcpwire.CodeInternal, "admission: %v", err)
+}
+
+// serverOverloaded marks an OVERLOADED error that is no flow's doing (the
+// memory guard, the body budget, the connection cap): scope server, and a
+// retry hint from how fast admission drains.
+func (s *Server) serverOverloaded(te *toolerr.Error, kind admission.Kind) *toolerr.Error {
+	te.Scope = mcpwire.ScopeServer
+	te.RetryAfterMs = max(s.adm.RetryAfter(kind).Milliseconds(), 1)
+	return te
+}
+
+// encodeResult encodes a tool result for writeToolResult.
+func encodeResult(te *toolerr.Error) []byte {
+	b, _ := json.Marshal(toolerr.Result(te)) // strings and numbers only
+	return b
 }
 
 func outcome(r *mcp.CallToolResult) string {
@@ -356,12 +400,14 @@ func outcome(r *mcp.CallToolResult) string {
 	return "error"
 }
 
-// logCall writes one line per tool call: never arguments, contents, output
-// or environment values, nor a token; who called, when auth is on.
-func (s *Server) logCall(who *oauth.Identity, tool string, kind admission.Kind, wait, dur time.Duration, result string) {
+// logCall writes one line per tool call that ran: never arguments,
+// contents, output or environment values, nor a token; who called (the
+// principal and conversation as hashes; subject and client when OAuth is
+// on). Calls that never ran are aggregated by refusals instead.
+func (s *Server) logCall(who *oauth.Identity, cw caller.Caller, tool string, kind admission.Kind, wait, dur time.Duration, result string) {
 	attrs := []any{"tool", tool, "class", kind.String(),
 		"queueWaitMs", wait.Milliseconds(), "durationMs", dur.Milliseconds(),
-		"outcome", result}
+		"outcome", result, "principal", string(cw.Principal.Kind) + ":" + cw.Principal.Hash(), "conversation", cw.Conversation}
 	if who != nil {
 		attrs = append(attrs, "subject", who.Subject, "clientId", who.ClientID)
 	}
@@ -468,6 +514,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		}
 		if msg.Method == "tools/call" && msg.ID != nil {
 			kind := admission.KindOf(msg.Params.Name)
+			cw := s.resolveCaller(oauth.IdentityFrom(r.Context()), msg.metaString(caller.MetaSubject), msg.metaString(caller.MetaSession), r.Header.Get(sessionHeader))
 			var shed []byte
 			code := mcpwire.CodeOverloaded
 			switch {
@@ -475,14 +522,19 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 				shed, code = s.restartResult, mcpwire.CodeUnavailable
 			case reserve && kind != admission.Control:
 				// Past the connection cap only control work is served.
-				shed = s.shedResult
+				shed = encodeResult(s.serverOverloaded(toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: every connection is in use; retry later"), kind))
 			case kind != admission.Control && s.mem.Load().Shedding():
-				shed = s.shedMemory
-			case s.adm.Shed(kind):
-				shed = s.shedResult
+				shed = encodeResult(s.serverOverloaded(memoryError(), kind))
+			default:
+				// The early refusal decides with the caller's flow, as
+				// admission would: a polite caller is not shed for a
+				// greedy one's queue.
+				if ref := s.adm.ShedFlow(kind, flowOf(cw)); ref != nil {
+					shed = encodeResult(admissionError(ref, s.adm.Limits()))
+				}
 			}
 			if shed != nil {
-				s.logCall(oauth.IdentityFrom(r.Context()), msg.Params.Name, kind, 0, 0, string(code))
+				s.refusals.add(cw, msg.Params.Name, string(code))
 				s.writeToolResult(w, msg.ID, shed)
 				return
 			}
