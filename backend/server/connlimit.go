@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // capListener caps open connections like netutil.LimitListener, with a
@@ -13,19 +15,41 @@ import (
 // served (and which closes after its answer), so probes and control work are
 // still answered at the cap. Past max+reserve, Accept waits for a close and
 // new connections wait in the kernel's backlog.
+//
+// A place is held only by a connection that turns out to be a client: once
+// half the places are taken, a new connection that has not sent a whole
+// request header within crowdedHeader is closed, and answers close their
+// connection instead of keeping it alive. So silent or trickling sockets
+// cannot hold the places (reserve included) that probes and control calls
+// need; the watchdog's own probe does not use this listener at all.
 type capListener struct {
 	net.Listener
-	sem    chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	max    int
-	mu     sync.Mutex
-	normal int
-	extra  int
+	sem     chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	max     int
+	crowdAt int
+	header  time.Duration
+	mu      sync.Mutex
+	normal  int
+	extra   int
+	culled  atomic.Int64 // crowded connections closed for sending no request in time
 }
 
+// crowdedHeader is how long a connection accepted while crowded has to send
+// its first request header.
+const crowdedHeader = 2 * time.Second
+
 func newCapListener(ln net.Listener, max, reserve int) *capListener {
-	return &capListener{Listener: ln, sem: make(chan struct{}, max+reserve), done: make(chan struct{}), max: max}
+	return &capListener{Listener: ln, sem: make(chan struct{}, max+reserve), done: make(chan struct{}), max: max,
+		crowdAt: max / 2, header: crowdedHeader}
+}
+
+// crowded reports whether half the places are taken.
+func (l *capListener) crowded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.normal+l.extra >= l.crowdAt
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
@@ -46,8 +70,18 @@ func (l *capListener) Accept() (net.Conn, error) {
 	} else {
 		l.normal++
 	}
+	crowded := l.normal+l.extra > l.crowdAt
 	l.mu.Unlock()
-	return &cappedConn{Conn: c, l: l, reserve: reserve}, nil
+	cc := &cappedConn{Conn: c, l: l, reserve: reserve}
+	if crowded {
+		cc.cull = time.AfterFunc(l.header, func() {
+			if !cc.started.Load() {
+				l.culled.Add(1)
+				_ = cc.Close()
+			}
+		})
+	}
+	return cc, nil
 }
 
 func (l *capListener) Close() error {
@@ -67,9 +101,14 @@ type cappedConn struct {
 	l       *capListener
 	reserve bool
 	once    sync.Once
+	started atomic.Bool // a whole request header arrived
+	cull    *time.Timer
 }
 
 func (c *cappedConn) Close() error {
+	if c.cull != nil {
+		c.cull.Stop()
+	}
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.mu.Lock()
@@ -84,17 +123,34 @@ func (c *cappedConn) Close() error {
 	return err
 }
 
-type reserveConnKey struct{}
+type connKey struct{}
 
-// connContext marks the requests of a reserve connection.
+// connContext lets the handler find its connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if cc, ok := c.(*cappedConn); ok && cc.reserve {
-		return context.WithValue(ctx, reserveConnKey{}, true)
+	if cc, ok := c.(*cappedConn); ok {
+		return context.WithValue(ctx, connKey{}, cc)
 	}
 	return ctx
 }
 
+func connOf(r *http.Request) *cappedConn {
+	cc, _ := r.Context().Value(connKey{}).(*cappedConn)
+	return cc
+}
+
+// onReserveConn reports whether r came on a connection past the cap.
 func onReserveConn(r *http.Request) bool {
-	v, _ := r.Context().Value(reserveConnKey{}).(bool)
-	return v
+	cc := connOf(r)
+	return cc != nil && cc.reserve
+}
+
+// requestStarted marks r's connection as a client (a whole header came)
+// and reports whether its answer should close it (crowded or reserve).
+func requestStarted(r *http.Request) (closeAfter bool) {
+	cc := connOf(r)
+	if cc == nil {
+		return false
+	}
+	cc.started.Store(true)
+	return cc.reserve || cc.l.crowded()
 }

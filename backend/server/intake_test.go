@@ -176,23 +176,25 @@ func TestStalledBodyIsCutOff(t *testing.T) {
 }
 
 // TestConnectionCapKeepsProbesAndControl: with every normal connection
-// held by idle keep-alive clients, /healthz, /metrics and control calls are
+// busy with a call in flight, /healthz, /metrics and control calls are
 // still answered (on reserve connections, which close after one answer),
 // normal work there gets OVERLOADED, and no more than the cap is open.
+// (Idle keep-alive connections cannot hold the cap: past half of it every
+// answer closes its connection; see TestCrowdedListenerFreesPlaces.)
 func TestConnectionCapKeepsProbesAndControl(t *testing.T) {
 	s := serveBackend(t, nil, func(l *HTTPLimits) { l.MaxConns, l.ReserveConns = 4, 2 })
+	g := newGate(t)
 	var held []net.Conn
-	for range 4 {
+	for i := range 4 {
 		c, err := net.Dial("tcp", s.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-		if code, _ := readAnswer(t, c); code != 200 {
-			t.Fatalf("/healthz on a normal connection = %d", code)
-		}
-		held = append(held, c) // idle keep-alive from here on
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"shell.exec","arguments":{"command":%q},"_meta":{"openai/session":"held-%d"}}}`, i+1, g.command(), i)
+		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		held = append(held, c)
+		proctest.Eventually(t, "call running", func() bool { return s.metrics(t).Active.Shell == int64(i+1) })
 	}
 	if m := s.intake(t).Intake; m.ConnsOpen != 4 || m.ReserveConnsOpen != 1 {
 		t.Fatalf("intake %+v, want 4 normal and this one reserve", m)
@@ -232,10 +234,14 @@ func TestConnectionCapKeepsProbesAndControl(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	held[0].Close()
-	// The probe itself takes the freed normal place (and keeps it: it is
-	// not a reserve connection, so it is not closed after its answer).
-	proctest.Eventually(t, "a normal place free again", func() bool { return s.intake(t).Intake.ReserveConnsOpen == 0 })
+	g.open(t)
+	for _, c := range held {
+		if code, _ := readAnswer(t, c); code != 200 {
+			t.Fatalf("held call answered %d", code)
+		}
+		c.Close()
+	}
+	proctest.Eventually(t, "the normal places free again", func() bool { return s.intake(t).Intake.ConnsOpen <= 1 })
 	status, body, _ := callRaw(context.Background(), s.url, "file.list", map[string]any{"path": "/"})
 	if status != 200 || parseReply(t, body).errorCode() != "" {
 		t.Fatalf("file.list below the cap: HTTP %d %.200s", status, body)
@@ -503,5 +509,55 @@ func TestShutdownAnswersAnAcceptedConnection(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "UNAVAILABLE") {
 		t.Fatalf("answer %d %s, want 200 with UNAVAILABLE (restarting)", resp.StatusCode, b)
+	}
+}
+
+// TestCrowdedListenerFreesPlaces: past half the connection cap, a socket
+// that sends no request in time is closed (its place freed), and answers
+// close their connection instead of keeping it alive; below half, neither.
+func TestCrowdedListenerFreesPlaces(t *testing.T) {
+	s := serveBackend(t, nil, func(l *HTTPLimits) { l.MaxConns, l.ReserveConns = 8, 2 })
+	var silent []net.Conn
+	for range 8 {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		silent = append(silent, c)
+	}
+	// The first four (below half the cap) stay; the rest are culled.
+	proctest.Eventually(t, "silent sockets past half the cap closed", func() bool {
+		m := s.intake(t).Intake
+		return m.ConnsCulled == 4 && m.ConnsOpen <= 5
+	})
+	for i, c := range silent {
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		closed := err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+		if closed != (i >= 4) {
+			t.Fatalf("silent socket %d: closed %v (%v)", i, closed, err)
+		}
+	}
+	// Crowded: an answer closes its connection.
+	resp, err := http.Get(s.url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !resp.Close {
+		t.Fatal("crowded listener kept a connection alive")
+	}
+	for _, c := range silent {
+		c.Close()
+	}
+	proctest.Eventually(t, "below half the cap", func() bool { return s.intake(t).Intake.ConnsOpen < 4 })
+	resp, err = http.Get(s.url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Close {
+		t.Fatal("an uncrowded listener closed a keep-alive connection")
 	}
 }

@@ -40,6 +40,9 @@ type intakeJSON struct {
 	ReserveConns     int   `json:"reserveConns"`
 	ConnsOpen        int   `json:"connsOpen"`
 	ReserveConnsOpen int   `json:"reserveConnsOpen"`
+	// ConnsCulled: connections accepted while half the cap was taken that
+	// sent no whole request header in time, closed to free their place.
+	ConnsCulled int64 `json:"connsCulled"`
 }
 
 // metricsJSON is the pinned admission snapshot with our fields beside it.
@@ -61,6 +64,7 @@ func (s *Server) metricsSnapshot() metricsJSON {
 	}
 	if l := s.conns.Load(); l != nil {
 		in.ConnsOpen, in.ReserveConnsOpen = l.open()
+		in.ConnsCulled = l.culled.Load()
 	}
 	return metricsJSON{Metrics: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in}
 }

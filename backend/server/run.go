@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -46,7 +48,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	wdCtx, stopWD := context.WithCancel(ctx)
 	defer stopWD()
-	go s.feedWatchdog(wdCtx, "http://"+ln.Addr().String()+"/healthz")
+	probe, stopProbe := s.probeEndpoint(ln)
+	defer stopProbe()
+	go s.feedWatchdog(wdCtx, probe)
 	s.log.Info("serving", "listen", ln.Addr().String(), "maxActive", s.cfg.Concurrency.MaxActive, "maxShell", s.cfg.Concurrency.MaxShell, "maxQueue", s.cfg.Concurrency.MaxQueue)
 
 	select {
@@ -92,17 +96,50 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// selfProbe is how the watchdog reaches /healthz: a client and its URL.
+type selfProbe struct {
+	transport http.RoundTripper
+	url       string
+}
+
+// probeEndpoint serves /healthz for the watchdog's self-probe on a listener
+// of its own, an abstract unix socket (no port, no file): the connection cap
+// of the public listener, full of silent or slow sockets under a flood, can
+// never make a busy backend miss its watchdog. The probe still needs the
+// process's scheduler, network poller and HTTP stack to answer, so a wedged
+// process is still caught. If no such socket can be had it probes ln.
+func (s *Server) probeEndpoint(ln net.Listener) (selfProbe, func()) {
+	var name [8]byte
+	_, _ = rand.Read(name[:])
+	addr := "@mcp-backend-probe-" + hex.EncodeToString(name[:])
+	pl, err := net.Listen("unix", addr)
+	if err != nil {
+		s.log.Warn("watchdog probe on the public listener", "reason", err.Error())
+		return selfProbe{http.DefaultTransport, "http://" + ln.Addr().String() + "/healthz"}, func() {}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	ps := &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second}
+	go func() { _ = ps.Serve(pl) }()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", addr)
+	}}
+	return selfProbe{tr, "http://probe/healthz"}, func() { _ = ps.Close(); tr.CloseIdleConnections() }
+}
+
 // feedWatchdog sends WATCHDOG=1 at half the interval systemd asks for, only
 // while a self-probe of /healthz answers: a busy backend is alive, a wedged
 // one is not.
-func (s *Server) feedWatchdog(ctx context.Context, url string) {
+func (s *Server) feedWatchdog(ctx context.Context, p selfProbe) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil || interval <= 0 {
 		return
 	}
 	tick := time.NewTicker(interval / 2)
 	defer tick.Stop()
-	client := &http.Client{Timeout: interval / 2}
+	client := &http.Client{Timeout: interval / 2, Transport: p.transport}
+	url := p.url
 	for {
 		select {
 		case <-ctx.Done():

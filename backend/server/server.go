@@ -473,8 +473,9 @@ func (s *Server) Handler() http.Handler {
 	// bearer token does not, so probes and stress need no secret.
 	mux.Handle("GET /metrics", s.hostGuard(http.HandlerFunc(s.metrics)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if onReserveConn(r) {
-			// A reserve connection answers once and frees its place.
+		if requestStarted(r) {
+			// A reserve connection, or any while crowded, answers once
+			// and frees its place.
 			w.Header().Set("Connection", "close")
 		}
 		mux.ServeHTTP(w, r)
