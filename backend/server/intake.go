@@ -97,8 +97,7 @@ var (
 
 // readBody reads the whole body under the budget and the body deadline. The
 // bytes stay reserved until release runs (when the request ends: the SDK
-// holds copies of the body until then). A known Content-Length is reserved
-// and allocated once; a chunked body grows in reserved steps.
+// holds copies of the body until then).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
 	var held int64
 	release = func() { s.budget.give(held); held = 0 }
@@ -128,20 +127,23 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 	stop := context.AfterFunc(s.abandonCtx, func() { abandoned.Store(true); _ = rc.SetReadDeadline(time.Now()) })
 	defer stop()
 
-	if n := r.ContentLength; n >= 0 {
-		if !s.budget.take(n) {
-			return nil, release, errBodyBudget
-		}
-		held = n
-		body = make([]byte, n)
-		if _, err := io.ReadFull(in, body); err != nil {
-			return body, release, readErr(err)
-		}
-		return body, release, nil
+	// Bytes are reserved as they arrive, in growing steps, never as a
+	// declared Content-Length: slow uploads hold only what they sent, so
+	// they cannot fill the budget against control calls. A declared length
+	// caps the steps (and the allocation) at exactly that.
+	ceiling := limit
+	if r.ContentLength >= 0 {
+		ceiling = r.ContentLength
 	}
 	for {
 		if len(body) == cap(body) {
-			step := min(max(int64(cap(body)), 64<<10), limit+1-int64(cap(body)))
+			if r.ContentLength >= 0 && int64(len(body)) == ceiling {
+				return body, release, nil // net/http reads no further
+			}
+			step := min(max(int64(cap(body)), 64<<10), ceiling+1-int64(cap(body)))
+			if r.ContentLength >= 0 {
+				step = min(step, ceiling-int64(cap(body)))
+			}
 			if step <= 0 {
 				return nil, release, errBodyTooBig
 			}
@@ -159,6 +161,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 			return nil, release, errBodyTooBig
 		}
 		if err == io.EOF {
+			if r.ContentLength >= 0 && int64(len(body)) < r.ContentLength {
+				return body, release, readErr(io.ErrUnexpectedEOF)
+			}
 			return body, release, nil
 		}
 		if err != nil {

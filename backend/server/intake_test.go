@@ -561,3 +561,43 @@ func TestCrowdedListenerFreesPlaces(t *testing.T) {
 		t.Fatal("an uncrowded listener closed a keep-alive connection")
 	}
 }
+
+// TestSlowUploadsDoNotRefuseControl: uploads that declare large (and small)
+// bodies and send them a byte at a time hold only the bytes they sent:
+// control calls and ordinary uploads beside them are served. Before bytes
+// were charged as they arrive, the declared lengths filled the budget and
+// its small-body reserve and control calls got OVERLOADED.
+func TestSlowUploadsDoNotRefuseControl(t *testing.T) {
+	s := serveBackend(t, nil, nil)
+	const big, small = 30, 80 // 30 x 6 MiB declared > the 128 MiB budget; 80 x 60 KiB > the 4 MiB reserve
+	for i := range big + small {
+		size := 6 << 20
+		if i >= big {
+			size = 60 << 10
+		}
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		body := fileWriteBody(i+1, size)
+		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n", len(body))
+		if _, err := c.Write(body[:1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proctest.Eventually(t, "every upload started", func() bool { return s.intake(t).Intake.ConnsOpen >= big+small })
+	for range 5 {
+		status, body, err := callRaw(context.Background(), s.url, "system.info", map[string]any{})
+		if err != nil || status != 200 || parseReply(t, body).errorCode() != "" {
+			t.Fatalf("system.info beside slow uploads: HTTP %d %v %.300s", status, err, body)
+		}
+	}
+	status, body, err := callRaw(context.Background(), s.url, "file.write", map[string]any{"path": filepath.Join(t.TempDir(), "f"), "content": strings.Repeat("x", 1<<20)})
+	if err != nil || status != 200 || parseReply(t, body).errorCode() != "" {
+		t.Fatalf("a 1 MiB upload beside slow uploads: HTTP %d %v %.300s", status, err, body)
+	}
+	if m := s.intake(t).Intake; m.BodyRefused != 0 || m.BodyBytesHeld > 16<<20 {
+		t.Fatalf("intake %+v: the slow uploads hold more than they sent", m)
+	}
+}
