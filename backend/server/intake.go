@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,10 @@ type HTTPLimits struct {
 	// MaxConns caps open connections; ReserveConns more are accepted past
 	// the cap for /healthz, /readyz, /metrics and small control calls only.
 	MaxConns, ReserveConns int
+	// WriteTimeout bounds the writing of one answer, from its first byte:
+	// a client that never reads cannot hold the connection, the answer's
+	// memory and its call's cancel entry for ever.
+	WriteTimeout time.Duration
 }
 
 // Fixed parts of the intake: small bodies (any control call) may use a small
@@ -54,6 +59,7 @@ func defaultHTTPLimits(maxBody int64, maxActive, maxQueue int) HTTPLimits {
 		BodyIdleTimeout: 5 * time.Second,
 		MaxConns:        max(256, 4*(maxActive+maxQueue)),
 		ReserveConns:    16,
+		WriteTimeout:    30 * time.Second,
 	}
 }
 
@@ -310,3 +316,28 @@ func (d *dropReader) Read(p []byte) (int, error) {
 }
 
 func (d *dropReader) Close() error { d.b = nil; return nil }
+
+// deadlineWriter sets the connection's write deadline when an answer
+// starts, so writing it is bounded whatever the client does; the handler
+// then returns and the connection closes.
+type deadlineWriter struct {
+	http.ResponseWriter
+	d    time.Duration
+	once sync.Once
+}
+
+func (w *deadlineWriter) arm() {
+	w.once.Do(func() { _ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.d)) })
+}
+
+func (w *deadlineWriter) WriteHeader(code int) { w.arm(); w.ResponseWriter.WriteHeader(code) }
+
+func (w *deadlineWriter) Write(b []byte) (int, error) { w.arm(); return w.ResponseWriter.Write(b) }
+
+func (w *deadlineWriter) Flush() {
+	w.arm()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

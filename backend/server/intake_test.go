@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -599,5 +600,42 @@ func TestSlowUploadsDoNotRefuseControl(t *testing.T) {
 	}
 	if m := s.intake(t).Intake; m.BodyRefused != 0 || m.BodyBytesHeld > 16<<20 {
 		t.Fatalf("intake %+v: the slow uploads hold more than they sent", m)
+	}
+}
+
+// TestUnreadAnswerIsCutOff: a client that sends a call whose answer is
+// large and never reads it does not keep the connection, the answer's
+// memory or the call's cancel entry: the write deadline ends the answer,
+// the handler returns and the connection closes.
+func TestUnreadAnswerIsCutOff(t *testing.T) {
+	s := serveBackend(t, nil, func(l *HTTPLimits) { l.WriteTimeout = time.Second })
+	var clients []net.Conn
+	for i := range 4 {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		// 4 MiB of NUL bytes: about 24 MB of JSON, far past the socket
+		// buffers of a client that reads nothing.
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"shell.exec","arguments":{"command":"head -c 4000000 /dev/zero"}}}`, i+1)
+		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: unread-%d\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
+		clients = append(clients, c)
+	}
+	proctest.Eventually(t, "every call ran", func() bool { return s.metrics(t).Counters.Completed == 4 })
+	proctest.Eventually(t, "answers cut off and connections closed", func() bool {
+		var m struct {
+			intakeMetrics
+			Sessions SessionStats `json:"sessions"`
+		}
+		getJSON(t, s.url+"/metrics", &m)
+		return m.Sessions.InFlight == 0 && m.Intake.ConnsOpen <= 1 && m.Intake.BodyBytesHeld == 0
+	})
+	for _, c := range clients {
+		// What arrived is a prefix; then the server closed the connection.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("connection not closed by the server: %v", err)
+		}
 	}
 }

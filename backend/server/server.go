@@ -478,6 +478,9 @@ func (s *Server) Handler() http.Handler {
 			// and frees its place.
 			w.Header().Set("Connection", "close")
 		}
+		if s.httpLim.WriteTimeout > 0 {
+			w = &deadlineWriter{ResponseWriter: w, d: s.httpLim.WriteTimeout}
+		}
 		mux.ServeHTTP(w, r)
 	})
 }
