@@ -546,7 +546,11 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		// The SDK reads its own copy; ours is let go of as soon as it has.
 		r.Body = &dropReader{b: body}
 		r.ContentLength = int64(len(body))
-		ctx, forget := s.cancels.begin(w, r, msg)
+		owner := ""
+		if id := oauth.IdentityFrom(r.Context()); id != nil {
+			owner = id.Subject + " " + id.ClientID
+		}
+		ctx, forget := s.cancels.begin(w, r, msg, owner)
 		defer forget()
 		id := strconv.FormatUint(s.nextReq.Add(1), 36)
 		s.requests.Store(id, ctx)

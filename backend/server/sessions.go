@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,8 +47,11 @@ type callKey struct{ session, id string }
 type cancelScope struct {
 	mu       sync.Mutex
 	inflight map[callKey]context.CancelFunc
-	early    map[callKey]time.Time // cancels that came before their call, with their expiry
+	early    map[callKey]earlyCancel // cancels that came before their call
+	order    []earlyRef              // early cancels in arrival order (so in expiry order)
+	owners   map[string]int          // early cancels held per principal
 	maxCalls int
+	now      func() time.Time
 
 	issued       atomic.Int64 // session ids issued at initialize
 	notices      atomic.Int64 // notifications/cancelled received with a session id
@@ -55,12 +60,39 @@ type cancelScope struct {
 	untracked    atomic.Int64 // calls not tracked because the in-flight cap was reached
 }
 
+// earlyCancel is a cancel held for a call that has not arrived: until when,
+// and for whom (the principal that sent it, so one caller's flood of
+// cancels evicts its own, not another's).
+type earlyCancel struct {
+	exp   time.Time
+	owner string
+}
+
+type earlyRef struct {
+	key callKey
+	exp time.Time
+}
+
 func newCancelScope(maxCalls int) *cancelScope {
 	return &cancelScope{
 		inflight: make(map[callKey]context.CancelFunc),
-		early:    make(map[callKey]time.Time),
+		early:    make(map[callKey]earlyCancel),
+		owners:   make(map[string]int),
 		maxCalls: maxCalls,
+		now:      time.Now,
 	}
+}
+
+// maxSessionKey bounds the session part of a key: ids we issue are 22
+// bytes; a longer one a client sends is kept as its hash.
+const maxSessionKey = 64
+
+func sessionKey(s string) string {
+	if len(s) <= maxSessionKey {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // SessionStats is the "sessions" object of /metrics.
@@ -79,6 +111,7 @@ type SessionStats struct {
 
 func (c *cancelScope) stats() SessionStats {
 	c.mu.Lock()
+	c.expire(c.now())
 	inflight, early := len(c.inflight), len(c.early)
 	c.mu.Unlock()
 	return SessionStats{
@@ -99,15 +132,21 @@ func (c *cancelScope) stats() SessionStats {
 // session id in the answer to initialize, delivers a cancel notification,
 // and returns the context a tools/call runs under (cancelled by a later
 // notification naming it) with the function that forgets the call.
-func (c *cancelScope) begin(w http.ResponseWriter, r *http.Request, msg rpcMessage) (context.Context, func()) {
-	session := r.Header.Get(sessionHeader)
+func (c *cancelScope) begin(w http.ResponseWriter, r *http.Request, msg rpcMessage, owner string) (context.Context, func()) {
+	session := sessionKey(r.Header.Get(sessionHeader))
 	switch {
 	case msg.Method == "initialize" && len(msg.ID) > 0:
 		// The SDK in stateless mode sets no session header; the client
 		// sends this one back on every request.
 		w.Header().Set(sessionHeader, c.newSession())
 	case msg.Method == "notifications/cancelled" && session != "":
-		c.cancel(callKey{session, rawID(msg.Params.RequestID)})
+		if len(msg.Params.RequestID) > maxIDBytes || validID(msg.Params.RequestID) != "" {
+			// No call of ours has such an id: bounded like message ids.
+			c.notices.Add(1)
+			c.earlyDropped.Add(1)
+			break
+		}
+		c.cancel(callKey{session, rawID(msg.Params.RequestID)}, owner)
 	case msg.Method == "tools/call" && session != "" && len(msg.ID) > 0:
 		return c.track(r.Context(), callKey{session, rawID(msg.ID)})
 	}
@@ -126,9 +165,9 @@ func (c *cancelScope) track(parent context.Context, k callKey) (context.Context,
 	ctx, cancel := context.WithCancel(parent)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if exp, ok := c.early[k]; ok {
-		delete(c.early, k)
-		if time.Now().Before(exp) {
+	if e, ok := c.early[k]; ok {
+		c.forget(k, e)
+		if c.now().Before(e.exp) {
 			c.delivered.Add(1)
 			cancel()
 			return ctx, cancel
@@ -153,8 +192,9 @@ func (c *cancelScope) track(parent context.Context, k callKey) (context.Context,
 
 // cancel cancels the call k names, or remembers the cancel for a while when
 // the call has not arrived yet (the two requests race on separate
-// connections).
-func (c *cancelScope) cancel(k callKey) {
+// connections). Held cancels expire on time; when the table is full the
+// oldest cancel of the principal holding the most goes.
+func (c *cancelScope) cancel(k callKey, owner string) {
 	c.notices.Add(1)
 	if k.id == "" {
 		return
@@ -167,34 +207,80 @@ func (c *cancelScope) cancel(k callKey) {
 		cancel()
 		return
 	}
-	now := time.Now()
-	if len(c.early) >= maxEarlyCancels {
-		c.expireEarly(now)
+	now := c.now()
+	c.expire(now)
+	if e, ok := c.early[k]; ok {
+		c.forget(k, e) // a repeat: it moves to the back
 	}
 	if len(c.early) >= maxEarlyCancels {
-		return // the notification is advisory; dropping one is allowed
+		c.evictFrom(c.busiestOwner())
 	}
-	c.early[k] = now.Add(earlyCancelTTL)
+	e := earlyCancel{exp: now.Add(earlyCancelTTL), owner: owner}
+	c.early[k] = e
+	c.owners[owner]++
+	c.order = append(c.order, earlyRef{k, e.exp})
 }
 
-// expireEarly drops expired early cancels and, when none had expired, the
-// one closest to expiry. Called with mu held, only when the map is full.
-func (c *cancelScope) expireEarly(now time.Time) {
-	var oldest callKey
-	var oldestExp time.Time
-	for k, exp := range c.early {
-		if now.After(exp) {
-			delete(c.early, k)
-			c.earlyDropped.Add(1)
+// forget removes a held cancel. Caller holds mu.
+func (c *cancelScope) forget(k callKey, e earlyCancel) {
+	delete(c.early, k)
+	if c.owners[e.owner]--; c.owners[e.owner] <= 0 {
+		delete(c.owners, e.owner)
+	}
+}
+
+// live reports whether ref still names a held cancel (not consumed,
+// evicted or replaced since).
+func (c *cancelScope) live(ref earlyRef) bool {
+	e, ok := c.early[ref.key]
+	return ok && e.exp.Equal(ref.exp)
+}
+
+// expire drops held cancels past their time, oldest first, and compacts
+// the order list. Caller holds mu.
+func (c *cancelScope) expire(now time.Time) {
+	i := 0
+	for ; i < len(c.order); i++ {
+		ref := c.order[i]
+		if !c.live(ref) {
 			continue
 		}
-		if oldestExp.IsZero() || exp.Before(oldestExp) {
-			oldest, oldestExp = k, exp
+		if now.Before(ref.exp) {
+			break
+		}
+		c.forget(ref.key, c.early[ref.key])
+		c.earlyDropped.Add(1)
+	}
+	c.order = c.order[i:]
+	if len(c.order) > 2*maxEarlyCancels { // stale refs of consumed cancels
+		live := c.order[:0]
+		for _, ref := range c.order {
+			if c.live(ref) {
+				live = append(live, ref)
+			}
+		}
+		c.order = live
+	}
+}
+
+func (c *cancelScope) busiestOwner() string {
+	best, n := "", -1
+	for o, m := range c.owners {
+		if m > n {
+			best, n = o, m
 		}
 	}
-	if len(c.early) >= maxEarlyCancels {
-		delete(c.early, oldest)
-		c.earlyDropped.Add(1)
+	return best
+}
+
+// evictFrom drops owner's oldest held cancel. Caller holds mu.
+func (c *cancelScope) evictFrom(owner string) {
+	for _, ref := range c.order {
+		if c.live(ref) && c.early[ref.key].owner == owner {
+			c.forget(ref.key, c.early[ref.key])
+			c.earlyDropped.Add(1)
+			return
+		}
 	}
 }
 

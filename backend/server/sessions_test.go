@@ -7,7 +7,10 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/internal/proctest"
@@ -188,4 +191,83 @@ func TestSessionNoAdmissionBypass(t *testing.T) {
 	}
 	g.open(t)
 	<-held
+}
+
+// TestEarlyCancelsAreBounded: a cancel that names no call in flight is held
+// for its call only within bounds that a client cannot push: a request id
+// longer than any message id is not held at all (1 MiB ids leave the heap
+// as it was), held cancels expire on time rather than only when the table
+// is full, and the gauge counts live ones only.
+func TestEarlyCancelsAreBounded(t *testing.T) {
+	b := startBackend(t, nil)
+	c := &wireClient{url: b.url}
+	c.initialize(t)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	huge := strings.Repeat("9", 1<<20)
+	for range 64 {
+		c.post(t, map[string]any{"method": "notifications/cancelled", "params": map[string]any{"requestId": json.RawMessage(`"` + huge + `"`)}})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := b.sessionMetrics(t).Sessions
+	if st.EarlyCancels != 0 || st.CancelNotices != 64 {
+		t.Fatalf("huge ids held: %+v", st)
+	}
+	if grown := int64(after.HeapInuse) - int64(before.HeapInuse); grown > 16<<20 {
+		t.Fatalf("heap grew by %d bytes after 64 cancels with 1 MiB ids", grown)
+	}
+	// Expiry on time: a fake clock past the TTL empties the table without
+	// it ever filling up.
+	clock := time.Now()
+	b.srv.cancels.mu.Lock()
+	b.srv.cancels.now = func() time.Time { return clock }
+	b.srv.cancels.mu.Unlock()
+	for i := range 10 {
+		c.cancel(t, 5000+i)
+	}
+	if st := b.sessionMetrics(t).Sessions; st.EarlyCancels != 10 {
+		t.Fatalf("early cancels %d, want 10", st.EarlyCancels)
+	}
+	b.srv.cancels.mu.Lock()
+	clock = clock.Add(earlyCancelTTL + time.Second)
+	b.srv.cancels.mu.Unlock()
+	if st := b.sessionMetrics(t).Sessions; st.EarlyCancels != 0 || st.EarlyDropped < 10 {
+		t.Fatalf("expired cancels still counted: %+v", st)
+	}
+}
+
+// TestEarlyCancelFloodEvictsItsOwn: a principal flooding cancels fills the
+// table with its own entries and, once it is full, evicts its own oldest,
+// never another principal's held cancel (real OAuth token vs the operator).
+func TestEarlyCancelFloodEvictsItsOwn(t *testing.T) {
+	env := startOAuthEnv(t)
+	tok := env.clientToken(t, env.as.Issuer, env.resources[0], "mcp:read mcp:exec")
+	send := func(token, session string, id int) {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id)
+		req, _ := http.NewRequest(http.MethodPost, env.direct+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(sessionHeader, session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	send(env.operator, "operator-session", 7)
+	for i := range maxEarlyCancels + 100 {
+		send(tok, "flood-session", 100000+i)
+	}
+	sc := env.srv.cancels
+	sc.mu.Lock()
+	_, kept := sc.early[callKey{"operator-session", "7"}]
+	n := len(sc.early)
+	sc.mu.Unlock()
+	if !kept || n > maxEarlyCancels {
+		t.Fatalf("operator's held cancel kept %v, table %d (cap %d)", kept, n, maxEarlyCancels)
+	}
 }
