@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,4 +255,52 @@ func parseReplyQuiet(b []byte) string {
 		return "jsonrpc error"
 	}
 	return r.errorCode()
+}
+
+// TestFlowsInMetrics: /metrics shows the flows (JSON and Prometheus, a
+// bounded set of series) with hashed ids only: neither a conversation id
+// nor a session id appears in either format.
+func TestFlowsInMetrics(t *testing.T) {
+	b := startBackend(t, nil)
+	g := newGate(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shellAs(context.Background(), b.url, "", fmt.Sprintf("secret-conversation-%d", i%2), g.command())
+		}()
+	}
+	proctest.Eventually(t, "8 calls running", func() bool { return b.metrics(t).Active.Shell == 7 && b.metrics(t).Queued.Total == 1 })
+	m := b.metrics(t)
+	if m.Flows == nil || m.Flows.Busy != 2 || len(m.Flows.Top) != 2 || m.Flows.Top[0].Active+m.Flows.Top[1].Active != 7 {
+		t.Fatalf("flows %+v", m.Flows)
+	}
+	_, js, _ := get(t, b.url+"/metrics", "application/json")
+	_, text, _ := get(t, b.url+"/metrics", "text/plain")
+	for _, out := range []string{js, text} {
+		if strings.Contains(out, "secret-conversation") {
+			t.Fatalf("a raw conversation id in /metrics:\n%s", out)
+		}
+	}
+	for _, series := range []string{`mcp_flows{level="busy"} 2`, `mcp_flow_top_active{rank="1",principal_kind="anonymous"`, "mcp_admission_displaced_total 0"} {
+		if !strings.Contains(text, series) {
+			t.Fatalf("Prometheus text lacks %s:\n%s", series, text)
+		}
+	}
+	g.open(t)
+	wg.Wait()
+}
+
+func get(t testing.TB, url, accept string) (int, string, error) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", accept)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }

@@ -62,4 +62,32 @@ func writePrometheus(w io.Writer, s mcpwire.Metrics) {
 	lab("mcp_admission_operations_total", s.Counters.TimedOut, `outcome="timedOut"`)
 	lab("mcp_admission_operations_total", s.Counters.Cancelled, `outcome="cancelled"`)
 	fmt.Fprintf(w, "# HELP mcp_admission_preempted_total Queued non-control operations refused to make room for control ones (also counted rejected).\n# TYPE mcp_admission_preempted_total counter\nmcp_admission_preempted_total %d\n", s.Counters.Preempted)
+	fmt.Fprintf(w, "# HELP mcp_admission_displaced_total Queued operations refused to give their place to a caller holding fewer (fair share; also counted rejected).\n# TYPE mcp_admission_displaced_total counter\nmcp_admission_displaced_total %d\n", s.Counters.Displaced)
+	if f := s.Flows; f != nil {
+		writeFlowsPrometheus(w, f)
+	}
+}
+
+// writeFlowsPrometheus renders the fair-share state. Cardinality is
+// bounded: totals, and at most mcpwire.TopFlows labelled series per gauge
+// (hashes only, never ids).
+func writeFlowsPrometheus(w io.Writer, f *mcpwire.Flows) {
+	fmt.Fprintf(w, "# HELP mcp_flows Fair-share flows tracked, by level, and conversations with work running or queued.\n# TYPE mcp_flows gauge\n")
+	fmt.Fprintf(w, "mcp_flows{level=\"principal\"} %d\nmcp_flows{level=\"conversation\"} %d\nmcp_flows{level=\"busy\"} %d\nmcp_flows{level=\"cap\"} %d\n", f.Principals, f.Conversations, f.Busy, f.Cap)
+	fmt.Fprintf(w, "# HELP mcp_flows_overflowed_total Flows that found the table full and share a bucket.\n# TYPE mcp_flows_overflowed_total counter\nmcp_flows_overflowed_total %d\n", f.Overflowed)
+	fmt.Fprintf(w, "# HELP mcp_flows_reserve Slots per class no flow may fill alone.\n# TYPE mcp_flows_reserve gauge\nmcp_flows_reserve %d\n", f.Reserve)
+	for _, m := range []struct {
+		name, help string
+		v          func(mcpwire.FlowStat) string
+	}{
+		{"mcp_flow_top_active", "Running operations of the busiest conversations.", func(s mcpwire.FlowStat) string { return fmt.Sprint(s.Active) }},
+		{"mcp_flow_top_queued", "Queued operations of the busiest conversations.", func(s mcpwire.FlowStat) string { return fmt.Sprint(s.Queued) }},
+		{"mcp_flow_top_refused", "Refusals of the busiest conversations since they were tracked.", func(s mcpwire.FlowStat) string { return fmt.Sprint(s.Refused) }},
+		{"mcp_flow_top_served_seconds", "Slot-seconds held by the busiest conversations since they were tracked.", func(s mcpwire.FlowStat) string { return fmt.Sprintf("%g", s.ServedSeconds) }},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", m.name, m.help, m.name)
+		for i, s := range f.Top {
+			fmt.Fprintf(w, "%s{rank=\"%d\",principal_kind=%q,principal=%q,conversation=%q} %s\n", m.name, i+1, s.PrincipalKind, s.Principal, s.Conversation, m.v(s))
+		}
+	}
 }
