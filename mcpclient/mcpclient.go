@@ -72,12 +72,21 @@ func (c *Client) Header() http.Header { return Header(c.token()) }
 
 // CallBody encodes a JSON-RPC tools/call request; nil args become {}.
 func CallBody(id uint64, tool string, args any) ([]byte, error) {
+	return CallBodyIn(id, tool, args, "")
+}
+
+// CallBodyIn is CallBody in a conversation: _meta["openai/session"], as
+// ChatGPT names a conversation ("" for none).
+func CallBodyIn(id uint64, tool string, args any, conversation string) ([]byte, error) {
 	if args == nil {
 		args = map[string]any{}
 	}
+	params := map[string]any{"name": tool, "arguments": args}
+	if conversation != "" {
+		params["_meta"] = map[string]any{mcpwire.MetaSession: conversation}
+	}
 	b, err := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args},
+		"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode tools/call %s: %w", tool, err)

@@ -47,3 +47,12 @@ func ClassOf(tool string) Class {
 	}
 	return ClassNormal
 }
+
+// The _meta keys of a tools/call that name who it is for, as ChatGPT sends
+// them: an anonymised conversation and an anonymised user. The server
+// shares capacity fairly by them (client-asserted: they split a verified
+// caller's share, never add to it).
+const (
+	MetaSession = "openai/session"
+	MetaSubject = "openai/subject"
+)

@@ -74,10 +74,18 @@ func outcomeOf(r mcpclient.Result) Outcome {
 	return OutcomeBadReply
 }
 
+// Conversations is how many conversations the stress's calls are spread
+// over (call id modulo it), as real traffic comes from many conversations:
+// with fair share, one conversation alone would not be given every slot.
+const Conversations = 16
+
+// ConversationOf names the conversation of call id.
+func ConversationOf(id uint64) string { return fmt.Sprintf("stress-%d", id%Conversations) }
+
 // callBody encodes a tools/call of the stress's own arguments (maps of
-// strings and numbers, which always encode).
+// strings and numbers, which always encode), in call id's conversation.
 func callBody(id uint64, tool string, args any) []byte {
-	b, err := mcpclient.CallBody(id, tool, args)
+	b, err := mcpclient.CallBodyIn(id, tool, args, ConversationOf(id))
 	if err != nil {
 		panic(fmt.Sprintf("stress: %v", err))
 	}

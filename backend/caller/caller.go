@@ -16,13 +16,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // The _meta keys ChatGPT sends with every tools/call: an anonymised
 // conversation and an anonymised user (meant for rate limiting).
 const (
-	MetaSession = "openai/session"
-	MetaSubject = "openai/subject"
+	MetaSession = mcpwire.MetaSession
+	MetaSubject = mcpwire.MetaSubject
 )
 
 // Kind is how a principal is known.
