@@ -250,8 +250,11 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			pidFile := filepath.Join(dir, fmt.Sprintf("pids-%d", i))
+			// A conversation per call (as real traffic): one alone would
+			// leave the fair-share reserve free.
 			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": map[string]any{
-				"name": "shell.exec", "arguments": map[string]any{"command": fmt.Sprintf("echo $$ >> %[1]s; sleep 300 & echo $! >> %[1]s; wait", pidFile)}}})
+				"name": "shell.exec", "arguments": map[string]any{"command": fmt.Sprintf("echo $$ >> %[1]s; sleep 300 & echo $! >> %[1]s; wait", pidFile)},
+				"_meta": map[string]any{"openai/session": fmt.Sprintf("conversation-%d", i)}}})
 			req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
