@@ -60,15 +60,18 @@ type Files struct {
 }
 
 // DefaultDeny is files.deny of a config that sets none: the host's
-// credentials, other processes' memory and environment, the fleet's keys.
+// credentials, other processes' environment, the fleet's keys, and the
+// files whose read changes the host (it consumes what other readers wait
+// for: the kernel log of /proc/kmsg, the trace pipes).
 func DefaultDeny() []string {
 	return []string{
 		"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
 		"/etc/ssh/ssh_host_*_key",
 		"/**/.ssh/id_dsa", "/**/.ssh/id_ecdsa", "/**/.ssh/id_ecdsa_sk",
 		"/**/.ssh/id_ed25519", "/**/.ssh/id_ed25519_sk", "/**/.ssh/id_rsa", "/**/.ssh/id_xmss",
-		"/etc/mcpctl",
+		"/etc/mcpctl", "/etc/ssl/private", "/etc/letsencrypt",
 		"/proc/*/environ", "/proc/*/task/*/environ",
+		"/proc/kmsg", "/sys/kernel/tracing/**/trace_pipe*", "/sys/kernel/debug/tracing/**/trace_pipe*",
 	}
 }
 
