@@ -13,15 +13,17 @@
 package filepolicy
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,10 +53,19 @@ type Options struct {
 	Deny []string
 }
 
-// Policy is a set of rules; the zero value and nil allow everything.
+// Policy is a set of rules; nil allows everything.
 type Policy struct {
-	o Options
+	o   Options
+	now func() time.Time
+
+	mu      sync.Mutex
+	links   map[devIno]string // files with several names that a rule covers -> the rule's index ("d3", "s1")
+	over    map[string]bool   // rules whose trees were too large to index: their hard links are refused
+	indexed time.Time         // when links was built
 }
+
+// devIno identifies a file.
+type devIno struct{ dev, ino uint64 }
 
 // New returns the policy of o. Paths are used as given (absolute, clean);
 // secrets that do not exist yet are matched by path when they appear.
@@ -62,7 +73,7 @@ func New(o Options) *Policy {
 	if len(o.Roots) == 0 {
 		o.Roots = []string{"/"}
 	}
-	return &Policy{o: o}
+	return &Policy{o: o, now: time.Now}
 }
 
 // Inode is what Check needs of an opened file's stat.
@@ -89,11 +100,6 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string { return r.Path + " " + r.Why + " (" + r.Rule + ")" }
-
-// maxLinkScan bounds the entries a secret directory's hard-link scan
-// visits; past it, a hard-linked file on that device is refused, since
-// it cannot be ruled out.
-const maxLinkScan = 20000
 
 // Check decides on an opened object: nil when the file tools may use it,
 // else a *Refusal naming the rule. p may be nil (no policy).
@@ -124,10 +130,14 @@ func (p *Policy) Check(canonical string, st *Inode) error {
 				return secretRefusal(canonical, s)
 			}
 		}
-		if st != nil && st.Regular && st.Nlink > 1 {
-			if linked, err := linkedInto(resolved(s.Path), st); linked || err != nil {
-				return secretRefusal(canonical, s)
-			}
+	}
+	linked := func(string) bool { return false }
+	if st != nil && st.Regular && st.Nlink > 1 {
+		linked = p.linkIndex(st)
+	}
+	for i, s := range p.o.SecretDirs {
+		if linked("s" + strconv.Itoa(i)) {
+			return secretRefusal(canonical, s)
 		}
 	}
 	for _, s := range p.o.SecretPatterns {
@@ -146,54 +156,11 @@ func (p *Policy) Check(canonical string, st *Inode) error {
 		return &Refusal{Path: canonical, Rule: "files.roots", Why: "is outside every root the file policy allows"}
 	}
 	for i, pat := range p.o.Deny {
-		if Match(pat, canonical) || st != nil && st.Regular && st.Nlink > 1 && linkedToMatch(pat, st) {
+		if Match(pat, canonical) || linked("d"+strconv.Itoa(i)) {
 			return &Refusal{Path: canonical, Rule: fmt.Sprintf("files.deny[%d] %q", i, pat), Why: "is refused by the file policy"}
 		}
 	}
 	return nil
-}
-
-// maxStarStar is how many components "**" stands for when a pattern is
-// expanded to find the files a hard link could share an inode with: enough
-// for /root/.ssh and /home/USER/.ssh, bounded so the search stays cheap.
-const maxStarStar = 2
-
-// linkedToMatch reports whether the file st (which has more than one name)
-// is also a file pattern matches, or a file below a directory it matches.
-func linkedToMatch(pattern string, st *Inode) bool {
-	comps := components(pattern)
-	var expansions [][]string
-	if i := slices.Index(comps, "**"); i >= 0 {
-		for k := 0; k <= maxStarStar; k++ {
-			e := slices.Concat(comps[:i], slices.Repeat([]string{"*"}, k), comps[i+1:])
-			if slices.Contains(e, "**") {
-				continue // several "**": their paths are matched, not searched
-			}
-			expansions = append(expansions, e)
-		}
-	} else {
-		expansions = [][]string{comps}
-	}
-	for _, e := range expansions {
-		matches, _ := filepath.Glob("/" + strings.Join(e, "/"))
-		for _, m := range matches {
-			var ms unix.Stat_t
-			if unix.Lstat(m, &ms) != nil {
-				continue
-			}
-			switch ms.Mode & unix.S_IFMT {
-			case unix.S_IFREG:
-				if ms.Dev == st.Dev && ms.Ino == st.Ino {
-					return true
-				}
-			case unix.S_IFDIR:
-				if linked, err := linkedInto(m, st); linked || err != nil {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 func secretRefusal(p string, s Secret) *Refusal {
@@ -217,30 +184,71 @@ func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
-// errTooMany ends a hard-link scan that hit maxLinkScan.
-var errTooMany = errors.New("too many entries to scan")
+// A file with more than one name is refused when another of its names is
+// covered by a rule: a hard link to a denied file, or to a file in a secret
+// directory. Finding the other names means searching what the rules
+// cover; the index of those files (only the ones with several names) is
+// built at the first such check and then at most every linkIndexTTL.
+// Making a hard link to a root-owned file takes root (or its owner, with
+// fs.protected_hardlinks), so an index that is a few seconds old misses
+// nothing a caller of these tools could have made.
+const (
+	linkIndexTTL = 10 * time.Second
+	// maxLinkScan bounds the entries one rule's search visits; a rule
+	// whose tree is larger gets all hard-linked files refused, since it
+	// cannot rule them out.
+	maxLinkScan = 20000
+	// maxStarStar is how many components "**" stands for in the search
+	// (its match by path has no bound): enough for /root/.ssh and
+	// /home/USER/.ssh, bounded so the search stays cheap.
+	maxStarStar = 2
+)
 
-// linkedInto reports whether the file st is also a file inside dir (a hard
-// link to it). It walks dir only when they share a device; an error means
-// it could not tell.
-func linkedInto(dir string, st *Inode) (bool, error) {
-	var ds unix.Stat_t
-	if err := unix.Stat(dir, &ds); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return false, nil
+// linkIndex returns whether rule ("d<i>": files.deny[i], "s<i>": secret
+// directory i) covers another name of the file st.
+func (p *Policy) linkIndex(st *Inode) func(rule string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.links == nil || p.now().Sub(p.indexed) >= linkIndexTTL {
+		p.links, p.over = map[devIno]string{}, map[string]bool{}
+		for i, s := range p.o.SecretDirs {
+			p.index("s"+strconv.Itoa(i), []string{resolved(s.Path)})
 		}
-		return false, err
-	}
-	if ds.Dev != st.Dev {
-		return false, nil
-	}
-	found, n := false, 0
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // unreadable parts: their files cannot be linked by us either
+		for i, pat := range p.o.Deny {
+			p.index("d"+strconv.Itoa(i), expand(pat))
 		}
+		p.indexed = p.now()
+	}
+	// A rebuild makes new maps; these stay as they are.
+	hit, over := p.links[devIno{st.Dev, st.Ino}], p.over
+	return func(rule string) bool { return hit == rule || over[rule] }
+}
+
+// expand turns a pattern into the globs that find what it covers.
+func expand(pattern string) []string {
+	comps := components(pattern)
+	i := slices.Index(comps, "**")
+	if i < 0 {
+		return []string{pattern}
+	}
+	var globs []string
+	for k := 0; k <= maxStarStar; k++ {
+		e := slices.Concat(comps[:i], slices.Repeat([]string{"*"}, k), comps[i+1:])
+		if !slices.Contains(e, "**") { // several "**": matched by path only
+			globs = append(globs, "/"+strings.Join(e, "/"))
+		}
+	}
+	return globs
+}
+
+// index adds the files with several names that the globs match, or that
+// are below a directory they match, to the index under rule.
+func (p *Policy) index(rule string, globs []string) {
+	n := 0
+	add := func(path string, d fs.DirEntry) error {
 		if n++; n > maxLinkScan {
-			return errTooMany
+			p.over[rule] = true
+			return fs.SkipAll
 		}
 		if !d.Type().IsRegular() {
 			return nil
@@ -249,13 +257,31 @@ func linkedInto(dir string, st *Inode) (bool, error) {
 		if err != nil {
 			return nil
 		}
-		if fst, ok := info.Sys().(*syscall.Stat_t); ok && fst.Dev == st.Dev && fst.Ino == st.Ino {
-			found = true
-			return fs.SkipAll
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			if _, seen := p.links[devIno{st.Dev, st.Ino}]; !seen {
+				p.links[devIno{st.Dev, st.Ino}] = rule
+			}
 		}
 		return nil
-	})
-	return found, err
+	}
+	for _, g := range globs {
+		// Pseudo-filesystems have no hard links, and globbing them is slow.
+		if within(g, "/proc") || within(g, "/sys") || within(g, "/dev") {
+			continue
+		}
+		matches, _ := filepath.Glob(g)
+		for _, m := range matches {
+			_ = filepath.WalkDir(m, func(path string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return nil // unreadable parts: their files cannot be linked by us either
+				}
+				return add(path, d)
+			})
+			if p.over[rule] {
+				return
+			}
+		}
+	}
 }
 
 // ValidPattern returns why pat is not a valid path pattern, or "". A pattern

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -124,6 +125,19 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a hard link made after the index is refused once it is rebuilt", func(t *testing.T) {
+		clock := time.Now()
+		p.now = func() time.Time { return clock }
+		late := link(write(filepath.Join(d, "keys", "late")), "late2")
+		var st unix.Stat_t
+		if err := unix.Stat(late, &st); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(linkIndexTTL)
+		if err := p.Check(late, InodeOf(&st)); err == nil {
+			t.Fatalf("%s (a hard link to a denied file) allowed after %s", late, linkIndexTTL)
+		}
+	})
 	if err := (*Policy)(nil).Check("/etc/shadow", nil); err != nil {
 		t.Fatalf("nil policy refused: %v", err)
 	}

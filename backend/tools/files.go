@@ -601,7 +601,9 @@ func listDir(ctx context.Context, p string, limit int, policy *filepolicy.Policy
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		full := filepath.Join(p, name)
+		// Through the handle the policy checked, not the path, which may
+		// name another directory by now.
+		full := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + name
 		li, err := os.Lstat(full)
 		if err != nil {
 			continue // vanished since the directory was read
