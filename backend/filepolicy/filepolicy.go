@@ -59,7 +59,7 @@ type Policy struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	links   map[devIno]string // files with several names that a rule covers -> the rule's index ("d3", "s1")
+	links   map[devIno]string // files a rule covers -> the rule's index ("d3", "s1")
 	over    map[string]bool   // rules whose trees were too large to index: their hard links are refused
 	indexed time.Time         // when links was built
 }
@@ -187,8 +187,9 @@ func within(p, dir string) bool {
 // A file with more than one name is refused when another of its names is
 // covered by a rule: a hard link to a denied file, or to a file in a secret
 // directory. Finding the other names means searching what the rules
-// cover; the index of those files (only the ones with several names) is
-// built at the first such check and then at most every linkIndexTTL.
+// cover; the index of those files is built at the first such check and
+// then at most every linkIndexTTL, so only a file created since, and
+// linked, can be missed, for at most that long.
 // Making a hard link to a root-owned file takes root (or its owner, with
 // fs.protected_hardlinks), so an index that is a few seconds old misses
 // nothing a caller of these tools could have made.
@@ -241,8 +242,8 @@ func expand(pattern string) []string {
 	return globs
 }
 
-// index adds the files with several names that the globs match, or that
-// are below a directory they match, to the index under rule.
+// index adds the files that the globs match, or that are below a
+// directory they match, to the index under rule.
 func (p *Policy) index(rule string, globs []string) {
 	n := 0
 	add := func(path string, d fs.DirEntry) error {
@@ -257,7 +258,9 @@ func (p *Policy) index(rule string, globs []string) {
 		if err != nil {
 			return nil
 		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		// Every file, not only those with several names now: a link made
+		// later to a file already here is found without a rebuild.
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			if _, seen := p.links[devIno{st.Dev, st.Ino}]; !seen {
 				p.links[devIno{st.Dev, st.Ino}] = rule
 			}
