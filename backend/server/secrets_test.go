@@ -199,6 +199,11 @@ func TestSecretsOutOfReachOfFileTools(t *testing.T) {
 			}
 		}
 	}
+	t.Run("what a secret directory holds cannot be probed", func(t *testing.T) {
+		for _, tool := range []string{mcpwire.ToolFileRead, mcpwire.ToolFileList} {
+			refused(t, principals[1].call(t, tool, map[string]any{"path": filepath.Join(f.state, "no-such-file")}), "$STATE_DIRECTORY", "")
+		}
+	})
 	// Nothing the refused writes named came to exist or changed.
 	for p, want := range map[string]string{f.token: env.operator + "\n", f.config: `{"note":"` + configMarker + `"}`, f.stateDB: stateMarker, f.userKey: keyMarker} {
 		if b, err := os.ReadFile(p); err != nil || string(b) != want {

@@ -246,6 +246,13 @@ func openRegular(p string, policy *filepolicy.Policy) (int, unix.Stat_t, error) 
 	var st unix.Stat_t
 	pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		// A refused place answers as refused, not as "no such file":
+		// what exists inside a secret directory is not for probing.
+		if err == unix.ENOENT {
+			if rerr := checkMissing(policy, p); rerr != nil {
+				return -1, st, rerr
+			}
+		}
 		return -1, st, fsError("path", &fs.PathError{Op: "open", Path: p, Err: err})
 	}
 	defer unix.Close(pfd)
@@ -579,6 +586,11 @@ func listDir(ctx context.Context, p string, limit int, policy *filepolicy.Policy
 			}
 		}
 		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		if rerr := checkMissing(policy, p); rerr != nil {
+			return res, rerr
+		}
 	}
 	if err != nil {
 		return res, fsError("path", err)
