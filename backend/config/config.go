@@ -13,10 +13,12 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/internal/strictjson"
 )
 
@@ -32,6 +34,45 @@ type Config struct {
 	Concurrency    Concurrency `json:"concurrency"`
 	Limits         Limits      `json:"limits"`
 	Shell          Shell       `json:"shell"`
+	Files          Files       `json:"files"`
+
+	// Path is the file the config was loaded from (absolute; "" when
+	// parsed from elsewhere): one of the backend's own secrets, which the
+	// file tools refuse.
+	Path string `json:"-"`
+}
+
+// Files is the path policy of file.read, file.write and file.list, checked
+// on the canonical path of what a call opened (symlinks, .., /proc/self/fd
+// and hard links resolved). It applies to every principal; for one without
+// shell.exec it is a real boundary. The backend's own secrets (token file,
+// config file, state directories, process memory) are refused whatever it
+// says.
+type Files struct {
+	// Roots are the trees the file tools may use. Default ["/"].
+	Roots []string `json:"roots"`
+	// Deny are path patterns refused below the roots: absolute, each
+	// component a glob (*, ?, [...]), "**" any number of components; a
+	// pattern refuses what it matches and everything below it. Setting it
+	// replaces the defaults (DefaultDeny), so a list that adds to them
+	// repeats them.
+	Deny []string `json:"deny"`
+}
+
+// DefaultDeny is files.deny of a config that sets none: the host's
+// credentials, other processes' environment, the fleet's keys, and the
+// files whose read changes the host (it consumes what other readers wait
+// for: the kernel log of /proc/kmsg, the trace pipes).
+func DefaultDeny() []string {
+	return []string{
+		"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+		"/etc/ssh/ssh_host_*_key",
+		"/**/.ssh/id_dsa", "/**/.ssh/id_ecdsa", "/**/.ssh/id_ecdsa_sk",
+		"/**/.ssh/id_ed25519", "/**/.ssh/id_ed25519_sk", "/**/.ssh/id_rsa", "/**/.ssh/id_xmss",
+		"/etc/mcpctl", "/etc/ssl/private", "/etc/letsencrypt",
+		"/proc/*/environ", "/proc/*/task/*/environ",
+		"/proc/kmsg", "/sys/kernel/tracing/**/trace_pipe*", "/sys/kernel/debug/tracing/**/trace_pipe*",
+	}
 }
 
 // Auth configures access to /mcp: the operator's static bearer token, and
@@ -97,6 +138,7 @@ func Default() Config {
 		},
 		Limits: Limits{OutputBytes: 4 << 20, ResponseBytes: 6 << 20},
 		Shell:  Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
+		Files:  Files{Roots: []string{"/"}, Deny: DefaultDeny()},
 	}
 }
 
@@ -117,6 +159,12 @@ func Parse(r io.Reader) (Config, error) {
 	if c.AllowedOrigins == nil {
 		c.AllowedOrigins = []string{}
 	}
+	if c.Files.Roots == nil {
+		c.Files.Roots = []string{}
+	}
+	if c.Files.Deny == nil {
+		c.Files.Deny = []string{}
+	}
 	if o := c.Auth.OAuth; o != nil && o.Scopes == nil {
 		o.Scopes = DefaultScopes()
 	}
@@ -131,6 +179,9 @@ func Load(path string) (Config, error) {
 	}
 	c, err := Parse(bytes.NewReader(b))
 	if err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.Path, err = filepath.Abs(path); err != nil {
 		return c, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := c.Validate(); err != nil {
@@ -150,7 +201,7 @@ func describeJSONError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if s := err.Error(); strings.HasPrefix(s, "json: unknown field ") {
-		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
+		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell, files and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
 	}
 	return err
 }
@@ -255,6 +306,19 @@ func (c Config) Validate() error {
 		bad("shell.maxTimeoutMs", c.Shell.MaxTimeoutMs, fmt.Sprintf("must be 1..%d (24 h)", maxShellTimeoutMs))
 	} else if c.Shell.DefaultTimeoutMs > c.Shell.MaxTimeoutMs {
 		bad("shell.defaultTimeoutMs", c.Shell.DefaultTimeoutMs, fmt.Sprintf("must be <= shell.maxTimeoutMs (%d)", c.Shell.MaxTimeoutMs))
+	}
+	if len(c.Files.Roots) == 0 {
+		bad("files.roots", "[]", `must name at least one directory the file tools may use, e.g. ["/"] (the default) or ["/srv", "/var/log"]`)
+	}
+	for i, r := range c.Files.Roots {
+		if err := checkPath(r); err != nil {
+			bad(fmt.Sprintf("files.roots[%d]", i), fmt.Sprintf("%q", r), err.Error()+" such as /srv")
+		}
+	}
+	for i, d := range c.Files.Deny {
+		if why := filepolicy.ValidPattern(d); why != "" {
+			bad(fmt.Sprintf("files.deny[%d]", i), fmt.Sprintf("%q", d), why+`, e.g. /etc/shadow or /**/.ssh/id_rsa`)
+		}
 	}
 	return errors.Join(errs...)
 }

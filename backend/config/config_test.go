@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,17 @@ func TestParseDefaults(t *testing.T) {
 		{"limits default 4 MiB / 6 MiB", `{}`, func(c Config) bool {
 			return c.Limits.OutputBytes == 4194304 && c.Limits.ResponseBytes == 6291456
 		}},
+		{"files default: every root, host credentials denied", `{}`, func(c Config) bool {
+			return slices.Equal(c.Files.Roots, []string{"/"}) && slices.Equal(c.Files.Deny, DefaultDeny()) &&
+				slices.Contains(c.Files.Deny, "/etc/shadow") && slices.Contains(c.Files.Deny, "/etc/mcpctl")
+		}},
+		{"files.roots alone keeps the default deny", `{"files":{"roots":["/srv","/var/log"]}}`, func(c Config) bool {
+			return slices.Equal(c.Files.Roots, []string{"/srv", "/var/log"}) && slices.Equal(c.Files.Deny, DefaultDeny())
+		}},
+		{"files.deny replaces the defaults", `{"files":{"deny":["/srv/secret"]}}`, func(c Config) bool {
+			return slices.Equal(c.Files.Deny, []string{"/srv/secret"}) && slices.Equal(c.Files.Roots, []string{"/"})
+		}},
+		{"files.deny may be empty", `{"files":{"deny":[]}}`, func(c Config) bool { return len(c.Files.Deny) == 0 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +65,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown nested key", `{"concurrency":{"maxActiv":3}}`, `unknown key "maxActiv"`},
 		{"key in another case", `{"CONCURRENCY":{"maxShell":4}}`, `unknown key "CONCURRENCY"`},
 		{"nested key in another case", `{"concurrency":{"MaxShell":4}}`, `unknown key "MaxShell" (in concurrency`},
+		{"unknown files key", `{"files":{"allow":["/"]}}`, `unknown key "allow" (in files`},
+		{"the loaded path is not a key", `{"Path":"/x"}`, `unknown key "Path"`},
 		{"wrong type", `{"concurrency":{"maxActive":"many"}}`, "concurrency.maxActive: wrong type"},
 		{"not JSON", `listen: x`, "invalid JSON"},
 		{"empty", ``, "empty file"},
@@ -105,6 +119,12 @@ func TestValidate(t *testing.T) {
 		{"origin without scheme", `{"allowedOrigins":["claude.ai"]}`, `allowedOrigins[0] = "claude.ai"`},
 		{"origin of another scheme", `{"allowedOrigins":["ftp://x.example"]}`, `allowedOrigins[0] = "ftp://x.example"`},
 		{"origin in upper case", `{"allowedOrigins":["https://Claude.ai"]}`, `allowedOrigins[0] = "https://Claude.ai"`},
+		{"no files root", `{"files":{"roots":[]}}`, `files.roots = []: must name at least one directory`},
+		{"relative files root", `{"files":{"roots":["srv"]}}`, `files.roots[0] = "srv": must be an absolute path`},
+		{"unclean files root", `{"files":{"roots":["/srv/../etc"]}}`, `files.roots[0] = "/srv/../etc": must be a clean path (/etc)`},
+		{"relative deny", `{"files":{"deny":["/etc/shadow","shadow"]}}`, `files.deny[1] = "shadow": must be an absolute path pattern`},
+		{"bad deny glob", `{"files":{"deny":["/etc/[x"]}}`, `files.deny[0] = "/etc/[x": component "[x" is not a valid pattern`},
+		{"deny with a control byte", `{"files":{"deny":["/etc/\u0001"]}}`, `files.deny[0] = "/etc/\x01": must not contain control characters`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +151,7 @@ func TestValidate(t *testing.T) {
 		`{"concurrency":{"queueWaitMs":3600000},"shell":{"defaultTimeoutMs":86400000,"maxTimeoutMs":86400000}}`,
 		`{"limits":{"outputBytes":67108864,"responseBytes":134217728}}`,
 		`{"auth":{"bearerTokenFile":"/etc/mcp-backend/token"}}`,
+		`{"files":{"roots":["/srv","/var/log"],"deny":["/srv/*/secret","/**/.ssh/id_*"]}}`,
 	} {
 		c, err := Parse(strings.NewReader(ok))
 		if err != nil {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -17,5 +18,11 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if c.Auth.OAuth == nil || len(c.Auth.OAuth.Resources) != 2 {
 		t.Fatalf("the example's OAuth section did not parse: %+v", c.Auth)
+	}
+	if !slices.Equal(c.Files.Roots, Default().Files.Roots) || !slices.Equal(c.Files.Deny, Default().Files.Deny) {
+		t.Fatalf("the example's files policy differs from the defaults: %+v", c.Files)
+	}
+	if want, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "examples", "config.json")); c.Path != want {
+		t.Fatalf("Load kept the path %q, want %q", c.Path, want)
 	}
 }

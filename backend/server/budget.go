@@ -34,6 +34,13 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 	if lowerBound(res) <= limit && encodedLen(res) <= limit {
 		return res, false
 	}
+	// A tool error is its envelope, twice (text and _meta): render it
+	// again with its message cut rather than cut the JSON it carries.
+	if te := toolerr.FromResult(res); te != nil && res.StructuredContent == nil {
+		if r := toolerr.Result(te); encodedLen(r) <= limit {
+			return r, true
+		}
+	}
 	out := *res
 	if out.StructuredContent != nil {
 		out.Content = []mcp.Content{&mcp.TextContent{Text: "result truncated to fit the response budget; see structuredContent"}}
@@ -98,7 +105,19 @@ func fitResult(res *mcp.CallToolResult, budget int64) (*mcp.CallToolResult, bool
 // encoding it: the usual result is far below the budget, and encoding
 // megabytes only to learn that would cost every call.
 func upperBound(res *mcp.CallToolResult) int {
-	n := 512 // field names, flags, meta
+	n := 512 // field names, flags
+	for k, v := range res.Meta {
+		// _meta repeats a tool error's envelope: it counts like the rest.
+		n += jsonsize.Max(k) + 8
+		switch m := v.(type) {
+		case json.RawMessage:
+			n += len(m)
+		case bool:
+			n += 5
+		default:
+			return int(^uint(0) >> 1)
+		}
+	}
 	switch sc := res.StructuredContent.(type) {
 	case nil:
 	case json.RawMessage:
@@ -122,6 +141,11 @@ func lowerBound(res *mcp.CallToolResult) int {
 	n := 0
 	if raw, ok := res.StructuredContent.(json.RawMessage); ok {
 		n += len(raw)
+	}
+	for _, v := range res.Meta {
+		if raw, ok := v.(json.RawMessage); ok {
+			n += len(raw)
+		}
 	}
 	for _, c := range res.Content {
 		if t, ok := c.(*mcp.TextContent); ok {

@@ -31,6 +31,7 @@ func TestBlockingFilesReleaseTheirSlots(t *testing.T) {
 		f.Close()
 	}
 	b := startBackend(t, func(c *config.Config) {
+		c.Files.Deny = nil // files.deny refuses /proc/kmsg by default; this test needs its blocking read
 		c.Concurrency.MaxActive = 3
 		c.Concurrency.ReservedControl = 1
 		c.Concurrency.MaxShell = 1

@@ -51,7 +51,8 @@ type oauthEnv struct {
 
 const elsewhere = "https://elsewhere.example/mcp" // a resource the server knows, not ours
 
-func startOAuthEnv(t testing.TB) *oauthEnv {
+// startOAuthEnv starts the deployment; mutate, if any, adjusts its config.
+func startOAuthEnv(t testing.TB, mutate ...func(*config.Config)) *oauthEnv {
 	t.Helper()
 	hs := httptest.NewUnstartedServer(nil)
 	env := &oauthEnv{direct: "http://" + hs.Listener.Addr().String(), logs: &lockedWriter{w: &bytes.Buffer{}}}
@@ -68,6 +69,9 @@ func startOAuthEnv(t testing.TB) *oauthEnv {
 		t.Fatal(err)
 	}
 	cfg.Auth.OAuth = &config.OAuth{Issuer: env.as.Issuer, Resources: env.resources, Scopes: config.DefaultScopes()}
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

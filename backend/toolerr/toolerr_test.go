@@ -2,7 +2,11 @@ package toolerr
 
 import (
 	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -60,4 +64,45 @@ func TestFromResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMessagesQuoteBoundedArguments: a huge argument is quoted up to
+// MaxQuoted bytes with a marker saying how much was cut, a whole message
+// stays within MaxMessage, and short arguments pass unchanged.
+func TestMessagesQuoteBoundedArguments(t *testing.T) {
+	huge := strings.Repeat("é", 2*MaxQuoted) // 2 bytes a rune: cuts must land on rune boundaries
+	tests := []struct {
+		name string
+		e    *Error
+		want string // the message, or its prefix when cut
+		max  int
+	}{
+		{"short argument unchanged", New(mcpwire.CodeInvalidArgument, "argument %q: bad", "path"), `argument "path": bad`, 64},
+		{"string cut with a marker", New(mcpwire.CodeInvalidArgument, "got %q", huge), `got "` + huge[:MaxQuoted] + `...(` + strconv.Itoa(len(huge)-MaxQuoted) + ` more bytes)"`, MaxQuoted + 64},
+		{"error text cut", New(mcpwire.CodeInternal, "%v", errors.New(huge)), huge[:MaxQuoted] + "...(", MaxQuoted + 64},
+		{"bytes cut", New(mcpwire.CodeInternal, "%s", []byte(huge)), huge[:MaxQuoted] + "...(", MaxQuoted + 64},
+		{"many arguments: the message is cut", New(mcpwire.CodeInternal, strings.Repeat("%s ", 16), anys(huge, 16)...), huge[:MaxQuoted], MaxMessage + 64},
+		{"As cuts", As(errors.New(strings.Repeat("x", 3*MaxMessage))), strings.Repeat("x", MaxMessage) + "...(", MaxMessage + 64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.HasPrefix(tc.e.Message, tc.want) || len(tc.e.Message) > tc.max || !utf8.ValidString(tc.e.Message) {
+				t.Fatalf("message (%d bytes) %.200q, want prefix %.200q within %d", len(tc.e.Message), tc.e.Message, tc.want, tc.max)
+			}
+		})
+	}
+	t.Run("Result cuts an Error built without New", func(t *testing.T) {
+		r := Result(&Error{Code: mcpwire.CodeInternal, Message: strings.Repeat("y", 10*MaxMessage)})
+		if e := FromResult(r); e == nil || len(e.Message) > MaxMessage+64 || e.Code != mcpwire.CodeInternal {
+			t.Fatalf("result %+v", e)
+		}
+	})
+}
+
+func anys(s string, n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"golang.org/x/sys/unix"
 
+	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -165,7 +166,7 @@ func (t *Tools) fileRead(ctx context.Context, in FileReadInput) (FileReadResult,
 // answers what it has, or UNAVAILABLE when that is nothing.
 func (t *Tools) readFile(ctx context.Context, p string, offset, length int64) (FileReadResult, error) {
 	var res FileReadResult
-	fd, st, err := openRegular(p)
+	fd, st, err := openRegular(p, t.opts.Files)
 	if err != nil {
 		return res, err
 	}
@@ -239,16 +240,27 @@ func (t *Tools) readFile(ctx context.Context, p string, offset, length int64) (F
 // when it is a regular file. The path is resolved with O_PATH, which opens
 // nothing: opening a device or FIFO can block or act (a watchdog starts, a
 // tape rewinds), so the type is decided by fstat of that handle first, and
-// the same inode is then opened through /proc/self/fd.
-func openRegular(p string) (int, unix.Stat_t, error) {
+// the same inode is then opened through /proc/self/fd. The file policy
+// decides on that handle too, before anything is opened for reading.
+func openRegular(p string, policy *filepolicy.Policy) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
 	pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		// A refused place answers as refused, not as "no such file":
+		// what exists inside a secret directory is not for probing.
+		if err == unix.ENOENT {
+			if rerr := checkMissing(policy, p); rerr != nil {
+				return -1, st, rerr
+			}
+		}
 		return -1, st, fsError("path", &fs.PathError{Op: "open", Path: p, Err: err})
 	}
 	defer unix.Close(pfd)
 	if err := unix.Fstat(pfd, &st); err != nil {
 		return -1, st, fsError("path", &fs.PathError{Op: "stat", Path: p, Err: err})
+	}
+	if err := checkPolicy(policy, pfd, &st); err != nil {
+		return -1, st, err
 	}
 	if err := requireRegular(p, st.Mode, "file.list"); err != nil {
 		return -1, st, err
@@ -330,11 +342,14 @@ func (t *Tools) fileWrite(ctx context.Context, in FileWriteInput) (FileWriteResu
 		return res, err
 	}
 	return runKernelOp(ctx, t, &t.strandedFiles, mcpwire.ToolFileWrite, func(context.Context) (FileWriteResult, error) {
-		tg, err := resolveWrite(p, in.CreateParents)
+		tg, err := resolveWrite(p, in.CreateParents, t.opts.Files)
 		if err != nil {
 			return res, err
 		}
 		defer tg.dir.Close()
+		if err := tg.checkPolicy(t.opts.Files); err != nil {
+			return res, err
+		}
 		if err := tg.writeAtomic(data, mode); err != nil {
 			return res, fsError("path", err)
 		}
@@ -362,11 +377,16 @@ func (w writeTarget) path() string { return filepath.Join(w.dirPath, w.base) }
 // link replaces its target; a dangling link creates it) and refuses
 // anything at the end that is not a regular file or nothing: FIFOs,
 // devices, sockets and directories are never replaced.
-func resolveWrite(p string, createParents bool) (writeTarget, error) {
+func resolveWrite(p string, createParents bool, policy *filepolicy.Policy) (writeTarget, error) {
 	for range maxSymlinkHops + 1 {
 		dirPath, base := filepath.Dir(p), filepath.Base(p)
 		dir, err := openDir(dirPath)
 		if errors.Is(err, fs.ErrNotExist) && createParents {
+			// Refuse before creating anything: the directories would
+			// stay behind a refusal that comes only once they exist.
+			if err := checkMissing(policy, dirPath); err != nil {
+				return writeTarget{}, err
+			}
 			if err := os.MkdirAll(dirPath, 0o755); err != nil {
 				return writeTarget{}, fsError("path", err)
 			}
@@ -429,7 +449,7 @@ func readlinkAt(dirfd int, name string) (string, error) {
 // over p and fsyncs the directory. On failure the temp file is removed and
 // p is untouched. Special files at p are refused, as file.write does.
 func writeAtomic(p string, data []byte, mode os.FileMode) error {
-	tg, err := resolveWrite(p, false)
+	tg, err := resolveWrite(p, false, nil)
 	if err != nil {
 		return err
 	}
@@ -543,22 +563,46 @@ func (t *Tools) fileList(ctx context.Context, in FileListInput) (FileListResult,
 		return res, err
 	}
 	return runKernelOp(ctx, t, &t.strandedFiles, mcpwire.ToolFileList, func(ctx context.Context) (FileListResult, error) {
-		return listDir(ctx, p, limit)
+		return listDir(ctx, p, limit, t.opts.Files)
 	})
 }
 
 // listDir lists up to limit entries of directory p.
-func listDir(ctx context.Context, p string, limit int) (FileListResult, error) {
+func listDir(ctx context.Context, p string, limit int, policy *filepolicy.Policy) (FileListResult, error) {
 	var res FileListResult
 	// O_DIRECTORY: a FIFO or device at p is refused without being opened.
 	d, err := openDir(p)
 	if errors.Is(err, syscall.ENOTDIR) {
+		// A refused file answers as refused, not as "not a directory".
+		if pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+			var st unix.Stat_t
+			err = unix.Fstat(pfd, &st)
+			if err == nil {
+				err = checkPolicy(policy, pfd, &st)
+			}
+			unix.Close(pfd)
+			if err != nil {
+				return res, err
+			}
+		}
 		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"path\": %s is not a directory (use file.read)", p)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		if rerr := checkMissing(policy, p); rerr != nil {
+			return res, rerr
+		}
 	}
 	if err != nil {
 		return res, fsError("path", err)
 	}
 	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return res, fsError("path", &fs.PathError{Op: "stat", Path: p, Err: err})
+	}
+	if err := checkPolicy(policy, int(d.Fd()), &st); err != nil {
+		return res, err
+	}
 	names, err := d.Readdirnames(-1)
 	if err != nil {
 		return res, fsError("path", err)
@@ -569,7 +613,9 @@ func listDir(ctx context.Context, p string, limit int) (FileListResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		full := filepath.Join(p, name)
+		// Through the handle the policy checked, not the path, which may
+		// name another directory by now.
+		full := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + name
 		li, err := os.Lstat(full)
 		if err != nil {
 			continue // vanished since the directory was read

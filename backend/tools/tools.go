@@ -17,6 +17,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -52,6 +53,7 @@ type Options struct {
 	Logger         *slog.Logger
 	Admission      func() any                                      // snapshot included in system.info under "admission"; may be nil
 	SystemdBus     func(ctx context.Context) (*sddbus.Conn, error) // how service.* connect; nil = the system bus
+	Files          *filepolicy.Policy                              // what file.read, file.write and file.list may touch; nil = everything
 }
 
 // Tools is the set of tools with their shared state: the registry of running

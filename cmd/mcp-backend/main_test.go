@@ -58,6 +58,8 @@ func TestCheckConfig(t *testing.T) {
 		{"no concurrency gets defaults", `{"listen":"127.0.0.1:4000"}`, 0, "ok"},
 		{"bad maxShell named", `{"concurrency":{"maxShell":50}}`, 2, "concurrency.maxShell = 50: must be <= maxActive - reservedControl (40)"},
 		{"unknown key", `{"concurency":{}}`, 2, `unknown key "concurency"`},
+		{"bad files.deny named", `{"files":{"deny":["/etc/shadow","id_rsa"]}}`, 2, `files.deny[1] = "id_rsa": must be an absolute path pattern`},
+		{"unknown files key", `{"files":{"allow":[]}}`, 2, `unknown key "allow" (in files`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

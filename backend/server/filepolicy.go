@@ -1,0 +1,46 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/filepolicy"
+)
+
+// mcpctlStateDir is where mcpctl keeps its lock, snapshots, verdicts and
+// audit by default (mcpctl.json stateDir); files.deny names another one.
+const mcpctlStateDir = "/var/lib/mcpctl"
+
+// filePolicy is what the file tools may touch: never the backend's own
+// secrets (what it reads to authenticate and its state), and only what the
+// config's files policy allows. getenv reads the directories systemd
+// gives the unit (StateDirectory=, LoadCredential=).
+func filePolicy(cfg config.Config, getenv func(string) string) *filepolicy.Policy {
+	o := filepolicy.Options{Roots: cfg.Files.Roots, Deny: cfg.Files.Deny}
+	if f := cfg.Auth.BearerTokenFile; f != "" {
+		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: f, Rule: "auth.bearerTokenFile"})
+	}
+	if cfg.Path != "" {
+		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: cfg.Path, Rule: "the config file"})
+	}
+	for _, env := range []string{"STATE_DIRECTORY", "CREDENTIALS_DIRECTORY"} {
+		// systemd separates several directories with colons.
+		for _, d := range strings.Split(getenv(env), ":") {
+			if filepath.IsAbs(d) {
+				o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "$" + env})
+			}
+		}
+	}
+	o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: mcpctlStateDir, Rule: "the mcpctl state directory"})
+	// The backend's memory holds its token; no process's memory is a file
+	// for these tools to read.
+	for _, p := range []string{"/proc/*/mem", "/proc/*/task/*/mem", "/proc/kcore"} {
+		o.SecretPatterns = append(o.SecretPatterns, filepolicy.Secret{Path: p, Rule: "process memory"})
+	}
+	return filepolicy.New(o)
+}
+
+// osGetenv is the environment filePolicy reads in production.
+var osGetenv = os.Getenv
