@@ -306,6 +306,12 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 		if a := s.Admission; a != nil {
 			fmt.Fprintf(w, "  admission active %d/%d (shell %d/%d), queued %d/%d, rejected %d\n",
 				a.Active.Total, a.Limits.MaxActive, a.Active.Shell, a.Limits.MaxShell, a.Queued.Total, a.Limits.MaxQueue, a.Counters.Rejected)
+			if f := a.Flows; f != nil {
+				fmt.Fprintf(w, "  flows %d busy of %d conversations (%d principals)\n", f.Busy, f.Conversations, f.Principals)
+				for _, t := range f.Top {
+					fmt.Fprintf(w, "    %s %s/%s active %d queued %d refused %d\n", st.dim.Render(t.PrincipalKind), t.Principal[:min(8, len(t.Principal))], t.Conversation[:min(8, len(t.Conversation))], t.Active, t.Queued, t.Refused)
+				}
+			}
 		}
 	}
 	service("production", r.Production)

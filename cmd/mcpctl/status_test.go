@@ -156,7 +156,7 @@ func TestStatusAssembly(t *testing.T) {
 	var out bytes.Buffer
 	renderStatus(&out, plainStyles(), r)
 	for _, want := range []string{
-		"production mcp-backend.service active since", "restarts 2", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/",
+		"production mcp-backend.service active since", "restarts 2", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/", "flows 0 busy of 1 conversations (1 principals)",
 		"canary mcp-backend-canary.service not installed",
 		"tunnel Overdeck", "/healthz no answer", "D-Bus gone",
 		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left (mcpctl-rollback.timer)",
