@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,4 +306,64 @@ func get(t testing.TB, url, accept string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// TestRefusalFloodLogsBounded: 2,000 refused calls from a caller retrying
+// at once write a handful of aggregated log lines whose counts add up to
+// exactly the refusals, not a line each.
+func TestRefusalFloodLogsBounded(t *testing.T) {
+	cfg := config.Default()
+	cfg.Concurrency.MaxShell, cfg.Concurrency.MaxQueue, cfg.Concurrency.FlowReserve = 1, 0, 0
+	logs := &lockedWriter{w: &bytes.Buffer{}}
+	srv, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	g := newGate(t)
+	held := make(chan string, 1)
+	go func() { held <- shellAs(context.Background(), hs.URL, "", "greedy", g.command()) }()
+	b := &backend{srv: srv, url: hs.URL}
+	proctest.Eventually(t, "the shell slot taken", func() bool { return b.metrics(t).Active.Shell == 1 })
+	const n = 2000
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n / 8 {
+				if shellAs(context.Background(), hs.URL, "", fmt.Sprintf("greedy-%d", w%2), "true") == "OVERLOADED" {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	g.open(t)
+	<-held
+	srv.Close() // flushes the last interval
+	time.Sleep(50 * time.Millisecond)
+	var lines, counted int64
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec struct {
+			Msg   string `json:"msg"`
+			Count int64  `json:"count"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		if rec.Msg == "tool calls refused" {
+			lines++
+			counted += rec.Count
+		}
+		if rec.Msg == "tool call" && strings.Contains(line, "OVERLOADED") {
+			t.Fatalf("a refusal logged on its own: %s", line)
+		}
+	}
+	t.Logf("%d refusals, %d aggregated log lines", refused.Load(), lines)
+	if refused.Load() != n || counted != n || lines > 40 {
+		t.Fatalf("%d refused, %d counted in %d lines: want %d in a few lines", refused.Load(), counted, lines, n)
+	}
 }
