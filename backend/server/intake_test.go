@@ -195,7 +195,9 @@ func TestConnectionCapKeepsProbesAndControl(t *testing.T) {
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"shell.exec","arguments":{"command":%q},"_meta":{"openai/session":"held-%d"}}}`, i+1, g.command(), i)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		held = append(held, c)
-		proctest.Eventually(t, "call running", func() bool { return s.metrics(t).Active.Shell == int64(i+1) })
+		// Read the controller itself: a /metrics poll would take a
+		// connection place of its own.
+		proctest.Eventually(t, "call running", func() bool { return s.srv.Admission().Snapshot().Active.Shell == int64(i+1) })
 	}
 	if m := s.intake(t).Intake; m.ConnsOpen != 4 || m.ReserveConnsOpen != 1 {
 		t.Fatalf("intake %+v, want 4 normal and this one reserve", m)
