@@ -7,9 +7,18 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
-// Snapshot is the /metrics JSON. It reads the state without taking the
-// scheduler's lock; each number is exact, the set is a moment's view.
+// Snapshot is the /metrics JSON: the gauges and counters, and the flows
+// (read under the lock, bounded by the table's cap).
 func (c *Controller) Snapshot() mcpwire.Metrics {
+	m := c.Gauges()
+	m.Flows = c.flowStats()
+	return m
+}
+
+// Gauges is the snapshot without the flows. It reads the state without
+// taking the scheduler's lock (what /readyz needs, at any rate); each number
+// is exact, the set is a moment's view.
+func (c *Controller) Gauges() mcpwire.Metrics {
 	// completed before accepted: every completion follows its acceptance,
 	// so the view never shows more completed than accepted.
 	completed := c.completed.Load()
@@ -47,7 +56,6 @@ func (c *Controller) Snapshot() mcpwire.Metrics {
 			Preempted: c.preempted.Load(),
 			Displaced: c.displaced.Load(),
 		},
-		Flows: c.flowStats(),
 	}
 }
 

@@ -658,7 +658,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	snap := s.adm.Snapshot()
+	snap := s.adm.Gauges()
 	body := map[string]any{"status": "ready", "active": snap.Active.Total, "queued": snap.Queued.Total, "maxQueue": snap.Limits.MaxQueue}
 	code := http.StatusOK
 	mem := s.mem.Load()
