@@ -87,9 +87,12 @@ type waiter struct {
 // flowState is a principal or a conversation.
 type flowState struct {
 	key       string
-	principal *flowState            // a conversation's principal; nil for a principal
-	convs     map[string]*flowState // a principal's conversations
-	busyConvs map[*flowState]struct{}
+	principal *flowState              // a conversation's principal; nil for a principal
+	convs     map[string]*flowState   // a principal's conversations
+	busyConvs map[*flowState]struct{} // ... with demand or remembered demand
+	waitConvs map[*flowState]struct{} // ... with queued operations
+	convStale bool                    // the conversations' shares must be computed again
+	minConv   float64                 // least service of its busy conversations, as of the last computation
 
 	active, queued, peak [numPools]int
 	peakUntil            time.Time
@@ -152,8 +155,16 @@ type flowTable struct {
 	nconv      int
 	overflowed int64
 	nextSweep  time.Time
-	stale      bool      // shares must be computed again
+	fullSweep  time.Time // the table was last swept for being full (at most once a second)
+	stale      bool      // the principals' shares must be computed again
 	lapse      time.Time // the earliest remembered demand that holds shares back
+	minP       float64   // least service of the busy principals, as of the last computation
+
+	// scratch space of computeShares, kept to spare allocations
+	ps            []*flowState
+	demands       []int
+	convScratch   []*flowState
+	demandScratch []int
 }
 
 func (t *flowTable) init(lim Limits) {
@@ -188,14 +199,14 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 	if p == nil {
 		key := f.Principal
 		if len(t.principals) >= t.lim.MaxFlows {
-			t.sweep(now)
+			t.sweepFull(now)
 		}
 		if len(t.principals) >= t.lim.MaxFlows {
 			key = bucketKey(key)
 			t.overflowed++
 		}
 		if p = t.principals[key]; p == nil {
-			p = &flowState{key: key, convs: map[string]*flowState{}, busyConvs: map[*flowState]struct{}{}, servedAt: now}
+			p = &flowState{key: key, convs: map[string]*flowState{}, busyConvs: map[*flowState]struct{}{}, waitConvs: map[*flowState]struct{}{}, servedAt: now}
 			t.principals[key] = p
 		}
 	}
@@ -204,7 +215,7 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 	if c == nil {
 		key := f.Conversation
 		if t.nconv >= t.lim.MaxFlows {
-			t.sweep(now)
+			t.sweepFull(now)
 		}
 		if t.nconv >= t.lim.MaxFlows {
 			key = bucketKey(key)
@@ -218,6 +229,16 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 	}
 	c.lastSeen = now
 	return c
+}
+
+// sweepFull sweeps a full table, at most once a second: until then new
+// flows share buckets, so a stream of new ids costs no sweep each.
+func (t *flowTable) sweepFull(now time.Time) {
+	if now.Before(t.fullSweep) {
+		return
+	}
+	t.fullSweep = now.Add(time.Second)
+	t.sweep(now)
 }
 
 // sweep forgets flows idle for longer than FlowIdle.
@@ -239,32 +260,22 @@ func (t *flowTable) sweep(now time.Time) {
 }
 
 // activate starts a flow that had no demand at the least service among its
-// busy peers, so that time spent idle is not banked as a claim on the
-// future. Called before its demand rises from zero.
-func activate(f *flowState, peers map[*flowState]struct{}, now time.Time) {
-	least, found := 0.0, false
-	for q := range peers {
-		if q == f || q.busy() == 0 {
-			continue
-		}
-		if s := q.servedNow(now); !found || s < least {
-			least, found = s, true
-		}
-	}
+// busy peers (as of the last share computation), so that time spent idle is
+// not banked as a claim on the future. Called before its demand rises from
+// zero.
+func activate(f *flowState, least float64, now time.Time) {
 	f.accrue(now)
-	if found && f.served < least {
-		f.served = least
-	}
+	f.served = max(f.served, least)
 }
 
 func (t *flowTable) addDemand(w *waiter, delta int, now time.Time) {
 	c, p := w.conv, w.conv.principal
 	if delta > 0 {
 		if c.busy() == 0 {
-			activate(c, p.busyConvs, now)
+			activate(c, p.minConv, now)
 		}
 		if p.busy() == 0 {
-			activate(p, t.busy, now)
+			activate(p, t.minP, now)
 		}
 	}
 	for _, pool := range poolsOf(w.kind) {
@@ -285,6 +296,7 @@ func (t *flowTable) addDemand(w *waiter, delta int, now time.Time) {
 		t.busy[p] = struct{}{}
 	}
 	t.stale = true
+	p.convStale = true
 }
 
 // enqueue counts w's demand (as queued) in its flow; queue links it.
@@ -302,6 +314,7 @@ func (t *flowTable) queue(w *waiter) {
 	w.linked = true
 	c.nwait++
 	c.principal.nwait++
+	c.principal.waitConvs[c] = struct{}{}
 	t.waiting[c.principal] = struct{}{}
 }
 
@@ -323,6 +336,9 @@ func (t *flowTable) unlink(w *waiter) {
 	w.prev, w.next, w.linked = nil, nil, false
 	c.nwait--
 	c.principal.nwait--
+	if c.nwait == 0 {
+		delete(c.principal.waitConvs, c)
+	}
 	if c.principal.nwait == 0 {
 		delete(t.waiting, c.principal)
 	}
@@ -358,6 +374,7 @@ func (t *flowTable) finish(c *flowState, k Kind, now time.Time) {
 		p.active[pool]--
 	}
 	t.stale = true
+	p.convStale = true
 }
 
 // waterfill returns the max-min fair allocation of capacity among demands.
@@ -382,50 +399,78 @@ func waterfill(capacity float64, demands []int) []float64 {
 	return out
 }
 
-// computeShares sets every busy flow's share of every pool from the
-// effective demands, and notes when the earliest remembered demand lapses.
+// computeShares sets every busy principal's share of every pool from the
+// principals' effective demands, and notes when the earliest remembered
+// demand lapses. It costs O(busy principals); conversations' shares within
+// a principal are computed when first needed (convShares).
 func (t *flowTable) computeShares(now time.Time) {
 	t.stale = false
 	t.lapse = time.Time{}
-	var ps []*flowState
+	ps := t.ps[:0]
+	first := true
 	for p := range t.busy {
-		for c := range p.busyConvs {
-			if c.idle(now) {
-				delete(p.busyConvs, c)
-			}
-		}
-		if len(p.busyConvs) == 0 && p.idle(now) {
+		if p.idle(now) {
 			delete(t.busy, p)
+			clear(p.busyConvs)
 			continue
 		}
 		ps = append(ps, p)
+		p.convStale = true
+		if s := p.servedNow(now); p.busy() > 0 && (first || s < t.minP) {
+			t.minP, first = s, false
+		}
+		t.noteLapse(p, now)
 	}
-	noteLapse := func(f *flowState, p int) {
-		if f.effDemand(p, now) > f.demand(p) && (t.lapse.IsZero() || f.peakUntil.Before(t.lapse)) {
+	t.ps = ps
+	for pool := range numPools {
+		demands := t.demands[:0]
+		for _, p := range ps {
+			demands = append(demands, p.effDemand(pool, now))
+		}
+		t.demands = demands
+		for i, s := range waterfill(float64(t.capacity[pool]-t.reserve[pool]), demands) {
+			ps[i].share[pool] = s
+		}
+	}
+}
+
+func (t *flowTable) noteLapse(f *flowState, now time.Time) {
+	for pool := range numPools {
+		if f.effDemand(pool, now) > f.demand(pool) && (t.lapse.IsZero() || f.peakUntil.Before(t.lapse)) {
 			t.lapse = f.peakUntil
 		}
 	}
-	demands := make([]int, len(ps))
-	for pool := range numPools {
-		for i, p := range ps {
-			demands[i] = 0
-			for c := range p.busyConvs {
-				demands[i] += c.effDemand(pool, now)
-				noteLapse(c, pool)
-			}
+}
+
+// convShares sets the shares of p's busy conversations within p's share.
+// Caller has computed the principals' shares.
+func (t *flowTable) convShares(p *flowState, now time.Time) {
+	if !p.convStale {
+		return
+	}
+	p.convStale = false
+	convs := t.convScratch[:0]
+	first := true
+	for c := range p.busyConvs {
+		if c.idle(now) {
+			delete(p.busyConvs, c)
+			continue
 		}
-		shares := waterfill(float64(t.capacity[pool]-t.reserve[pool]), demands)
-		for i, p := range ps {
-			p.share[pool] = shares[i]
-			convs := make([]*flowState, 0, len(p.busyConvs))
-			cd := make([]int, 0, len(p.busyConvs))
-			for c := range p.busyConvs {
-				convs = append(convs, c)
-				cd = append(cd, c.effDemand(pool, now))
-			}
-			for j, s := range waterfill(shares[i], cd) {
-				convs[j].share[pool] = s
-			}
+		convs = append(convs, c)
+		if s := c.servedNow(now); c.busy() > 0 && (first || s < p.minConv) {
+			p.minConv, first = s, false
+		}
+		t.noteLapse(c, now)
+	}
+	t.convScratch = convs
+	cd := slices.Grow(t.demandScratch[:0], len(convs))[:len(convs)]
+	t.demandScratch = cd
+	for pool := range numPools {
+		for i, c := range convs {
+			cd[i] = c.effDemand(pool, now)
+		}
+		for i, s := range waterfill(p.share[pool], cd) {
+			convs[i].share[pool] = s
 		}
 	}
 }
@@ -441,8 +486,17 @@ func (t *flowTable) mayStart(c *Controller, w *waiter, now time.Time) bool {
 	used := [numPools]int{field(s, shTotal) - field(s, shNonControl), field(s, shNonControl), field(s, shShell)}
 	for _, pool := range poolsOf(w.kind) {
 		n, h := t.capacity[pool], t.reserve[pool]
-		if float64(conv.active[pool]) >= conv.share[pool] {
-			return false
+		// A conversation holding nothing in the pool is always under its
+		// share (its demand, this call, is at least one); only one that
+		// holds something needs its share computed.
+		// Nor does one below an equal split of its principal's share:
+		// water-filling gives every conversation at least that much of
+		// what it asks.
+		if conv.active[pool] > 0 && float64(conv.active[pool]+1)*float64(len(p.busyConvs)) > p.share[pool] {
+			t.convShares(p, now)
+			if float64(conv.active[pool]) >= conv.share[pool] {
+				return false
+			}
 		}
 		pa, ps := float64(p.active[pool]), p.share[pool]
 		inShare := pa < ps && (used[pool] < n-h || p.active[pool] == 0)
@@ -486,10 +540,7 @@ func (t *flowTable) pick(c *Controller, now time.Time) *waiter {
 func (t *flowTable) pickIn(c *Controller, p *flowState, control bool, s uint64, now time.Time) *waiter {
 	var best *waiter
 	var bestServed float64
-	for _, conv := range p.convs {
-		if conv.nwait == 0 {
-			continue
-		}
+	for conv := range p.waitConvs {
 		cs := conv.servedNow(now)
 		if best != nil && cs > bestServed {
 			continue
@@ -557,10 +608,10 @@ func (t *flowTable) normalVictim() *waiter {
 			continue
 		}
 		cmost := 0
-		for _, c := range q.convs {
+		for c := range q.waitConvs {
 			cmost = max(cmost, c.queued[poolNonControl])
 		}
-		for _, c := range q.convs {
+		for c := range q.waitConvs {
 			if c.queued[poolNonControl] != cmost {
 				continue
 			}
@@ -576,8 +627,8 @@ func (t *flowTable) normalVictim() *waiter {
 // one; among those holding as many, the one with the youngest operation.
 func busiestConv(p *flowState, except *flowState) *flowState {
 	var top *flowState
-	for _, c := range p.convs {
-		if c == except || c.nwait == 0 {
+	for c := range p.waitConvs {
+		if c == except {
 			continue
 		}
 		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at.After(top.tail.at)) {
@@ -622,7 +673,7 @@ func (t *flowTable) refused(conv *flowState, now time.Time) int {
 func (t *flowTable) allWaiters() []*waiter {
 	var ws []*waiter
 	for p := range t.waiting {
-		for _, c := range p.convs {
+		for c := range p.waitConvs {
 			for w := c.head; w != nil; w = w.next {
 				ws = append(ws, w)
 			}
