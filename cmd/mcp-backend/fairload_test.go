@@ -84,10 +84,8 @@ func TestFairShareLoad(t *testing.T) {
 				resp.Body.Close()
 				var r struct {
 					Result struct {
-						IsError bool `json:"isError"`
-						Meta    map[string]struct {
-							Code string `json:"code"`
-						} `json:"_meta"`
+						IsError bool                       `json:"isError"`
+						Meta    map[string]json.RawMessage `json:"_meta"`
 					} `json:"result"`
 				}
 				if json.Unmarshal(b, &r) != nil {
@@ -97,8 +95,7 @@ func TestFairShareLoad(t *testing.T) {
 					var env struct {
 						Error struct{ Code string } `json:"error"`
 					}
-					raw, _ := json.Marshal(r.Result.Meta["mcp-backend/error"])
-					_ = json.Unmarshal(raw, &env)
+					_ = json.Unmarshal(r.Result.Meta["mcp-backend/error"], &env)
 					return env.Error.Code, time.Since(start)
 				}
 				return "ok", time.Since(start)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,12 +25,7 @@ import (
 // (WatchdogSec), so it is asserted against the interval itself.
 func TestWatchdogSurvivesConnectionFlood(t *testing.T) {
 	const interval = 3 * time.Second
-	sock := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	sock, conn := notifySocket(t)
 	port := proctest.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, addr))

@@ -297,15 +297,23 @@ func TestSIGTERMWhileSaturated(t *testing.T) {
 	}
 }
 
-// TestSystemdNotify: with NOTIFY_SOCKET set, the real process says READY=1
-// once listening and feeds WATCHDOG=1 while its /healthz answers.
-func TestSystemdNotify(t *testing.T) {
+// notifySocket is a NOTIFY_SOCKET the test reads the process's sd_notify
+// messages from, as systemd would.
+func notifySocket(t testing.TB) (string, *net.UnixConn) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return sock, conn
+}
+
+// TestSystemdNotify: with NOTIFY_SOCKET set, the real process says READY=1
+// once listening and feeds WATCHDOG=1 while its /healthz answers.
+func TestSystemdNotify(t *testing.T) {
+	sock, conn := notifySocket(t)
 	port := proctest.FreePort(t)
 	cfg := writeConfig(t, fmt.Sprintf(`{"listen":"127.0.0.1:%d"}`, port))
 	cmd := exec.Command(binary, "serve", "--config", cfg)
