@@ -52,7 +52,7 @@ func groupShares(t *testing.T, url string, clients []int, flowOf func(group, cli
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const warmup, window = 40, 240
+	const warmup, window = 30, 160
 	var total atomic.Int64
 	counts := make([]atomic.Int64, len(clients))
 	var snap []int64
@@ -66,7 +66,11 @@ func groupShares(t *testing.T, url string, clients []int, flowOf func(group, cli
 				defer wg.Done()
 				for call := 0; ctx.Err() == nil; call++ {
 					sub, conv := flowOf(g, c, call)
-					if shellAs(ctx, url, sub, conv, "sleep 0.05") != "" {
+					// Commands long against a client's round trip: a
+					// conversation whose client is between calls cannot
+					// claim its slot, so a short command would measure the
+					// clients' gaps rather than the scheduler.
+					if shellAs(ctx, url, sub, conv, "sleep 0.15") != "" {
 						continue
 					}
 					counts[g].Add(1)
