@@ -17,6 +17,8 @@ type Record struct {
 	Event   string
 	Message string
 	Fields  []Field
+
+	written chan struct{} // closed once the sink took or refused it (EmitWritten)
 }
 
 // Add appends a field; empty values are left out, so absent means unknown.
@@ -72,6 +74,7 @@ type Log struct {
 	dropped    atomic.Int64 // records lost since start (buffer full or sink failed)
 	unreported atomic.Int64 // lost and not yet said on a record that succeeded
 	written    atomic.Int64
+	stalled    atomic.Bool // an EmitWritten wait ran out; no one waits until the sink moves again
 
 	agg *aggregator
 
@@ -107,6 +110,39 @@ func (l *Log) Emit(r Record) {
 	case l.ch <- r:
 	default:
 		l.lost(1)
+	}
+}
+
+// EmitWritten queues r like Emit and waits, at most wait, until the sink
+// has it: a start record reaches the journal before the tool acts, so a
+// command that kills the process still leaves it. A sink slower than wait
+// is not waited for again until it takes a record: it costs one call at
+// most wait, never the calls after it.
+func (l *Log) EmitWritten(r Record, wait time.Duration) {
+	if l == nil {
+		return
+	}
+	if l.stalled.Load() {
+		l.Emit(r)
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	done := make(chan struct{})
+	r.written = done
+	select {
+	case l.ch <- r:
+	default:
+		l.lost(1)
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		l.stalled.Store(true)
 	}
 }
 
@@ -159,6 +195,12 @@ func (l *Log) run() {
 }
 
 func (l *Log) write(r Record) {
+	defer func() {
+		l.stalled.Store(false)
+		if r.written != nil {
+			close(r.written)
+		}
+	}()
 	n := l.unreported.Swap(0)
 	if n > 0 {
 		r.AddInt(FieldLost, n)
