@@ -205,7 +205,7 @@ func (l *Log) write(r Record) {
 	if n > 0 {
 		r.AddInt(FieldLost, n)
 	}
-	if err := l.sink.Write(l.complete(r)); err != nil {
+	if err := l.sink.Write(complete(l.ident, r)); err != nil {
 		l.unreported.Add(n)
 		l.lost(1)
 		return
@@ -214,10 +214,10 @@ func (l *Log) write(r Record) {
 }
 
 // complete adds the fields every record carries.
-func (l *Log) complete(r Record) Record {
+func complete(ident string, r Record) Record {
 	head := []Field{{FieldMessageID, MessageID(r.Event)}, {FieldEvent, r.Event}}
-	if l.ident != "" {
-		head = append(head, Field{FieldIdentifier, l.ident})
+	if ident != "" {
+		head = append(head, Field{FieldIdentifier, ident})
 	}
 	r.Fields = append(head, r.Fields...)
 	return r
