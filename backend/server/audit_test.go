@@ -363,3 +363,39 @@ func TestAuditRecordsEveryCallOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// slowSink stands in for a journal that takes 1 ms per record, slower
+// than the calls come: what a loaded or stopped journald looks like to
+// the backend (a fault the real journal cannot be made to show here).
+type slowSink struct{}
+
+func (slowSink) Write(audit.Record) error { time.Sleep(time.Millisecond); return nil }
+func (slowSink) Close() error             { return nil }
+
+// BenchmarkToolCallAudit: system.info through the real handler with the
+// audit trail off, on (the file sink: one write per record), and over a
+// sink slower than the calls (records dropped and counted, calls not
+// held up).
+//
+//	go test -run '^$' -bench ToolCallAudit -benchmem -count 3 ./backend/server/
+func BenchmarkToolCallAudit(b *testing.B) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"system.info","arguments":{}}}`)
+	b.Run("audit-off", func(b *testing.B) {
+		bk := startBackend(b, func(c *config.Config) { c.Audit.Sink = config.AuditOff })
+		benchPost(b, bk.srv.Handler(), body)
+	})
+	b.Run("audit-file", func(b *testing.B) {
+		bk := startBackend(b, func(c *config.Config) {
+			c.Audit.Sink, c.Audit.File = config.AuditFile, filepath.Join(b.TempDir(), "audit.jsonl")
+		})
+		benchPost(b, bk.srv.Handler(), body)
+		b.ReportMetric(float64(bk.srv.Audit().Dropped()), "dropped")
+	})
+	b.Run("audit-slow-sink", func(b *testing.B) {
+		bk := startBackend(b, func(c *config.Config) { c.Audit.Sink = config.AuditOff })
+		bk.srv.audit.log = audit.New(audit.Options{Sink: slowSink{}, Buffer: 1024})
+		bk.srv.audit.sink = "slow"
+		benchPost(b, bk.srv.Handler(), body)
+		b.ReportMetric(float64(bk.srv.Audit().Dropped()), "dropped")
+	})
+}
