@@ -135,7 +135,7 @@ func (c auditClient) call(t testing.TB, tool string, args any, timeout time.Dura
 	}
 	var r struct {
 		Result *struct {
-			IsError bool `json:"isError"`
+			IsError bool                             `json:"isError"`
 			Meta    map[string]mcpwire.ErrorEnvelope `json:"_meta"`
 		} `json:"result"`
 	}
