@@ -193,7 +193,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		"listen":       cfg.Backend.Listen,
 		"allowedHosts": []string{"mcp.example.com"},
 		"auth":         map[string]any{"bearerTokenFile": tokenFile, "oauth": map[string]any{"issuer": is.url, "jwksUrl": is.url + "/jwks", "resources": []string{resource}}},
-		"concurrency":  map[string]any{"maxActive": 8, "reservedControl": 2, "maxShell": 3, "maxQueue": 4, "queueWaitMs": 400},
+		"concurrency":  map[string]any{"maxActive": 8, "reservedControl": 2, "maxShell": 3, "maxQueue": 16, "queueWaitMs": 1500},
 	}
 	b, _ := json.Marshal(backendCfg)
 	writeFile(t, cfg.Backend.Config, b, 0o644)
@@ -484,7 +484,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 			t.Errorf("filtered call %+v", c)
 		}
 	}
-	if code, out, _ := h.run(ctx, "audit", "--tool", "file.read", "--limit", "3"); code != 0 || !strings.HasPrefix(out, "TIME ") || strings.Count(out, "\n") != 4 {
+	if code, out, _ := h.run(ctx, "audit", "--tool", "system.info", "--limit", "3"); code != 0 || !strings.HasPrefix(out, "TIME ") || strings.Count(out, "\n") != 4 {
 		t.Errorf("audit table: exit %d\n%s", code, out)
 	}
 
