@@ -15,8 +15,8 @@ import (
 type Refusal struct {
 	Status  int    // HTTP status: 401, 403; 200 when a tool result refused
 	Outcome string // the error code (OVERLOADED, ...) or the OAuth error (invalid_token, ...)
-	Scope   string // what refused: auth, tool-scope, host, origin, queue-full, queue-timeout, queue-cancelled, memory, body, reserve, restarting
-	Reason  string // why, for a human; never a token
+	Scope   string // whose limit or which check: conversation, principal, server (OVERLOADED); auth, tool-scope, host, origin
+	Reason  string // why, short and stable (queue-full, queue-timeout, queue-cancelled, memory, body-budget, connections, restarting, the auth error's description); never a token
 	Tool    string
 	// The flow: who, through which Host. Principal fields are empty when
 	// the request was refused before it was authenticated.

@@ -349,7 +349,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 			case audit.MsgCallEnd:
 				e++
 			case audit.MsgRefused:
-				if r[audit.FieldScope] != "queue-cancelled" {
+				if r[audit.FieldOutcome] != "CANCELLED" {
 					n, _ := strconv.Atoi(r[audit.FieldCount])
 					refused += n
 				}
@@ -384,7 +384,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 			case "401", "403":
 				k = r[audit.FieldStatus]
 			}
-			if r[audit.FieldScope] == "queue-cancelled" {
+			if r[audit.FieldOutcome] == "CANCELLED" {
 				k = "cancelled"
 			}
 			if refusedBy[who] == nil {
