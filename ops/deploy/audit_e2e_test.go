@@ -542,6 +542,51 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		}
 	})
 
+	t.Run("a stopped journald holds up no call; its records wait and arrive", func(t *testing.T) {
+		op := principals[0].c
+		var mt struct {
+			Audit struct{ Written, Dropped, Pending int } `json:"audit"`
+		}
+		readMetrics := func() {
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			_ = json.NewDecoder(resp.Body).Decode(&mt)
+		}
+		pid, err := m.Exec(ctx, "systemctl", "show", "-P", "MainPID", "systemd-journald.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid = strings.TrimSpace(pid)
+		readMetrics()
+		dropped := mt.Audit.Dropped
+		if out, err := m.Exec(ctx, "kill", "-STOP", pid); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		defer m.Exec(context.Background(), "kill", "-CONT", pid)
+		const n = 400
+		start := time.Now()
+		for i := range n {
+			if o := op.call(t, "system.info", map[string]any{}, 5*time.Second); o != "ok" {
+				t.Fatalf("call %d with journald stopped: %s", i, o)
+			}
+		}
+		t.Logf("journald stopped: %d system.info calls in %s", n, time.Since(start))
+		readMetrics()
+		if mt.Audit.Pending == 0 {
+			t.Errorf("no record waiting while journald was stopped: %+v", mt.Audit)
+		}
+		if out, err := m.Exec(ctx, "kill", "-CONT", pid); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		proctest.Eventually(t, "the waiting records written", func() bool { readMetrics(); return mt.Audit.Pending == 0 })
+		if mt.Audit.Dropped != dropped {
+			t.Errorf("%d records dropped though the buffer held them", mt.Audit.Dropped-dropped)
+		}
+	})
+
 	t.Run("sealed journal verifies, and a flipped byte fails it", func(t *testing.T) {
 		time.Sleep(2500 * time.Millisecond) // past one sealing interval
 		if out, err := m.Exec(ctx, "journalctl", "--rotate"); err != nil {
