@@ -85,12 +85,18 @@ func (a *aggregator) flush() {
 	now := time.Now()
 	a.counts, a.since = map[Refusal]int64{}, now
 	a.mu.Unlock()
-	keys := make([]Refusal, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
+	// A fixed order, so equal windows give equal records.
+	type keyed struct {
+		sortKey string
+		k       Refusal
 	}
-	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
-	for _, k := range keys {
+	keys := make([]keyed, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, keyed{fmt.Sprint(k), k})
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].sortKey < keys[j].sortKey })
+	for _, kk := range keys {
+		k := kk.k
 		n := counts[k]
 		r := Record{Time: now, Event: EventRefused}
 		who := k.PrincipalKind + ":" + k.Principal

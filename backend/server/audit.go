@@ -300,8 +300,8 @@ func refusalReason(te *toolerr.Error) string {
 }
 
 // auditHTTPRefusal counts a request refused with status before it reached
-// the tools (401, 403). identified says the refusal came after the token
-// was verified (a tool outside its scopes). Never the token itself.
+// the tools (401, 403): under its principal when the token was verified
+// (a tool outside its scopes), else as unauthenticated. Never the token.
 func (s *Server) auditHTTPRefusal(r *http.Request, status int, code, scope, reason, tool string) {
 	l := s.audit.log
 	if l == nil {

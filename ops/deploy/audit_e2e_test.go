@@ -493,7 +493,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{operatorToken, principals[1].c.token, principals[2].c.token, fileBody, "ENV-VALUE-never-in-the-journal", "not-a-valid-token-"} {
+	for _, secret := range []string{operatorToken, principals[1].c.token, principals[2].c.token, reader.token, fileBody, "ENV-VALUE-never-in-the-journal", "not-a-valid-token-"} {
 		if strings.Contains(export, secret) {
 			t.Errorf("the journal holds the secret %.40q", secret)
 		}
