@@ -74,7 +74,7 @@ type Log struct {
 	dropped    atomic.Int64 // records lost since start (buffer full or sink failed)
 	unreported atomic.Int64 // lost and not yet said on a record that succeeded
 	written    atomic.Int64
-	stalled    atomic.Bool // an EmitWritten wait ran out; no one waits until the sink moves again
+	stalled    atomic.Bool // an EmitWritten wait ran out; no one waits until the buffer drains
 
 	agg *aggregator
 
@@ -113,16 +113,18 @@ func (l *Log) Emit(r Record) {
 	}
 }
 
-// EmitWritten queues r like Emit and waits, at most wait, until the sink
-// has it: a start record reaches the journal before the tool acts, so a
-// command that kills the process still leaves it. A sink slower than wait
-// is not waited for again until it takes a record: it costs one call at
-// most wait, never the calls after it.
+// EmitWritten queues r like Emit and, when nothing is waiting ahead of
+// it, waits at most wait until the sink has it: a start record reaches
+// the journal before the tool acts, so a command that kills the process
+// still leaves it. Behind a backlog (a journal slower than the calls) it
+// does not wait, since its record would wait for the backlog; a sink that
+// took longer than wait is not waited for again until the buffer has
+// drained. So a slow journal costs at most one call at most wait.
 func (l *Log) EmitWritten(r Record, wait time.Duration) {
 	if l == nil {
 		return
 	}
-	if l.stalled.Load() {
+	if l.stalled.Load() || len(l.ch) > 0 {
 		l.Emit(r)
 		return
 	}
@@ -196,7 +198,9 @@ func (l *Log) run() {
 
 func (l *Log) write(r Record) {
 	defer func() {
-		l.stalled.Store(false)
+		if len(l.ch) == 0 {
+			l.stalled.Store(false)
+		}
 		if r.written != nil {
 			close(r.written)
 		}
