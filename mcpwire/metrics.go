@@ -120,3 +120,14 @@ func (c Counters) Sub(o Counters) Counters {
 		Displaced: c.Displaced - o.Displaced,
 	}
 }
+
+// AuditMetrics is the "audit" object of GET /metrics: the audit trail's
+// sink (journal, file or off) and its records written, dropped (buffer
+// full or the sink refused them; each loss is also said on the next record
+// written) and waiting for the sink.
+type AuditMetrics struct {
+	Sink    string `json:"sink"`
+	Written int64  `json:"written"`
+	Dropped int64  `json:"dropped"`
+	Pending int64  `json:"pending"`
+}

@@ -42,6 +42,16 @@ const DefaultMCPCtl = "/usr/local/bin/mcpctl"
 // it.
 const SocketBacklog = 512
 
+// The backend units' journald rate limit (LogRateLimitIntervalSec=,
+// LogRateLimitBurst=): 10000 messages a second sustained. A tool call
+// writes two audit records and one log line, and mcpctl stress offers at
+// most 2000 calls a second (stress.MaxRate): 6000 messages a second.
+// Refusal floods are aggregated per second, so they add a few records.
+const (
+	LogRateLimitInterval = "10s"
+	LogRateLimitBurst    = 100000
+)
+
 // Socket is the name of the socket unit that owns the listening port of the
 // backend service named service (mcp-backend.service ->
 // mcp-backend.socket).
@@ -183,6 +193,8 @@ func Render(p Params) ([]Unit, error) {
 		G                                                     Guardrails
 		GoMemLimit                                            string
 		Install                                               bool
+		Role, LogRateLimitIntervalSec                         string
+		LogRateLimitBurst                                     int
 	}
 	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
 	serve := func(bin string, s Service) string {
@@ -208,6 +220,7 @@ func Render(p Params) ([]Unit, error) {
 	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit),
 		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
+		Role: "production", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
 	}); err != nil {
 		return nil, err
 	}
@@ -222,6 +235,7 @@ func Render(p Params) ([]Unit, error) {
 		if err := add(cfg.Canary.Unit, "backend.service.tmpl", false, backendData{
 			Header: header, Description: "MCP backend (canary)", Socket: Socket(cfg.Canary.Unit),
 			Exec: serve(p.CanaryBinary, cfg.Canary), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
+			Role: "canary", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
 		}); err != nil {
 			return nil, err
 		}

@@ -35,6 +35,7 @@ type Config struct {
 	Limits         Limits      `json:"limits"`
 	Shell          Shell       `json:"shell"`
 	Files          Files       `json:"files"`
+	Audit          Audit       `json:"audit"`
 
 	// Path is the file the config was loaded from (absolute; "" when
 	// parsed from elsewhere): one of the backend's own secrets, which the
@@ -139,6 +140,7 @@ func Default() Config {
 		Limits: Limits{OutputBytes: 4 << 20, ResponseBytes: 6 << 20},
 		Shell:  Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
 		Files:  Files{Roots: []string{"/"}, Deny: DefaultDeny()},
+		Audit:  DefaultAudit(),
 	}
 }
 
@@ -201,7 +203,7 @@ func describeJSONError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if s := err.Error(); strings.HasPrefix(s, "json: unknown field ") {
-		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell, files and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
+		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell, files, audit and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
 	}
 	return err
 }
@@ -320,6 +322,7 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("files.deny[%d]", i), fmt.Sprintf("%q", d), why+`, e.g. /etc/shadow or /**/.ssh/id_rsa`)
 		}
 	}
+	errs = append(errs, c.Audit.validate()...)
 	return errors.Join(errs...)
 }
 

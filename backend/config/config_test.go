@@ -125,6 +125,12 @@ func TestValidate(t *testing.T) {
 		{"relative deny", `{"files":{"deny":["/etc/shadow","shadow"]}}`, `files.deny[1] = "shadow": must be an absolute path pattern`},
 		{"bad deny glob", `{"files":{"deny":["/etc/[x"]}}`, `files.deny[0] = "/etc/[x": component "[x" is not a valid pattern`},
 		{"deny with a control byte", `{"files":{"deny":["/etc/\u0001"]}}`, `files.deny[0] = "/etc/\x01": must not contain control characters`},
+		{"audit sink unknown", `{"audit":{"sink":"syslog"}}`, `audit.sink = "syslog": must be "auto", "journal", "file" or "off"`},
+		{"audit file sink without a file", `{"audit":{"sink":"file"}}`, `audit.file = "": must be set when audit.sink is "file"`},
+		{"audit file relative", `{"audit":{"file":"audit.jsonl"}}`, `audit.file = "audit.jsonl": must be an absolute path`},
+		{"audit file tiny rotation", `{"audit":{"fileMaxBytes":10}}`, `audit.fileMaxBytes = 10: must be 4096..1099511627776`},
+		{"audit keep negative", `{"audit":{"fileKeep":-1}}`, `audit.fileKeep = -1: must be 0..100`},
+		{"audit buffer zero", `{"audit":{"bufferRecords":0}}`, `audit.bufferRecords = 0: must be 1..1048576`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,6 +39,7 @@ func (s *Server) guard(h http.Handler) http.Handler {
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *oauth.Identity {
 	refuse := func(status int, code, why string, scopes []string) *oauth.Identity {
 		s.log.Info("request refused", "status", status, "error", code, "reason", why, "host", r.Host, "remote", r.RemoteAddr)
+		s.auditHTTPRefusal(r, status, code, "auth", why, "")
 		if s.oauth == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
 			http.Error(w, "unauthorized: a valid bearer token is required", http.StatusUnauthorized)
@@ -94,6 +95,7 @@ func (s *Server) mayCall(w http.ResponseWriter, r *http.Request, tool string) bo
 		why = fmt.Sprintf("no scope grants tool %s", tool)
 	}
 	s.log.Info("tool call refused", "tool", tool, "subject", id.Subject, "clientId", id.ClientID, "reason", why)
+	s.auditHTTPRefusal(r, http.StatusForbidden, "insufficient_scope", "tool-scope", why, tool)
 	s.oauth.Challenge(w, r, http.StatusForbidden, "insufficient_scope", why, need)
 	return false
 }
@@ -110,11 +112,13 @@ func bearer(header string) (string, bool) {
 func (s *Server) hostGuard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hostAllowed(r.Host) {
+			s.auditHTTPRefusal(r, http.StatusForbidden, "forbidden", "host", "Host not loopback or in allowedHosts", "")
 			http.Error(w, fmt.Sprintf("forbidden: Host %q is not loopback or in allowedHosts", r.Host), http.StatusForbidden)
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
 			if !s.originAllowed(o) {
+				s.auditHTTPRefusal(r, http.StatusForbidden, "forbidden", "origin", "Origin not allowed", "")
 				http.Error(w, fmt.Sprintf("forbidden: Origin %q is not in allowedOrigins and not loopback or in allowedHosts", o), http.StatusForbidden)
 				return
 			}

@@ -224,7 +224,9 @@ func (s *Server) refuseBody(w http.ResponseWriter, r *http.Request, got []byte, 
 	switch {
 	case errors.Is(err, errBodyBudget):
 		if method == "tools/call" && id != nil {
-			s.writeToolResult(w, id, encodeResult(s.serverOverloaded(toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget), admission.KindOf(name))))
+			res := encodeResult(s.serverOverloaded(toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: the request-body budget (%d bytes) is in use; retry later", s.httpLim.BodyBudget), admission.KindOf(name)))
+			s.auditShed(r, nil, name, res)
+			s.writeToolResult(w, id, res)
 			return
 		}
 		writeRPCErrorID(w, http.StatusServiceUnavailable, id, -32000, "backend overloaded: request-body budget in use; retry later")

@@ -48,8 +48,9 @@ type intakeJSON struct {
 // metricsJSON is the pinned admission snapshot with our fields beside it.
 type metricsJSON struct {
 	mcpwire.Metrics
-	Memory memguard.Sample `json:"memory"`
-	Intake intakeJSON      `json:"intake"`
+	Memory memguard.Sample      `json:"memory"`
+	Intake intakeJSON           `json:"intake"`
+	Audit  mcpwire.AuditMetrics `json:"audit"`
 }
 
 func (s *Server) metricsSnapshot() metricsJSON {
@@ -66,5 +67,5 @@ func (s *Server) metricsSnapshot() metricsJSON {
 		in.ConnsOpen, in.ReserveConnsOpen = l.open()
 		in.ConnsCulled = l.culled.Load()
 	}
-	return metricsJSON{Metrics: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in}
+	return metricsJSON{Metrics: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics()}
 }

@@ -78,6 +78,7 @@ type Server struct {
 	cancels   *cancelScope  // links HTTP cancel notifications to their calls
 	refusals  *refusalLog   // calls that never ran, logged in aggregate
 	nextReq   atomic.Uint64 // request ids; the header is ours, so a counter suffices
+	audit     *auditState   // the audit trail (audit.go)
 }
 
 // Option adjusts a Server at construction.
@@ -137,6 +138,11 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 			log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
 		}
 	}
+	a, err := openAudit(cfg.Audit, log)
+	if err != nil {
+		return nil, err
+	}
+	s.audit = a
 	s.tools = tools.New(tools.Options{
 		OutputBytes:    cfg.Limits.OutputBytes,
 		ResponseBytes:  cfg.Limits.ResponseBytes,
@@ -216,14 +222,17 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		kind := admission.KindOf(tool)
 		if te := s.mayRun(who, call); te != nil {
 			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
 		}
 		if s.stoppingCtx.Err() != nil {
 			s.refusals.add(cw, tool, string(mcpwire.CodeUnavailable))
+			s.auditAdmissionRefusal(ctx, call, restartError(), nil)
 			return toolerr.Result(restartError()), nil
 		}
 		if kind != admission.Control && s.mem.Load().Shedding() {
 			s.refusals.add(cw, tool, string(mcpwire.CodeOverloaded))
+			s.auditAdmissionRefusal(ctx, call, memoryError(), nil)
 			return toolerr.Result(s.serverOverloaded(memoryError(), kind)), nil
 		}
 		start := time.Now()
@@ -239,8 +248,10 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 				te = restartError()
 			}
 			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, err)
 			return toolerr.Result(te), nil
 		}
+		ca := s.auditStart(ctx, call, wait)
 		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
 			// The slot covers trimming the result too, so that work is
 			// bounded like the rest, and a panic cannot strand it.
@@ -256,6 +267,7 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			return res, err
 		})
 		dur := time.Since(start) - wait
+		ca.end(res, err, abandoned, dur)
 		switch {
 		case abandoned:
 			s.logCall(who, cw, tool, kind, wait, dur, "abandoned-at-shutdown")
@@ -540,6 +552,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 			}
 			if shed != nil {
 				s.refusals.add(cw, msg.Params.Name, string(code))
+				s.auditShed(r, &cw, msg.Params.Name, shed)
 				s.writeToolResult(w, msg.ID, shed)
 				return
 			}
@@ -557,6 +570,7 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 		s.requests.Store(id, ctx)
 		defer s.requests.Delete(id)
 		r.Header.Set(reqIDHeader, id)
+		r.Header.Set(hostHeader, r.Host)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -73,7 +73,10 @@ func newApp(d *deps) *cli.App {
 						srv.Close()
 						return err
 					}
-					return srv.Serve(c.Context, ln)
+					stop := auditProcess(srv.Audit(), c.String("config"), "http")
+					err = srv.Serve(c.Context, ln)
+					stop(err)
+					return err
 				},
 			},
 			{
@@ -90,7 +93,10 @@ func newApp(d *deps) *cli.App {
 					if err != nil {
 						return &exitError{exitUsage, err}
 					}
-					return srv.ServeStdio(c.Context, srv.StdioTransport(d.stdin, d.stdout))
+					stop := auditProcess(srv.Audit(), c.String("config"), "stdio")
+					err = srv.ServeStdio(c.Context, srv.StdioTransport(d.stdin, d.stdout))
+					stop(err)
+					return err
 				},
 			},
 			{

@@ -17,5 +17,6 @@ func commands(d *deps) []*cli.Command {
 		canaryCommand(d),
 		snapshotCommand(d),
 		statusCommand(d),
+		auditCommand(d),
 	}
 }

@@ -14,7 +14,9 @@ func TestLinksNoDBus(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
-		if strings.Contains(pkg, "godbus") || strings.Contains(pkg, "go-systemd") || strings.HasSuffix(pkg, "/ops/systemd") {
+		// go-systemd's journal package writes datagrams to the journal's
+		// socket (deploy events, through ops/state); it is no bus client.
+		if strings.Contains(pkg, "godbus") || (strings.Contains(pkg, "go-systemd") && !strings.HasSuffix(pkg, "/go-systemd/v22/journal")) || strings.HasSuffix(pkg, "/ops/systemd") {
 			t.Errorf("ops/deploy links %s", pkg)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/overdeck/mcp-backend/audit"
 )
 
 // Audit actions. Others are accepted; these are the ones mcpctl status
@@ -64,7 +66,15 @@ func (d Dir) Audit(e Event) error {
 	if e.PID == 0 {
 		e.PID = os.Getpid()
 	}
-	return appendJSON(stateDir, AuditFile, e)
+	if err := appendJSON(stateDir, AuditFile, e); err != nil {
+		return err
+	}
+	// The file survives a volatile journal; the journal copy puts deploys
+	// beside the backend's records (journalctl MESSAGE_ID=...). A journal
+	// that cannot take it loses only the copy.
+	_, _ = audit.SendJournal("mcpctl", audit.DeployRecord(audit.Deploy{Time: e.Time, Action: e.Action, FromVersion: e.FromVersion,
+		ToVersion: e.ToVersion, SnapshotID: e.SnapshotID, Outcome: e.Outcome, Reason: e.Reason, Details: e.Details, PID: e.PID}))
+	return nil
 }
 
 // tailChunk is how much Tail reads per step backwards from the end.
