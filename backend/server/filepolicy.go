@@ -22,6 +22,11 @@ func filePolicy(cfg config.Config, getenv func(string) string) *filepolicy.Polic
 	if f := cfg.Auth.BearerTokenFile; f != "" {
 		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: f, Rule: "auth.bearerTokenFile"})
 	}
+	if f := cfg.Audit.File; f != "" {
+		// Who did what: no caller may read or rewrite it.
+		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: f, Rule: "audit.file"})
+		o.SecretPatterns = append(o.SecretPatterns, filepolicy.Secret{Path: f + ".*", Rule: "audit.file (rotated)"})
+	}
 	if cfg.Path != "" {
 		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: cfg.Path, Rule: "the config file"})
 	}

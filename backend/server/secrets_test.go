@@ -30,6 +30,7 @@ type secretFixture struct {
 }
 
 const (
+	auditMarker  = "audit-record-marker-0123456789"
 	configMarker = "config-secret-marker"
 	stateMarker  = "state-secret-marker"
 	keyMarker    = "PRIVATE-KEY-MARKER"
@@ -137,9 +138,14 @@ func (p principal) call(t *testing.T, tool string, args map[string]any) toolRepl
 func TestSecretsOutOfReachOfFileTools(t *testing.T) {
 	f := newSecretFixture(t)
 	t.Setenv("STATE_DIRECTORY", f.state)
+	auditFile := filepath.Join(f.dir, "audit.jsonl")
+	if err := os.WriteFile(auditFile, []byte(auditMarker+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := startOAuthEnv(t, func(c *config.Config) {
 		f.token = c.Auth.BearerTokenFile
 		c.Path = f.config
+		c.Audit.Sink, c.Audit.File = config.AuditFile, auditFile
 		// The default /**/.ssh/id_ed25519 matches the fixture's key by
 		// path; a hard link is found by expanding ** two levels deep, and
 		// the fixture lives deeper, so it is named as an operator would.
@@ -166,6 +172,7 @@ func TestSecretsOutOfReachOfFileTools(t *testing.T) {
 		{"state file", f.stateDB, "$STATE_DIRECTORY", stateMarker, false},
 		{"state dir", f.state, "$STATE_DIRECTORY", stateMarker, true},
 		{"user key", f.userKey, `files.deny[`, keyMarker, false},
+		{"audit file", auditFile, "audit.file", auditMarker, false},
 	}
 	refused := func(t *testing.T, r toolReply, rule string, leak string) {
 		t.Helper()
