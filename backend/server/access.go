@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 
@@ -182,24 +181,4 @@ func isLoopbackHost(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
-}
-
-// readToken reads the bearer token and refuses a file others can read.
-func readToken(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth.bearerTokenFile: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("auth.bearerTokenFile = %q: mode %04o is group/world accessible; chmod 600 it", path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth.bearerTokenFile: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 {
-		return nil, fmt.Errorf("auth.bearerTokenFile = %q: token is %d characters, want at least 16", path, len(tok))
-	}
-	return []byte(tok), nil
 }

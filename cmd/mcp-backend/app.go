@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/internal/cliargs"
 )
 
 const (
@@ -39,7 +41,11 @@ type deps struct {
 
 func newApp(d *deps) *cli.App {
 	configFlag := &cli.StringFlag{Name: "config", Usage: "backend config `FILE` (JSON)", Required: true}
-	return &cli.App{
+	logLevelFlag := &cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL`: debug, info, warn or error"}
+	// The first line stays "mcp-backend version V" (what mcpctl's candidate
+	// check reads); the build's provenance follows.
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprint(c.App.Writer, buildinfo.Long(c.App.Name)) }
+	app := &cli.App{
 		Name:            "mcp-backend",
 		Usage:           "hardened local MCP server with process-wide admission control",
 		Version:         buildinfo.Version,
@@ -54,16 +60,17 @@ func newApp(d *deps) *cli.App {
 			{
 				Name:  "serve",
 				Usage: "serve MCP over HTTP with /healthz, /readyz and /metrics",
-				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}},
+				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}, logLevelFlag},
 				Action: func(c *cli.Context) error {
-					cfg, err := loadConfig(c.String("config"), c.String("listen"))
+					cfg, err := loadConfig(c.String("config"), c.String("listen"), true)
 					if err != nil {
 						return err
 					}
-					if !cfg.IsLoopback() && cfg.Auth.BearerTokenFile == "" {
-						return &exitError{exitUsage, fmt.Errorf("listen = %q is not loopback: set auth.bearerTokenFile or listen on 127.0.0.1", cfg.Listen)}
+					level, err := logLevel(c.String("log-level"))
+					if err != nil {
+						return err
 					}
-					log := slog.New(slog.NewJSONHandler(d.stderr, nil)).With("version", buildinfo.Version)
+					log := slog.New(slog.NewJSONHandler(d.stderr, &slog.HandlerOptions{Level: level})).With("version", buildinfo.Version)
 					srv, err := server.New(cfg, log)
 					if err != nil {
 						return &exitError{exitUsage, err}
@@ -82,13 +89,17 @@ func newApp(d *deps) *cli.App {
 			{
 				Name:  "stdio",
 				Usage: "serve MCP over stdin/stdout (its own admission controller)",
-				Flags: []cli.Flag{configFlag},
+				Flags: []cli.Flag{configFlag, logLevelFlag},
 				Action: func(c *cli.Context) error {
-					cfg, err := loadConfig(c.String("config"), "")
+					cfg, err := loadConfig(c.String("config"), "", false)
 					if err != nil {
 						return err
 					}
-					log := slog.New(slog.NewJSONHandler(d.stderr, nil)).With("version", buildinfo.Version, "transport", "stdio")
+					level, err := logLevel(c.String("log-level"))
+					if err != nil {
+						return err
+					}
+					log := slog.New(slog.NewJSONHandler(d.stderr, &slog.HandlerOptions{Level: level})).With("version", buildinfo.Version, "transport", "stdio")
 					srv, err := server.New(cfg, log)
 					if err != nil {
 						return &exitError{exitUsage, err}
@@ -104,15 +115,43 @@ func newApp(d *deps) *cli.App {
 				Usage: "validate a config file: exit 0 if valid, 2 and the bad field otherwise",
 				Flags: []cli.Flag{configFlag},
 				Action: func(c *cli.Context) error {
-					if _, err := loadConfig(c.String("config"), ""); err != nil {
+					if _, err := loadConfig(c.String("config"), "", true); err != nil {
 						return err
 					}
 					fmt.Fprintf(d.stdout, "%s: ok\n", c.String("config"))
 					return nil
 				},
 			},
+			{
+				Name:  "config",
+				Usage: "with --effective: print the config with every default filled in, itself a valid config file",
+				Flags: []cli.Flag{configFlag, &cli.BoolFlag{Name: "effective", Usage: "the config as serve runs it (defaults filled in)"}},
+				Action: func(c *cli.Context) error {
+					if !c.Bool("effective") {
+						return &exitError{exitUsage, errors.New("config: --effective is required (the only form so far)")}
+					}
+					cfg, err := loadConfig(c.String("config"), "", false)
+					if err != nil {
+						return err
+					}
+					enc := json.NewEncoder(d.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(cfg)
+				},
+			},
 		},
 	}
+	cliargs.Strict(app, func(err error) error { return &exitError{exitUsage, err} })
+	return app
+}
+
+// logLevel parses --log-level; a bad value is a usage error.
+func logLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, &exitError{exitUsage, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)}
+	}
+	return l, nil
 }
 
 // listen returns the socket systemd passed (socket activation: the socket
@@ -151,7 +190,10 @@ func listen(listen string, passed []*os.File) (net.Listener, error) {
 
 // loadConfig reads and validates the config before any socket opens; every
 // failure is a usage error (exit 2).
-func loadConfig(path, listen string) (config.Config, error) {
+//
+// Serve and check-config both end in server.Preflight, so check-config
+// passes exactly the configs serve starts with.
+func loadConfig(path, listen string, preflight bool) (config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return cfg, &exitError{exitUsage, err}
@@ -162,12 +204,19 @@ func loadConfig(path, listen string) (config.Config, error) {
 			return cfg, &exitError{exitUsage, fmt.Errorf("--listen: %w", err)}
 		}
 	}
+	if !preflight {
+		return cfg, nil
+	}
+	if err := server.Preflight(cfg); err != nil {
+		return cfg, &exitError{exitUsage, err}
+	}
 	return cfg, nil
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(&deps{stdin: stdin, stdout: stdout, stderr: stderr})
-	err := app.RunContext(ctx, args)
+	// Flags before or after arguments (urfave/cli stops at the first).
+	err := app.RunContext(ctx, cliargs.Reorder(app, args))
 	if err == nil {
 		return exitOK
 	}
@@ -180,7 +229,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ce) {
 		return ce.ExitCode()
 	}
-	if strings.Contains(err.Error(), "Required flag") {
+	if strings.Contains(err.Error(), "Required flag") || strings.Contains(err.Error(), "flag provided but not defined") {
 		return exitUsage
 	}
 	return exitFailed

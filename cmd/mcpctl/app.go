@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/internal/cliargs"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 )
 
@@ -71,6 +72,9 @@ func newApp(d *deps) *cli.App {
 			return withCode(deploy.CodeUsage, err)
 		},
 	}
+	// The first line stays "mcpctl version V"; the build's provenance follows.
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprint(c.App.Writer, buildinfo.Long(c.App.Name)) }
+	cliargs.Strict(app, func(err error) error { return withCode(deploy.CodeUsage, err) })
 	return app
 }
 
@@ -88,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int {
+	// Flags before or after arguments (urfave/cli stops at the first).
+	args = cliargs.Reorder(app, args)
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		return deploy.CodeOK

@@ -118,8 +118,10 @@ func nextCommand(code int, path, msg string) string {
 			return "`mcpctl --help`"
 		}
 		return "`mcpctl " + path + " --help`"
-	case code == deploy.CodeFailed || code == deploy.CodeRolledBack:
-		return "`mcpctl status` to see production as it runs now, then fix the cause above and run `mcpctl " + strings.TrimSpace(path) + "` again"
+	case (code == deploy.CodeFailed || code == deploy.CodeRolledBack) && path != "" && path != "status":
+		// The same command line, not its bare name: a bare rollback only
+		// prints its help.
+		return "`mcpctl status` to see production as it runs now, then fix the cause above and run the same command again"
 	}
 	return ""
 }

@@ -15,6 +15,7 @@ func verifyCommand(d *deps) *cli.Command {
 		Name:      "verify",
 		Usage:     "verify production now: backend, tunnels or all",
 		UsageText: "mcpctl verify [backend|tunnels|all]",
+		ArgsUsage: "[backend|tunnels|all]",
 		Action: func(c *cli.Context) error {
 			what := c.Args().First()
 			if what == "" {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sync"
 )
 
@@ -60,4 +62,59 @@ func String(prog string) string {
 		s += " (" + Commit + ")"
 	}
 	return s
+}
+
+// Info is what the build knows about itself: the stamped version, and what
+// the Go toolchain recorded (module version, VCS revision and time, Go
+// version). Fields it did not record are empty.
+type Info struct {
+	Version   string `json:"version"`
+	Module    string `json:"module"`
+	ModuleVer string `json:"moduleVersion"`
+	Revision  string `json:"revision"`
+	Time      string `json:"time"`
+	Modified  bool   `json:"modified"`
+	GoVersion string `json:"goVersion"`
+}
+
+// Read returns the Info of the running binary.
+func Read() Info {
+	i := Info{Version: Version, Revision: Commit, GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return i
+	}
+	i.Module, i.ModuleVer, i.GoVersion = bi.Main.Path, bi.Main.Version, bi.GoVersion
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if i.Revision == "" {
+				i.Revision = s.Value
+			}
+		case "vcs.time":
+			i.Time = s.Value
+		case "vcs.modified":
+			i.Modified = s.Value == "true"
+		}
+	}
+	return i
+}
+
+// Long is the version text of --version and `mcpctl version`: the first
+// line is what candidate checks parse ("PROG version V"), the rest the
+// build's provenance.
+func Long(prog string) string {
+	i := Read()
+	or := func(s, none string) string {
+		if s == "" {
+			return none
+		}
+		return s
+	}
+	rev := or(i.Revision, "unknown")
+	if i.Modified {
+		rev += " (modified)"
+	}
+	return fmt.Sprintf("%s version %s\nmodule:   %s %s\nrevision: %s\ntime:     %s\ngo:       %s\n",
+		prog, i.Version, or(i.Module, "unknown"), or(i.ModuleVer, "(unknown)"), rev, or(i.Time, "unknown"), i.GoVersion)
 }
