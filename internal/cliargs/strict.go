@@ -116,12 +116,13 @@ func Validate(app *cli.App, line string) error {
 	flags := [][]cli.Flag{app.Flags}
 	cmds := app.Commands
 	var cmd *cli.Command
-	args := 0
+	args, help := 0, false
 	for i := 1; i < len(words); i++ {
 		w := words[i]
 		if strings.HasPrefix(w, "-") {
 			name, _, hasValue := strings.Cut(strings.TrimLeft(w, "-"), "=")
 			if name == "help" || name == "h" {
+				help = true
 				continue
 			}
 			var f cli.Flag
@@ -146,12 +147,18 @@ func Validate(app *cli.App, line string) error {
 				continue
 			}
 		}
-		if cmd == nil || (cmd.ArgsUsage == "" && len(cmd.Subcommands) == 0) {
+		if cmd == nil || cmd.ArgsUsage == "" {
 			return fmt.Errorf("%q: %q is no command there and the command takes no arguments", line, w)
 		}
 		args++
 	}
-	if cmd != nil && cmd.Action == nil {
+	switch {
+	case len(words) == 1:
+		return fmt.Errorf("%q: names no command", line)
+	case help:
+		return nil
+	case cmd != nil && (cmd.Action == nil || (len(cmd.Subcommands) > 0 && len(cmd.Flags) == 0 && args == 0)):
+		// A group without flags of its own only prints its help.
 		return fmt.Errorf("%q: %s needs a subcommand", line, cmd.Name)
 	}
 	return nil
