@@ -20,7 +20,7 @@ func cutoverCommand(d *deps) *cli.Command {
 		UsageText: "mcpctl cutover --build PATH --arm-rollback [--version V] [--deadline D] [--skip-canary-check REASON]",
 		Flags: append(buildFlags("candidate mcp-backend binary"),
 			&cli.BoolFlag{Name: "arm-rollback", Usage: "arm the automatic rollback before production restarts, so a bad deploy undoes itself even if this session dies", Required: true},
-			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D` (default rollback.deadline)"},
+			&cli.DurationFlag{Name: "deadline", Usage: "roll back automatically unless verified within `D`", DefaultText: "rollback.deadline"},
 			&cli.StringFlag{Name: "skip-canary-check", Usage: "cut over without a passing canary and stress on record, for `REASON`"},
 		),
 		Action: func(c *cli.Context) error {

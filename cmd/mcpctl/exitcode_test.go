@@ -176,3 +176,22 @@ func TestNextHintsAreCommands(t *testing.T) {
 		t.Fatal("Validate accepts command lines the app refuses")
 	}
 }
+
+// TestHelpShowsOneDefault: no help line names two defaults (before,
+// `snapshot prune --keep` showed "(default: install.keepReleases)
+// (default: 0)").
+func TestHelpShowsOneDefault(t *testing.T) {
+	paths := []string{""}
+	cliargs.Walk(newApp(&deps{getenv: os.Getenv}).Commands, func(path string, _ *cli.Command) { paths = append(paths, path) })
+	for _, p := range paths {
+		code, out, errb := runCLI(t, append(strings.Fields(p), "--help")...)
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d %s", p, code, errb)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Count(line, "default") > 1 || strings.Contains(line, "(default: false)") {
+				t.Errorf("mcpctl %s --help: %q", p, line)
+			}
+		}
+	}
+}

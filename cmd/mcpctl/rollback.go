@@ -17,9 +17,16 @@ func rollbackCommand(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:      "rollback",
 		Usage:     "restore a snapshot (what the armed timer and the boot-time check run)",
-		UsageText: "mcpctl rollback [--snapshot ID] [--if-pending] [--nonce N] | rollback status | rollback disarm",
+		UsageText: "mcpctl rollback --snapshot ID | --last [--dry-run]   (restore)\n" +
+			"   mcpctl rollback --if-pending | --snapshot ID --nonce N   (what the boot-time unit and the armed timer run)\n" +
+			"   mcpctl rollback status | disarm",
+		Description: "A rollback restores files, restarts the backend and verifies it: it needs an\n" +
+			"explicit target. --dry-run prints the plan and every file it would change, and\n" +
+			"changes nothing.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "snapshot", Usage: "snapshot `ID` (default: the pending cutover's, else the newest)"},
+			&cli.StringFlag{Name: "snapshot", Usage: "restore snapshot `ID` (see mcpctl snapshot list)"},
+			&cli.BoolFlag{Name: "last", Usage: "restore the pending cutover's snapshot, else the newest"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and the file changes; change nothing"},
 			&cli.BoolFlag{Name: "if-pending", Usage: "act only when a cutover is pending (the boot-time check)"},
 			&cli.StringFlag{Name: "nonce", Usage: "act only if `N` names the pending cutover (the armed timer)"},
 			// Only the boot-time unit, ordered before the backend, passes
@@ -38,6 +45,16 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.Bool("boot") && !c.Bool("if-pending") {
 				return usageError("--boot: only with --if-pending (the boot-time check)")
 			}
+			if c.String("snapshot") != "" && c.Bool("last") {
+				return usageError("rollback: --snapshot ID and --last name two targets: give one")
+			}
+			opts := deploy.RollbackOptions{
+				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"),
+			}
+			targeted := opts.SnapshotID != "" || c.Bool("last") || opts.IfPending || opts.Nonce != ""
+			if !targeted || c.Bool("dry-run") {
+				return rollbackPreview(c, d, opts, targeted)
+			}
 			env, closeEnv, err := deployEnv(c, d, false)
 			if err != nil {
 				return err
@@ -47,9 +64,8 @@ func rollbackCommand(d *deps) *cli.Command {
 			if c.String("nonce") != "" || c.Bool("if-pending") {
 				wait = 2 * time.Minute // unattended: outwait a cutover finishing by itself
 			}
-			rep, err := deploy.Rollback(c.Context, env, deploy.RollbackOptions{
-				SnapshotID: c.String("snapshot"), Nonce: c.String("nonce"), IfPending: c.Bool("if-pending"), Boot: c.Bool("boot"), LockWait: wait,
-			})
+			opts.LockWait = wait
+			rep, err := deploy.Rollback(c.Context, env, opts)
 			d.out.printText(rep, func(w io.Writer) {
 				if rep == nil {
 					return
@@ -118,4 +134,47 @@ func rollbackCommand(d *deps) *cli.Command {
 			},
 		},
 	}
+}
+
+// rollbackPreview is rollback without a target (its help and what --last
+// would do, exit 2) and with --dry-run (the plan and the file changes, exit
+// 0): neither takes the lock, needs systemd or changes anything.
+func rollbackPreview(c *cli.Context, d *deps, opts deploy.RollbackOptions, targeted bool) error {
+	cfg, _, err := loadCtlConfig(c)
+	if err != nil {
+		return err
+	}
+	if !targeted {
+		if err := cli.ShowSubcommandHelp(c); err != nil {
+			return err
+		}
+	}
+	p, perr := deploy.PreviewRollback(cfg.StateDir, cfg.Backend.Unit, opts)
+	if !targeted {
+		fmt.Fprintln(d.stdout)
+		switch {
+		case perr != nil:
+			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would fail now: %v\n", perr)
+		case p.Act:
+			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would restore snapshot %s (%s): %s\n", p.SnapshotID, snapVersion(p.Version), p.Reason)
+		default:
+			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would do nothing: %s\n", p.Reason)
+		}
+		return usageError("rollback: name what to restore: --snapshot ID or --last (--dry-run shows the plan first)")
+	}
+	if perr != nil {
+		return perr
+	}
+	d.out.printText(p, func(w io.Writer) {
+		if !p.Act {
+			fmt.Fprintf(w, "dry run: would do nothing: %s\n", p.Reason)
+			return
+		}
+		fmt.Fprintf(w, "dry run: would restore snapshot %s (%s): %s\n", p.SnapshotID, snapVersion(p.Version), p.Reason)
+		for _, ch := range p.Changes {
+			fmt.Fprintf(w, "  %-9s %s\n", ch.Action, ch.Path)
+		}
+		fmt.Fprintf(w, "then: %s\nnothing was changed\n", strings.Join(p.Then, ", "))
+	})
+	return nil
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/units"
@@ -49,9 +52,11 @@ func snapshotCommand(d *deps) *cli.Command {
 			},
 			{
 				Name:  "prune",
-				Usage: "keep the newest N snapshots (install.keepReleases); never the one a pending cutover needs",
+				Usage: "keep the newest N snapshots; never the one a pending cutover or the current release needs",
 				Flags: []cli.Flag{
-					&cli.IntFlag{Name: "keep", Usage: "how many to keep (default: install.keepReleases)"},
+					&cli.IntFlag{Name: "keep", Usage: "how many to keep (`N` >= 1)", DefaultText: "install.keepReleases"},
+					&cli.BoolFlag{Name: "all", Usage: "remove every snapshot except the protected ones (what --keep 0 would)"},
+					&cli.BoolFlag{Name: "dry-run", Usage: "print what would be removed and kept; change nothing"},
 				},
 				Action: func(c *cli.Context) error { return snapshotPrune(c, d) },
 			},
@@ -273,9 +278,12 @@ func snapshotShow(c *cli.Context, d *deps) error {
 }
 
 type snapPruneResult struct {
+	DryRun    bool     `json:"dryRun"`
 	Keep      int      `json:"keep"`
 	Removed   []string `json:"removed"`
 	Protected []string `json:"protected"`
+	// Why names, per protected id, what needs it.
+	Why map[string]string `json:"why"`
 }
 
 func snapshotPrune(c *cli.Context, d *deps) error {
@@ -287,29 +295,45 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 		return err
 	}
 	keep := cfg.Install.KeepReleases
-	if c.IsSet("keep") {
+	switch {
+	case c.Bool("all") && c.IsSet("keep"):
+		return usageError("snapshot prune: --all and --keep %d: give one", c.Int("keep"))
+	case c.Bool("all"):
+		keep = 0
+	case c.IsSet("keep") && c.Int("keep") == 0:
+		return usageError("snapshot prune: --keep 0 removes every snapshot a rollback could use: give --all if that is meant")
+	case c.IsSet("keep"):
 		keep = c.Int("keep")
 		if keep < 0 {
-			return usageError("snapshot prune: --keep %d: must be >= 0", keep)
+			return usageError("snapshot prune: --keep %d: must be >= 1 (or --all)", keep)
 		}
 	}
-	unlock, err := snapLock(cfg, "snapshot prune")
+	dry := c.Bool("dry-run")
+	if !dry {
+		unlock, err := snapLock(cfg, "snapshot prune")
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	// Read under the lock, so no cutover arms between reading and pruning.
+	why, err := pruneProtected(cfg)
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	// Read under the lock, so no cutover arms between reading and pruning.
-	pendingID, err := pendingSnapshot(cfg)
-	if err != nil {
-		return fmt.Errorf("snapshot prune: refusing, since the snapshot a rollback may need is unknown: %w", err)
+	res := snapPruneResult{DryRun: dry, Keep: keep, Removed: []string{}, Protected: []string{}, Why: why}
+	for id := range why {
+		res.Protected = append(res.Protected, id)
 	}
-	res := snapPruneResult{Keep: keep, Removed: []string{}, Protected: []string{}}
-	if pendingID != "" {
-		res.Protected = append(res.Protected, pendingID)
+	slices.Sort(res.Protected)
+	var removed []string
+	if dry {
+		removed, err = snapshot.PrunePlan(cfg.StateDir, keep, res.Protected...)
+	} else {
+		removed, err = snapshot.Prune(cfg.StateDir, keep, res.Protected...)
 	}
-	removed, err := snapshot.Prune(cfg.StateDir, keep, res.Protected...)
 	res.Removed = append(res.Removed, removed...)
-	if len(removed) > 0 {
+	if len(removed) > 0 && !dry {
 		snapAudit(d, cfg, state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK,
 			Details: map[string]string{"removed": strings.Join(removed, ",")}})
 	}
@@ -320,16 +344,54 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	if v.json {
 		return v.writeJSON(res)
 	}
+	verb, prefix := "removed", ""
+	if dry {
+		verb, prefix = "would remove", "dry run: "
+	}
 	if len(removed) == 0 {
-		fmt.Fprintf(v.w, "nothing to prune (keeping the newest %d)\n", keep)
+		fmt.Fprintf(v.w, "%snothing to prune (keeping the newest %d)\n", prefix, keep)
 	}
 	for _, id := range removed {
-		fmt.Fprintf(v.w, "%s %s\n", v.ok("removed"), id)
+		fmt.Fprintf(v.w, "%s %s\n", v.ok(verb), id)
 	}
 	for _, id := range res.Protected {
-		fmt.Fprintf(v.w, "%s %s (a pending cutover needs it)\n", v.warn("kept"), id)
+		fmt.Fprintf(v.w, "%s %s (%s)\n", v.warn("kept"), id, why[id])
+	}
+	if dry {
+		fmt.Fprintln(v.w, "nothing was changed")
 	}
 	return nil
+}
+
+// pruneProtected are the snapshots no prune may remove, with why: the one a
+// pending cutover rolls back to, and the newest of the release current
+// points at (what restores production as it runs now).
+func pruneProtected(cfg *ctlconfig.Config) (map[string]string, error) {
+	why := map[string]string{}
+	pendingID, err := pendingSnapshot(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot prune: refusing, since the snapshot a rollback may need is unknown: %w", err)
+	}
+	cur, cerr := (&release.Store{Root: cfg.Install.Root}).Current()
+	if cerr != nil && !errors.Is(cerr, release.ErrNoCurrent) {
+		return nil, fmt.Errorf("snapshot prune: refusing, since the current release is unknown: %w", cerr)
+	}
+	if cur != "" {
+		list, err := snapshot.List(cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range list { // newest first
+			if s.Manifest != nil && s.Manifest.Version == cur {
+				why[s.ID] = "the newest snapshot of the current release " + cur
+				break
+			}
+		}
+	}
+	if pendingID != "" {
+		why[pendingID] = "a pending cutover needs it"
+	}
+	return why, nil
 }
 
 // snapView renders for people (lipgloss, plain when stdout is not a

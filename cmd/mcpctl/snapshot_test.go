@@ -217,7 +217,8 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Keep != 2 || len(res.Removed) != 1 || res.Removed[0] != list[2].ID || len(res.Protected) != 1 || res.Protected[0] != oldest {
+	// Protected: the pending cutover's and the newest of the current release.
+	if res.Keep != 2 || len(res.Removed) != 1 || res.Removed[0] != list[2].ID || len(res.Protected) != 2 || res.Why[oldest] == "" || res.Why[list[0].ID] == "" {
 		t.Fatalf("prune = %+v; list was %v", res, ids)
 	}
 	if _, err := snapshot.Load(e.stateDir, oldest); err != nil {
@@ -226,11 +227,90 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 
 	// An unreadable marker: prune refuses rather than guess.
 	snapWrite(t, filepath.Join(e.stateDir, state.PendingFile), "{", 0o644)
-	code, _, errOut = e.run(t, "snapshot", "prune", "--keep", "0")
+	code, _, errOut = e.run(t, "snapshot", "prune", "--all")
 	if code != deploy.CodeFailed || !strings.Contains(errOut, "refusing") {
 		t.Fatalf("prune with a corrupt marker: exit %d, stderr %q", code, errOut)
 	}
 	if left, _ := snapshot.List(e.stateDir); len(left) != 3 {
 		t.Fatalf("%d snapshots left, want 3", len(left))
+	}
+}
+
+// TestSnapshotPruneGuards: --keep 0 is refused without --all (before, it
+// removed every snapshot); --all and --keep N still keep the newest
+// snapshot of the current release; --dry-run removes nothing.
+func TestSnapshotPruneGuards(t *testing.T) {
+	e := newSnapEnv(t)
+	for range 3 {
+		e.create(t, "n")
+	}
+	count := func() int {
+		list, err := snapshot.List(e.stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"keep 0", []string{"--keep", "0"}, "give --all"},
+		{"all and keep", []string{"--all", "--keep", "2"}, "give one"},
+		{"negative", []string{"--keep", "-1"}, "must be >= 1"},
+	} {
+		code, _, errOut := e.run(t, append([]string{"snapshot", "prune"}, tc.args...)...)
+		if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) || count() != 3 {
+			t.Fatalf("%s: exit %d, %d left, stderr %q", tc.name, code, count(), errOut)
+		}
+	}
+	code, out, errOut := e.run(t, "snapshot", "prune", "--all", "--dry-run")
+	if code != 0 || count() != 3 || strings.Count(out, "would remove") != 2 || !strings.Contains(out, "current release v1") || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("--all --dry-run: exit %d, %d left:\n%s%s", code, count(), out, errOut)
+	}
+	newest, _ := snapshot.List(e.stateDir)
+	code, out, errOut = e.run(t, "snapshot", "prune", "--all", "--json")
+	var res snapPruneResult
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Removed) != 2 || count() != 1 {
+		t.Fatalf("--all: exit %d, %d left: %s%s", code, count(), out, errOut)
+	}
+	if _, err := snapshot.Load(e.stateDir, newest[0].ID); err != nil {
+		t.Fatalf("the current release's newest snapshot was pruned: %v", err)
+	}
+	// The help shows one default for --keep.
+	_, out, _ = e.run(t, "snapshot", "prune", "--help")
+	if strings.Count(out, "default:") != 1 || !strings.Contains(out, "(default: install.keepReleases)") {
+		t.Fatalf("help defaults:\n%s", out)
+	}
+}
+
+// TestRollbackNeedsATarget: a bare rollback prints its help and what --last
+// would do, exits 2 and changes nothing (before, it rolled back); --dry-run
+// lists the plan and the file changes and changes nothing.
+func TestRollbackNeedsATarget(t *testing.T) {
+	e := newSnapEnv(t)
+	id := e.create(t, "before")
+	// Production moves on: the config changed since the snapshot.
+	snapWrite(t, e.configFile, "{\"listen\":\"127.0.0.1:4000\"}\n", 0o640)
+	before, _ := os.ReadFile(e.configFile)
+	code, out, errOut := e.run(t, "rollback")
+	if code != deploy.CodeUsage || !strings.Contains(out, "USAGE") || !strings.Contains(out, "would restore snapshot "+id) || !strings.Contains(errOut, "--snapshot ID or --last") {
+		t.Fatalf("bare rollback: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = e.run(t, "rollback", "--last", "--dry-run")
+	if code != 0 || !strings.Contains(out, "written   "+e.configFile) || !strings.Contains(out, "unchanged") || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("--dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = e.run(t, "rollback", "--snapshot", id, "--dry-run", "--json")
+	var p deploy.RollbackPreview
+	if code != 0 || json.Unmarshal([]byte(out), &p) != nil || !p.Act || p.SnapshotID != id || len(p.Changes) == 0 {
+		t.Fatalf("--dry-run --json: exit %d %s", code, out)
+	}
+	if after, _ := os.ReadFile(e.configFile); string(after) != string(before) {
+		t.Fatal("a dry run changed the config")
+	}
+	if code, _, errOut := e.run(t, "rollback", "--snapshot", id, "--last"); code != deploy.CodeUsage || !strings.Contains(errOut, "give one") {
+		t.Fatalf("two targets: exit %d %s", code, errOut)
 	}
 }

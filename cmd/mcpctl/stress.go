@@ -33,12 +33,12 @@ func stressCommand(d *deps) *cli.Command {
 			"commands' own clocks, and checks every bound. Exit 1 when any check fails. The verdict is recorded\n" +
 			"in stateDir for the digest of the build the unit runs.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "target", Usage: "backend base `URL` (default: http://<canary.listen>); steady: repeat it, one per tunnel (default: every tunnels[].url)"},
+			&cli.StringSliceFlag{Name: "target", Usage: "backend base `URL`; steady: repeat it, one per tunnel", DefaultText: "http://<canary.listen>; steady: every tunnels[].url"},
 			&cli.StringFlag{Name: "production", Usage: "production base `URL` whose /healthz is sampled; empty disables (default: http://<backend.listen>)"},
 			&cli.StringFlag{Name: "profile", Value: string(stress.Overload), Usage: "`overload`, spike, soak, or steady (a load well under capacity through the tunnels, e.g. during a cutover)"},
 			&cli.DurationFlag{Name: "timeout", Value: stress.DefaultSteadyTimeout, Usage: "steady: how long one call may take before it counts as a transport failure"},
 			&cli.BoolFlag{Name: "keepalive", Usage: "steady: reuse connections between calls (default: one connection per call)"},
-			&cli.DurationFlag{Name: "duration", Usage: "attack duration (default: 20s overload, 30s spike, 10m soak)"},
+			&cli.DurationFlag{Name: "duration", Usage: "attack duration", DefaultText: "20s overload, 30s spike, 10m soak"},
 			&cli.Float64Flag{Name: "rate", Usage: "offered requests/s (peak for spike); 0 derives it from the target's limits"},
 			&cli.StringFlag{Name: "unit", Usage: "systemd unit running the target; empty disables (default: canary.unit unless --target is given)"},
 			&cli.IntFlag{Name: "pid", Usage: "sample this process instead of a unit (a backend run outside systemd)"},

@@ -33,6 +33,19 @@ func Strict(app *cli.App, usage func(error) error) {
 		}
 	}
 	strictCommands(app.Commands, "", usage)
+	quietSwitches(app.Flags)
+	Walk(app.Commands, func(_ string, c *cli.Command) { quietSwitches(c.Flags) })
+}
+
+// quietSwitches drops "(default: false)" from the help of switches: it is
+// the only value a switch can default to, and it made help lines show one
+// default more than the flag has.
+func quietSwitches(flags []cli.Flag) {
+	for _, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok {
+			b.DisableDefaultText = true
+		}
+	}
 }
 
 func strictCommands(cmds []*cli.Command, prefix string, usage func(error) error) {

@@ -356,12 +356,12 @@ func TestCutoverInSystemd(t *testing.T) {
 	t.Run("operator rollback, then again", func(t *testing.T) {
 		s.t = t
 		start := time.Now()
-		code, out := s.run("rollback")
+		code, out := s.run("rollback", "--last")
 		if code != 0 || s.version() != "v1" || s.current() != "v1" {
 			t.Fatalf("rollback exit %d, version %s, current %s:\n%s", code, s.version(), s.current(), out)
 		}
 		t.Logf("figures: operator rollback %s", time.Since(start).Round(time.Millisecond))
-		code, out = s.run("rollback")
+		code, out = s.run("rollback", "--last")
 		if code != 0 || !strings.Contains(out, "no-op") {
 			t.Fatalf("second rollback: exit %d, want a no-op:\n%s", code, out)
 		}

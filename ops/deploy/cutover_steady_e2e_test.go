@@ -335,7 +335,7 @@ func TestCutoverOntoTheSocketAndBack(t *testing.T) {
 		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, inv, s.version())
 	}
 
-	if code, out := s.run("rollback"); code != 0 {
+	if code, out := s.run("rollback", "--last"); code != 0 {
 		t.Fatalf("rollback to the snapshot without a socket: exit %d\n%s", code, out)
 	}
 	if _, err := os.Stat(filepath.Join(s.m.UnitsDir, sock)); !os.IsNotExist(err) {

@@ -62,10 +62,9 @@ func List(stateDir string) ([]Info, error) {
 	return out, nil
 }
 
-// Prune removes all but the newest keep snapshots, never one whose id is in
-// protect (e.g. the snapshot a pending cutover rolls back to), and leftovers
-// of interrupted creates. It returns the removed ids.
-func Prune(stateDir string, keep int, protect ...string) ([]string, error) {
+// PrunePlan is what Prune would remove: all but the newest keep snapshots,
+// never one whose id is in protect. It changes nothing (--dry-run).
+func PrunePlan(stateDir string, keep int, protect ...string) ([]string, error) {
 	if keep < 0 {
 		return nil, fmt.Errorf("prune snapshots: keep %d: must be >= 0", keep)
 	}
@@ -77,16 +76,30 @@ func Prune(stateDir string, keep int, protect ...string) ([]string, error) {
 	for _, p := range protect {
 		protected[p] = true
 	}
+	var out []string
+	for i, s := range list {
+		if i >= keep && !protected[s.ID] {
+			out = append(out, s.ID)
+		}
+	}
+	return out, nil
+}
+
+// Prune removes all but the newest keep snapshots, never one whose id is in
+// protect (e.g. the snapshot a pending cutover rolls back to), and leftovers
+// of interrupted creates. It returns the removed ids.
+func Prune(stateDir string, keep int, protect ...string) ([]string, error) {
+	plan, err := PrunePlan(stateDir, keep, protect...)
+	if err != nil {
+		return nil, err
+	}
 	snaps := filepath.Join(stateDir, SnapshotsDir)
 	var removed []string
-	for i, s := range list {
-		if i < keep || protected[s.ID] {
-			continue
+	for _, id := range plan {
+		if err := removeDir(snaps, id); err != nil {
+			return removed, fmt.Errorf("prune snapshot %s: %w", id, err)
 		}
-		if err := removeDir(snaps, s.ID); err != nil {
-			return removed, fmt.Errorf("prune snapshot %s: %w", s.ID, err)
-		}
-		removed = append(removed, s.ID)
+		removed = append(removed, id)
 	}
 	// Callers hold the mcpctl lock, so no create is in progress.
 	ents, _ := os.ReadDir(snaps)
