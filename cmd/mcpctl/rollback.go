@@ -15,8 +15,8 @@ import (
 
 func rollbackCommand(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:      "rollback",
-		Usage:     "restore a snapshot (what the armed timer and the boot-time check run)",
+		Name:  "rollback",
+		Usage: "restore a snapshot (what the armed timer and the boot-time check run)",
 		UsageText: "mcpctl rollback --snapshot ID | --last [--dry-run]   (restore)\n" +
 			"   mcpctl rollback --if-pending | --snapshot ID --nonce N   (what the boot-time unit and the armed timer run)\n" +
 			"   mcpctl rollback status | disarm",

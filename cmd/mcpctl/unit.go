@@ -38,8 +38,8 @@ func unitCommand(d *deps) *cli.Command {
 			{
 				Name:      "install",
 				Usage:     "write changed units into unitDir, daemon-reload if any changed, enable the boot units",
-				UsageText: "mcpctl unit install [--mcpctl PATH]",
-				Flags:     []cli.Flag{mcpctlFlag},
+				UsageText: "mcpctl unit install [--mcpctl PATH] [--dry-run]",
+				Flags:     []cli.Flag{mcpctlFlag, &cli.BoolFlag{Name: "dry-run", Usage: "print the diff of every unit and the plan; write nothing"}},
 				Action:    func(c *cli.Context) error { return unitInstall(c, d) },
 			},
 		},
@@ -130,6 +130,7 @@ type unitChange struct {
 }
 
 type unitInstallReport struct {
+	DryRun    bool         `json:"dryRun"`
 	UnitDir   string       `json:"unitDir"`
 	Changed   []unitChange `json:"changed"`
 	Unchanged []string     `json:"unchanged"`
@@ -141,6 +142,9 @@ func unitInstall(c *cli.Context, d *deps) error {
 	cfg, us, err := renderUnits(c, "")
 	if err != nil {
 		return err
+	}
+	if c.Bool("dry-run") {
+		return unitInstallDryRun(d, cfg.UnitDir, us)
 	}
 	// One mutating mcpctl at a time: a cutover or install between our
 	// read and our write would have its units overwritten.
@@ -228,10 +232,46 @@ func printUnitInstall(o *output, rep unitInstallReport) {
 		}
 	}
 	switch {
+	case rep.DryRun:
+		plan := "no daemon-reload"
+		if len(rep.Changed) > 0 {
+			plan = fmt.Sprintf("would write %d unit(s) to %s and daemon-reload", len(rep.Changed), rep.UnitDir)
+		}
+		fmt.Fprintf(w, "dry run: %s, %d unchanged; would enable at boot: %s\nnothing was changed\n", plan, len(rep.Unchanged), strings.Join(rep.Enabled, " "))
+		return
 	case len(rep.Changed) == 0:
 		fmt.Fprintf(w, "units in %s are up to date (%d unchanged); no daemon-reload\n", rep.UnitDir, len(rep.Unchanged))
 	default:
 		fmt.Fprintf(w, "%d unit(s) written to %s, %d unchanged; systemd reloaded\n", len(rep.Changed), rep.UnitDir, len(rep.Unchanged))
 	}
 	fmt.Fprintf(w, "enabled at boot: %s\n", strings.Join(rep.Enabled, " "))
+}
+
+// unitInstallDryRun is unit install --dry-run: the same comparison and
+// diffs, then the plan; no lock, no systemd, nothing written.
+func unitInstallDryRun(d *deps, unitDir string, us []units.Unit) error {
+	writes, unchanged, err := units.Changes(unitDir, us)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
+	rep := unitInstallReport{DryRun: true, UnitDir: unitDir, Changed: []unitChange{}, Unchanged: append([]string{}, unchanged...), Enabled: []string{}}
+	for _, w := range writes {
+		path := filepath.Join(unitDir, w.Unit.Name)
+		action := "would update"
+		if w.Created() {
+			action = "would create"
+		}
+		rep.Changed = append(rep.Changed, unitChange{Unit: w.Unit.Name, Action: action,
+			Diff: units.Diff(path+" (installed)", path+" (rendered)", string(w.Old), string(w.Unit.Content))})
+	}
+	for _, u := range us {
+		if u.Enable {
+			rep.Enabled = append(rep.Enabled, u.Name)
+		}
+	}
+	if d.out.json {
+		return writeJSON(d.stdout, rep)
+	}
+	printUnitInstall(d.out, rep)
+	return nil
 }

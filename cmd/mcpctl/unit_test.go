@@ -266,3 +266,24 @@ func unitSpec(t testing.TB, cfg *ctlconfig.Config) *units.Spec {
 	}
 	return spec
 }
+
+// TestUnitInstallDryRun: the diff of every unit and the plan, before
+// anything is written (before, the diff came only after writing); no
+// systemd needed, nothing written, even with the lock held elsewhere.
+func TestUnitInstallDryRun(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	conf := unitTestConfig(t, dir, func(m map[string]any) { m["stateDir"] = stateDir })
+	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl", "--dry-run")
+	if code != 0 || !strings.Contains(out, "would create mcp-backend.service") || !strings.Contains(out, "+ExecStart=") || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "units")); !os.IsNotExist(err) {
+		t.Fatalf("unitDir after a dry run: %v, want absent", err)
+	}
+	code, out, _ = runCLI(t, "--config", conf, "unit", "install", "--dry-run", "--mcpctl", "/usr/local/bin/mcpctl", "--json")
+	var rep unitInstallReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Changed) == 0 || rep.Reloaded {
+		t.Fatalf("--json: exit %d %s", code, out)
+	}
+}
