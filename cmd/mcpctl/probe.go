@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -45,9 +47,25 @@ type opsBase struct {
 	self    string
 	verify  *verify.Client
 	sd      *systemd.Client
+	// sdErr is why sd is nil (connectOpsDegraded only).
+	sdErr error
 }
 
 func connectOps(c *cli.Context, strict bool, log *slog.Logger) (*opsBase, error) {
+	b, err := connectOpsDegraded(c, strict, log)
+	if err != nil {
+		return nil, err
+	}
+	if b.sd == nil {
+		return nil, withCode(deploy.CodeFailed, fmt.Errorf("connect to systemd (this command needs it; `mcpctl status` and `mcpctl verify backend` run their HTTP checks without it): %w", b.sdErr))
+	}
+	return b, nil
+}
+
+// connectOpsDegraded is connectOps for the commands that still have
+// something to show without systemd (status, verify backend): when systemd
+// cannot be reached, sd is nil and sdErr says why.
+func connectOpsDegraded(c *cli.Context, strict bool, log *slog.Logger) (*opsBase, error) {
 	cfg, cfgPath, err := loadCtlConfig(c)
 	if err != nil {
 		return nil, err
@@ -64,7 +82,15 @@ func connectOps(c *cli.Context, strict bool, log *slog.Logger) (*opsBase, error)
 	defer cancel()
 	sd, err := systemd.Connect(ctx, systemd.Options{Logger: log})
 	if err != nil {
-		return nil, withCode(deploy.CodeFailed, fmt.Errorf("connect to systemd: %w", err))
+		return &opsBase{cfg: cfg, cfgPath: cfgPath, self: self, verify: v, sdErr: err}, nil
 	}
 	return &opsBase{cfg: cfg, cfgPath: cfgPath, self: self, verify: v, sd: sd}, nil
+}
+
+// noSystemd is the unit reader of a command running without systemd: every
+// unit read fails, briefly (the command says once why).
+type noSystemd struct{ err error }
+
+func (n noSystemd) Unit(context.Context, string) (*unitstate.State, error) {
+	return nil, errors.New("needs systemd (not reachable)")
 }

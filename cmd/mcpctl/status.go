@@ -93,6 +93,9 @@ type statusReport struct {
 	Rollback   rollbackView  `json:"rollback"`
 	Events     []state.Event `json:"events"`
 	EventsErr  string        `json:"eventsError,omitempty"`
+	// SystemdErr is why systemd could not be reached: unit states, restarts
+	// and the rollback timer are then unknown, the HTTP checks still ran.
+	SystemdErr string `json:"systemdError,omitempty"`
 }
 
 func statusCommand(d *deps) *cli.Command {
@@ -100,12 +103,19 @@ func statusCommand(d *deps) *cli.Command {
 		Name:  "status",
 		Usage: "one screen: production, canary, tunnels, an armed rollback, the last cutovers and rollbacks",
 		Action: func(c *cli.Context) error {
-			b, err := connectOps(c, false, d.logger)
+			b, err := connectOpsDegraded(c, false, d.logger)
 			if err != nil {
 				return err
 			}
-			defer b.sd.Close()
-			rep := gatherStatus(c.Context, b.cfg, b.sd, b.verify, time.Now())
+			var sd unitReader = noSystemd{b.sdErr}
+			if b.sd != nil {
+				defer b.sd.Close()
+				sd = b.sd
+			}
+			rep := gatherStatus(c.Context, b.cfg, sd, b.verify, time.Now())
+			if b.sdErr != nil {
+				rep.SystemdErr = b.sdErr.Error()
+			}
 			d.out.print(rep, func(w io.Writer, st styles) { renderStatus(w, st, rep) })
 			return nil
 		},
@@ -173,7 +183,8 @@ func gatherUnit(ctx context.Context, sd unitReader, unit string) unitView {
 
 func gatherService(ctx context.Context, sd unitReader, v *verify.Client, unit, url string, admissionSnap bool) serviceView {
 	s := serviceView{unitView: gatherUnit(ctx, sd, unit), URL: url}
-	if s.ActiveState != "active" {
+	// An unknown unit state (no systemd) still gets the HTTP checks.
+	if s.ActiveState != "active" && s.ActiveState != "unknown" {
 		return s
 	}
 	s.Healthz = code(ctx, v.Healthz, url)
@@ -300,7 +311,7 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 		if s.Version != "" {
 			fmt.Fprintf(w, "  version %s %s\n", s.Version, st.dim.Render("("+s.VersionFrom+")"))
 		}
-		if s.ActiveState == "active" {
+		if s.ActiveState == "active" || s.ActiveState == "unknown" {
 			fmt.Fprintf(w, "  %s /healthz %s /readyz %s\n", st.dim.Render(s.URL), http(s.Healthz), http(s.Readyz))
 		}
 		if a := s.Admission; a != nil {
@@ -314,16 +325,26 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 			}
 		}
 	}
+	if r.SystemdErr != "" {
+		fmt.Fprintf(w, "%s systemd not reachable (%s): unit states, restarts and the rollback timer need it; the HTTP checks below ran without it\n",
+			st.bad.Render("degraded:"), r.SystemdErr)
+	}
 	service("production", r.Production)
 	service("canary", r.Canary)
 	for _, t := range r.Tunnels {
-		fmt.Fprintf(w, "%s %s %s %s%s, restarts %d, %s /healthz %s\n", st.title.Render("tunnel"), t.Name, t.Unit, up(t.ActiveState), since(t.unitView), t.NRestarts, st.dim.Render(t.URL), http(t.Healthz))
+		// Two lines, as for the services: one line was ~136 columns.
+		fmt.Fprintf(w, "%s %s %s %s%s, restarts %d\n", st.title.Render("tunnel"), t.Name, t.Unit, up(t.ActiveState), since(t.unitView), t.NRestarts)
 		if t.Err != "" {
 			fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), t.Err)
 		}
+		fmt.Fprintf(w, "  %s /healthz %s\n", st.dim.Render(t.URL), http(t.Healthz))
 	}
 	rb := r.Rollback
-	fmt.Fprintf(w, "%s %s\n", st.title.Render("rollback"), rollbackLine(rb, st.bad.Render))
+	line := rollbackLine(rb, st.bad.Render)
+	if r.SystemdErr != "" && rb.State == rollbackNone {
+		line = "no cutover pending; whether a timer is armed is unknown (needs systemd)"
+	}
+	fmt.Fprintf(w, "%s %s\n", st.title.Render("rollback"), line)
 	if rb.Err != "" {
 		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), rb.Err)
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,3 +175,52 @@ func TestStatusAssembly(t *testing.T) {
 }
 
 func plainStyles() styles { return newOutput(&bytes.Buffer{}, false, true).st }
+
+// TestDegradedWithoutSystemd: with no system bus, status and verify backend
+// still run their HTTP checks against a real backend and say which parts
+// need systemd (before, both stopped at "connect to systemd" and suggested
+// status, which stopped there too).
+func TestDegradedWithoutSystemd(t *testing.T) {
+	srv, err := server.New(config.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	dir := t.TempDir()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "no-bus"))
+	backendCfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(backendCfg, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := unitTestConfig(t, dir, func(m map[string]any) {
+		m["stateDir"] = filepath.Join(dir, "state")
+		m["backend"] = map[string]any{"listen": strings.TrimPrefix(ts.URL, "http://"), "config": backendCfg}
+		m["canary"] = map[string]any{"listen": "127.0.0.1:1"}
+	})
+	code, out, errb := runCLI(t, "--config", conf, "status")
+	for _, want := range []string{"degraded: systemd not reachable", ts.URL + " /healthz 200 /readyz 200", "whether a timer is armed is unknown"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status: exit %d, want 0 and %q:\n%s%s", code, want, out, errb)
+		}
+	}
+	code, out, errb = runCLI(t, "--config", conf, "status", "--json")
+	var rep statusReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.SystemdErr == "" || rep.Production.Healthz != 200 {
+		t.Fatalf("status --json: exit %d %s%s", code, out, errb)
+	}
+	code, out, errb = runCLI(t, "--config", conf, "verify", "backend")
+	if code != 1 || !strings.Contains(out, "HTTP checks ok, INCOMPLETE") || !strings.Contains(out, "not checked: the backend unit") {
+		t.Fatalf("verify backend: exit %d:\n%s%s", code, out, errb)
+	}
+	if strings.Contains(errb, "next: run `mcpctl status`") && strings.Contains(errb, "connect to systemd") {
+		t.Fatalf("hint loop: %s", errb)
+	}
+	// Negative control: a backend that is down fails the HTTP checks.
+	ts.Close()
+	code, out, _ = runCLI(t, "--config", conf, "verify", "backend")
+	if code != 1 || !strings.Contains(out, "FAILED") {
+		t.Fatalf("verify backend of a closed server: exit %d:\n%s", code, out)
+	}
+}
