@@ -1,6 +1,7 @@
 package stress
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -34,7 +35,7 @@ const MaxRate = 2000.0
 // Plan is the offered load of a run.
 type Plan struct {
 	Profile  Profile       `json:"profile"`
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"-"` // durationMs in JSON
 	// StartRate and EndRate are the offered rates (requests/s) at the start
 	// and end; equal for constant profiles.
 	StartRate float64 `json:"startRate"`
@@ -123,4 +124,14 @@ func pick(override, derived float64) float64 {
 // constantPacer expresses a fractional rate with vegeta's integer Freq.
 func constantPacer(rate float64) vegeta.ConstantPacer {
 	return vegeta.ConstantPacer{Freq: int(math.Round(rate * 100)), Per: 100 * time.Second}
+}
+
+// MarshalJSON writes Duration as durationMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (p Plan) MarshalJSON() ([]byte, error) {
+	type plain Plan
+	return json.Marshal(struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}{plain(p), ms(p.Duration)})
 }

@@ -20,14 +20,14 @@ import (
 // the target and its unit did, and the checks. Its JSON is stable for
 // scripts: fields are only ever added.
 type Report struct {
-	Target     string  `json:"target"`
-	Production string  `json:"production,omitempty"`
-	Unit       string  `json:"unit,omitempty"`
-	Profile    Profile `json:"profile"`
-	Plan       Plan    `json:"plan"`
-	Mix        Mix     `json:"mix"`
-	ShellSleep string  `json:"shellSleep"`
-	Faults     bool    `json:"faults"`
+	Target       string  `json:"target"`
+	Production   string  `json:"production,omitempty"`
+	Unit         string  `json:"unit,omitempty"`
+	Profile      Profile `json:"profile"`
+	Plan         Plan    `json:"plan"`
+	Mix          Mix     `json:"mix"`
+	ShellSleepMs float64 `json:"shellSleepMs"`
+	Faults       bool    `json:"faults"`
 
 	Requests      int     `json:"requests"`
 	AttackSeconds float64 `json:"attackSeconds"`
@@ -90,7 +90,7 @@ func newReport(cfg Config, plan Plan, f Facts, took time.Duration, checks []Chec
 	cs := CallStatsOf(f.Calls)
 	r := &Report{
 		Target: cfg.Target, Production: cfg.Production, Unit: cfg.UnitName,
-		Profile: plan.Profile, Plan: plan, Mix: cfg.Mix, ShellSleep: cfg.ShellSleep.String(), Faults: cfg.Faults,
+		Profile: plan.Profile, Plan: plan, Mix: cfg.Mix, ShellSleepMs: ms(cfg.ShellSleep), Faults: cfg.Faults,
 		Requests: len(f.Calls), AttackSeconds: round3(took.Seconds()), OfferedRate: round3(plan.MeanRate()),
 		Limits: f.Limits, Outcomes: cs.Counts, ByClass: cs.ByClass, ByOutcome: cs.ByOutcome, Examples: cs.Examples,
 		Latency: map[mcpwire.Class]map[Outcome]Latency{},
@@ -196,7 +196,7 @@ func (r *Report) Render(w io.Writer, color bool) error {
 		rate = fmt.Sprintf("%.1f/s -> %.1f/s", r.Plan.StartRate, r.Plan.EndRate)
 	}
 	fmt.Fprintf(&b, "offered %s for %s (capacity ~%.1f/s, mix shell:normal:control %d:%d:%d, shell sleep %s); achieved %.1f/s, %d requests, attack over in %.1fs\n",
-		rate, r.Plan.Duration, r.Plan.CapacityRate, r.Mix.Shell, r.Mix.Normal, r.Mix.Control, r.ShellSleep, r.AchievedRate, r.Requests, r.AttackSeconds)
+		rate, r.Plan.Duration, r.Plan.CapacityRate, r.Mix.Shell, r.Mix.Normal, r.Mix.Control, time.Duration(r.ShellSleepMs*float64(time.Millisecond)), r.AchievedRate, r.Requests, r.AttackSeconds)
 	L := r.Limits
 	fmt.Fprintf(&b, "limits: maxActive %d, reservedControl %d, maxNonControl %d, maxShell %d, maxQueue %d, queueWait %s\n",
 		L.MaxActive, L.ReservedControl, L.MaxNonControl, L.MaxShell, L.MaxQueue, L.QueueWait())

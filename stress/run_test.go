@@ -14,6 +14,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/internal/jsoncheck"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -218,6 +219,11 @@ func TestRunResultsAndReport(t *testing.T) {
 	var back map[string]any
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
+	}
+	// One duration format: milliseconds named ...Ms (before: nanoseconds
+	// under plan.duration, "500ms" under shellSleep, p99Ms beside them).
+	if bad, err := jsoncheck.Durations(js.Bytes()); err != nil || len(bad) > 0 {
+		t.Errorf("durations in the JSON report: %v %v", bad, err)
 	}
 	for _, k := range []string{"target", "profile", "offeredRate", "achievedRate", "limits", "outcomes", "latency", "shell", "metrics", "healthz", "checks", "pass"} {
 		if _, ok := back[k]; !ok {

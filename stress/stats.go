@@ -1,6 +1,7 @@
 package stress
 
 import (
+	"encoding/json"
 	"slices"
 	"sort"
 	"time"
@@ -17,7 +18,7 @@ type CallRecord struct {
 	Code    string        `json:"code,omitempty"`
 	Detail  string        `json:"detail,omitempty"`
 	Start   time.Time     `json:"start"`
-	Latency time.Duration `json:"latency"`
+	Latency time.Duration `json:"-"` // latencyMs in JSON
 	// Span is what a successful shell.exec reported about itself.
 	Span *Span `json:"span,omitempty"`
 	// SpanErr says why an ok shell.exec reported no usable span.
@@ -207,3 +208,13 @@ func (s CallStats) ClassTotal(c mcpwire.Class) int {
 
 // Of summarises the latencies of class c with outcome o.
 func (s CallStats) Of(c mcpwire.Class, o Outcome) Latency { return Summarize(s.byBoth[c][o]) }
+
+// MarshalJSON writes Latency as latencyMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (c CallRecord) MarshalJSON() ([]byte, error) {
+	type plain CallRecord
+	return json.Marshal(struct {
+		plain
+		LatencyMs float64 `json:"latencyMs"`
+	}{plain(c), ms(c.Latency)})
+}

@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -60,7 +61,7 @@ type SteadyCall struct {
 	Code    string        `json:"code,omitempty"`
 	Detail  string        `json:"detail,omitempty"`
 	Start   time.Time     `json:"start"`
-	Latency time.Duration `json:"latency"`
+	Latency time.Duration `json:"-"` // latencyMs in JSON
 }
 
 // SteadyCounts are the outcomes of the calls to one target (or all). A call
@@ -99,11 +100,13 @@ func (c SteadyCounts) Clean() bool {
 type SteadyReport struct {
 	Profile   Profile        `json:"profile"`
 	Rate      float64        `json:"rate"`
-	Duration  time.Duration  `json:"duration"`
+	Duration  time.Duration  `json:"-"` // durationMs in JSON
 	KeepAlive bool           `json:"keepAlive"`
 	Started   time.Time      `json:"started"`
 	Total     SteadyCounts   `json:"total"`
 	Targets   []SteadyCounts `json:"targets"`
+	// Pass is Total.Clean(): the verdict, as every verdict document has.
+	Pass bool `json:"pass"`
 }
 
 // maxSamples bounds the failure details kept per kind and target.
@@ -286,6 +289,7 @@ func RunSteady(ctx context.Context, cfg SteadyConfig) (*SteadyReport, error) {
 		per[i].Wait = Summarize(waits[i])
 	}
 	rep.Targets = per
+	rep.Pass = rep.Total.Clean()
 	return rep, nil
 }
 
@@ -316,4 +320,24 @@ func Codes(m map[string]int) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// MarshalJSON writes Latency as latencyMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (c SteadyCall) MarshalJSON() ([]byte, error) {
+	type plain SteadyCall
+	return json.Marshal(struct {
+		plain
+		LatencyMs float64 `json:"latencyMs"`
+	}{plain(c), ms(c.Latency)})
+}
+
+// MarshalJSON writes Duration as durationMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (r SteadyReport) MarshalJSON() ([]byte, error) {
+	type plain SteadyReport
+	return json.Marshal(struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}{plain(r), ms(r.Duration)})
 }

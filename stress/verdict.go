@@ -1,6 +1,7 @@
 package stress
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,7 +31,7 @@ type Check struct {
 // Thresholds are the tunable limits of the assertions.
 type Thresholds struct {
 	// ControlP99 bounds the p99 latency of control calls.
-	ControlP99 time.Duration `json:"controlP99"`
+	ControlP99 time.Duration `json:"-"` // controlP99Ms in JSON
 	// ControlSuccess is the fraction of control calls that must succeed.
 	ControlSuccess float64 `json:"controlSuccess"`
 	// MemoryGrowth is how much the last third's peak memory may exceed the
@@ -145,7 +146,7 @@ type SlowFacts struct {
 	Status    int           `json:"status"`
 	Outcome   Outcome       `json:"outcome"`
 	BodyBytes int64         `json:"bodyBytes"`
-	Took      time.Duration `json:"took"`
+	Took      time.Duration `json:"-"` // tookMs in JSON
 	Err       string        `json:"error,omitempty"`
 }
 
@@ -434,4 +435,24 @@ func short(s string) string {
 
 func mib(b uint64) string {
 	return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
+}
+
+// MarshalJSON writes ControlP99 as controlP99Ms: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (t Thresholds) MarshalJSON() ([]byte, error) {
+	type plain Thresholds
+	return json.Marshal(struct {
+		plain
+		ControlP99Ms float64 `json:"controlP99Ms"`
+	}{plain(t), ms(t.ControlP99)})
+}
+
+// MarshalJSON writes Took as tookMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (f SlowFacts) MarshalJSON() ([]byte, error) {
+	type plain SlowFacts
+	return json.Marshal(struct {
+		plain
+		TookMs float64 `json:"tookMs"`
+	}{plain(f), ms(f.Took)})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,7 @@ func newApp(d *deps) *cli.App {
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
 			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL` on stderr: debug, info, warn or error"},
 		},
 		Commands:        withOutput(d, commands(d)),
 		HideHelpCommand: true,
@@ -80,13 +82,18 @@ func newApp(d *deps) *cli.App {
 
 // run builds the app and maps its error to an exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	level, levelErr := logLevelOf(args)
 	d := &deps{
 		stdout: stdout,
 		stderr: stderr,
 		getenv: os.Getenv,
 		// One logger for every command: progress and warnings on stderr,
-		// never mixed into the report on stdout.
-		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// never mixed into the report on stdout. It stays text under
+		// --json: the error, the last line, is then a JSON object.
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+	}
+	if levelErr != nil {
+		return reportError(wantsJSON(args), stderr, deploy.CodeUsage, levelErr.Error(), "`mcpctl --help`")
 	}
 	return runApp(ctx, newApp(d), args, stderr)
 }
@@ -111,14 +118,86 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	}
 	path := commandPath(app, args)
 	msg := requiredFlagsMessage(app, path, err.Error())
+	next := nextCommand(code, path, msg)
+	if strings.Contains(msg, "`mcpctl ") {
+		next = "" // the message names what to run
+	}
+	return reportError(wantsJSON(args), stderr, code, msg, next)
+}
+
+// humanNeeded is what a failed rollback (exit 4) adds to its error.
+const humanNeeded = "HUMAN NEEDED: production could not be brought back to a known state. " +
+	"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). " +
+	"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone."
+
+// cliError is an error as --json writes it, the last line of stderr: one
+// object, so a script reads stdout's document and stderr's error alike.
+type cliError struct {
+	Error struct {
+		Message     string `json:"message"`
+		ExitCode    int    `json:"exitCode"`
+		Next        string `json:"next,omitempty"`
+		HumanNeeded string `json:"humanNeeded,omitempty"`
+	} `json:"error"`
+}
+
+// reportError writes the failure (text, or a JSON object under --json) and
+// returns its exit code.
+func reportError(asJSON bool, stderr io.Writer, code int, msg, next string) int {
+	if asJSON {
+		var e cliError
+		e.Error.Message, e.Error.ExitCode, e.Error.Next = msg, code, strings.Trim(next, "`")
+		if i := strings.Index(next, "` "); i >= 0 {
+			e.Error.Next = next[1:i] // the command line, without what follows it
+		}
+		if code == deploy.CodeRollbackFailed {
+			e.Error.HumanNeeded = humanNeeded
+		}
+		b, _ := json.Marshal(e)
+		fmt.Fprintf(stderr, "%s\n", b)
+		return code
+	}
 	fmt.Fprintf(stderr, "mcpctl: %s\n", msg)
-	if next := nextCommand(code, path, msg); next != "" && !strings.Contains(msg, "`mcpctl ") {
+	if next != "" {
 		fmt.Fprintf(stderr, "mcpctl: next: run %s\n", next)
 	}
 	if code == deploy.CodeRollbackFailed {
-		fmt.Fprintln(stderr, "mcpctl: HUMAN NEEDED: production could not be brought back to a known state. "+
-			"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). "+
-			"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone.")
+		fmt.Fprintln(stderr, "mcpctl: "+humanNeeded)
 	}
 	return code
+}
+
+// wantsJSON reports whether argv asks for --json anywhere before "--"
+// (read before the app parses it: the logger and errors need it too).
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// logLevelOf is --log-level of argv (info when absent), read before the
+// app parses it: the logger exists before any command runs.
+func logLevelOf(args []string) (slog.Level, error) {
+	var l slog.Level
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		v, ok := strings.CutPrefix(a, "--log-level=")
+		if !ok && a == "--log-level" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			if err := l.UnmarshalText([]byte(v)); err != nil {
+				return l, fmt.Errorf("--log-level %q: want debug, info, warn or error", v)
+			}
+		}
+	}
+	return l, nil
 }

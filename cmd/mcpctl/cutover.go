@@ -44,6 +44,9 @@ func cutoverCommand(d *deps) *cli.Command {
 			}
 			defer closeEnv()
 			rep, err := deploy.Cutover(c.Context, env, opts)
+			if rep != nil {
+				rep.OK = err == nil
+			}
 			d.out.printText(rep, func(w io.Writer) { humanCutover(w, rep, err) })
 			return err
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -193,5 +194,36 @@ func TestHelpShowsOneDefault(t *testing.T) {
 				t.Errorf("mcpctl %s --help: %q", p, line)
 			}
 		}
+	}
+}
+
+// TestErrorsAsJSON: under --json (anywhere on the line) a failure is one
+// JSON object on stderr with the message, the exit code and the next
+// command, which parses as a command line (before: plain text).
+func TestErrorsAsJSON(t *testing.T) {
+	app := newApp(&deps{getenv: os.Getenv})
+	for _, args := range [][]string{
+		{"--json", "cutvoer"},
+		{"stress", "--rat", "5", "--json"},
+		{"snapshot", "show", "nope", "--json"},
+		{"--config", filepath.Join(t.TempDir(), "absent.json"), "snapshot", "list", "--json"},
+	} {
+		code, out, errb := runCLI(t, args...)
+		var e cliError
+		if err := json.Unmarshal([]byte(errb), &e); err != nil || strings.Count(strings.TrimSpace(errb), "\n") != 0 {
+			t.Fatalf("%v: stderr is not one JSON object: %v\n%s", args, err, errb)
+		}
+		if code != 2 || e.Error.ExitCode != code || e.Error.Message == "" || out != "" {
+			t.Fatalf("%v: exit %d, error %+v, stdout %q", args, code, e, out)
+		}
+		if e.Error.Next != "" {
+			if err := cliargs.Validate(app, e.Error.Next); err != nil {
+				t.Fatalf("%v: next %v", args, err)
+			}
+		}
+	}
+	// Without --json the same failure is text.
+	if _, _, errb := runCLI(t, "cutvoer"); !strings.HasPrefix(errb, "mcpctl: unknown command") {
+		t.Fatalf("text error: %s", errb)
 	}
 }

@@ -212,6 +212,8 @@ func pendingSnapshot(cfg *ctlconfig.Config) (string, error) {
 
 type snapShowResult struct {
 	*snapshot.Manifest
+	// OK is the verdict: every file's sha256 matches (the same as Verified).
+	OK          bool   `json:"ok"`
 	Verified    bool   `json:"verified"`
 	VerifyError string `json:"verifyError,omitempty"`
 }
@@ -233,7 +235,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 		return err
 	}
 	verr := snapshot.Verify(m)
-	res := snapShowResult{Manifest: m, Verified: verr == nil}
+	res := snapShowResult{Manifest: m, OK: verr == nil, Verified: verr == nil}
 	if verr != nil {
 		res.VerifyError = verr.Error()
 	}

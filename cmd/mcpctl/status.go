@@ -80,7 +80,7 @@ type rollbackView struct {
 	// timer's ActiveState ("" when not loaded).
 	Pending    *state.Pending `json:"pending,omitempty"`
 	TimerState string         `json:"timerState,omitempty"`
-	Left       time.Duration  `json:"left,omitempty"`
+	Left       time.Duration  `json:"-"` // leftMs in JSON
 	Err        string         `json:"error,omitempty"`
 }
 
@@ -377,3 +377,16 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// MarshalJSON writes Left as leftMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (r rollbackView) MarshalJSON() ([]byte, error) {
+	type plain rollbackView
+	return json.Marshal(struct {
+		plain
+		LeftMs float64 `json:"leftMs"`
+	}{plain(r), millis(r.Left)})
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

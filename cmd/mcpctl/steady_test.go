@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/overdeck/mcp-backend/internal/jsoncheck"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/stress"
@@ -72,7 +73,15 @@ func TestSteadyCommandThroughDeadTunnels(t *testing.T) {
 	if len(rep.Targets) != 2 || rep.Targets[0].Target != a || rep.Targets[1].Target != b {
 		t.Fatalf("targets %+v, want the two tunnels", rep.Targets)
 	}
-	if rep.Total.Calls == 0 || rep.Total.Transport != rep.Total.Calls || rep.Total.OK != 0 {
-		t.Fatalf("total %+v: want every call a transport failure", rep.Total)
+	if rep.Total.Calls == 0 || rep.Total.Transport != rep.Total.Calls || rep.Total.OK != 0 || rep.Pass {
+		t.Fatalf("total %+v pass %v: want every call a transport failure, no pass", rep.Total, rep.Pass)
+	}
+	// The verdict field is there (before, steady JSON had none), durations
+	// are milliseconds.
+	if !strings.Contains(out, `"pass": false`) {
+		t.Fatalf("no pass field:\n%s", out)
+	}
+	if bad, err := jsoncheck.Durations([]byte(out)); err != nil || len(bad) > 0 {
+		t.Fatalf("durations: %v %v", bad, err)
 	}
 }

@@ -36,6 +36,9 @@ func watchdogCommand(d *deps) *cli.Command {
 			v, _ := probeClient(cfg, false, log)
 			healthz := func(ctx context.Context, url string) error { return v.OK(ctx, url, "/healthz") }
 			rep, err := watchdog.Run(c.Context, cfg, sd, healthz, log, c.Int("threshold"))
+			if rep != nil {
+				rep.OK = err == nil
+			}
 			d.out.printText(rep, func(w io.Writer) {
 				if rep.Skipped != "" {
 					fmt.Fprintf(w, "watchdog skipped: %s\n", rep.Skipped)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,6 +32,8 @@ type Options struct {
 
 // Report says what a cutover did.
 type Report struct {
+	// OK is the verdict: the cutover completed and verified (exit 0).
+	OK          bool     `json:"ok"`
 	FromVersion string   `json:"fromVersion"`
 	ToVersion   string   `json:"toVersion"`
 	Digest      string   `json:"digest,omitempty"`
@@ -43,7 +46,7 @@ type Report struct {
 	// made a no-op (marker cleared under the lock) and the cutover stands.
 	FiredAtDeadline bool            `json:"firedAtDeadline,omitempty"`
 	Rollback        *RollbackReport `json:"rollback,omitempty"`
-	Duration        time.Duration   `json:"duration"`
+	Duration        time.Duration   `json:"-"` // durationMs in JSON
 	Timings         []Timing        `json:"timings"`
 	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
 	Pruned *Pruned `json:"pruned,omitempty"`
@@ -530,4 +533,14 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	return false, "", nil
+}
+
+// MarshalJSON writes Duration as durationMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report
+	return json.Marshal(struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}{plain(r), ms(r.Duration)})
 }

@@ -5,6 +5,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -285,5 +286,15 @@ func PlanRollback(f RollbackFacts) RollbackPlan {
 // Timing is one measured step of a cutover or rollback.
 type Timing struct {
 	Step     string        `json:"step"`
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"-"` // durationMs in JSON
+}
+
+// MarshalJSON writes Duration as durationMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (t Timing) MarshalJSON() ([]byte, error) {
+	type plain Timing
+	return json.Marshal(struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}{plain(t), ms(t.Duration)})
 }

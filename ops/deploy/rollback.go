@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -27,13 +28,15 @@ type RollbackOptions struct {
 
 // RollbackReport says what a rollback did.
 type RollbackReport struct {
+	// OK is the verdict: the rollback (or its no-op) completed (exit 0).
+	OK         bool              `json:"ok"`
 	Noop       bool              `json:"noop"`
 	Reason     string            `json:"reason"`
 	SnapshotID string            `json:"snapshotId,omitempty"`
 	Version    string            `json:"version,omitempty"`
 	Changes    []snapshot.Change `json:"changes,omitempty"`
 	Restarted  bool              `json:"restarted"`
-	Duration   time.Duration     `json:"duration"`
+	Duration   time.Duration     `json:"-"` // durationMs in JSON
 	Timings    []Timing          `json:"timings,omitempty"`
 }
 
@@ -59,7 +62,7 @@ func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackRep
 	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
 	if !plan.Act {
 		_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
-		return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
+		return &RollbackReport{OK: true, Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
 	}
 	return restore(ctx, env, plan, opts.Boot)
 }
@@ -164,6 +167,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
 	_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
 		Details: map[string]string{"duration": rep.Duration.String()}})
+	rep.OK = true
 	return rep, nil
 }
 
@@ -215,4 +219,14 @@ func Disarm(ctx context.Context, env *Env) error {
 	}
 	_ = env.state().Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
 	return nil
+}
+
+// MarshalJSON writes Duration as durationMs: every duration in the JSON of
+// mcpctl is a number of milliseconds named ...Ms.
+func (r RollbackReport) MarshalJSON() ([]byte, error) {
+	type plain RollbackReport
+	return json.Marshal(struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}{plain(r), ms(r.Duration)})
 }

@@ -55,6 +55,8 @@ func Decide(w *state.Watchdog, now time.Time, threshold int, backendErr error, t
 
 // Report is one run's outcome.
 type Report struct {
+	// OK is the verdict of the round: it ran without error (exit 0).
+	OK        bool              `json:"ok"`
 	Skipped   string            `json:"skipped,omitempty"`
 	BackendOK bool              `json:"backendOK"`
 	Tunnels   map[string]string `json:"tunnels"` // name -> "ok" or the error
