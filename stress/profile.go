@@ -135,3 +135,18 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 		DurationMs float64 `json:"durationMs"`
 	}{plain(p), ms(p.Duration)})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Plan) UnmarshalJSON(b []byte) error {
+	type plain Plan
+	var x struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*p = Plan(x.plain)
+	p.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
+	return nil
+}

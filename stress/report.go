@@ -13,6 +13,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 	"github.com/muesli/termenv"
 
+	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -51,6 +52,9 @@ type Report struct {
 	Thresholds Thresholds `json:"thresholds"`
 	Checks     []Check    `json:"checks"`
 	Pass       bool       `json:"pass"`
+	// Interrupted: the run was stopped (Ctrl-C) before it finished; the
+	// report covers the calls until then and never passes.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Build is filled in by the caller that records the verdict.
 	Build *Build `json:"build,omitempty"`
 }
@@ -153,9 +157,13 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// Render writes the report for people: lipgloss tables, styled when color
-// is set and w is a terminal, plain ASCII otherwise.
-func (r *Report) Render(w io.Writer, color bool) error {
+// Render writes the report for people within 80 columns (RenderWidth).
+func (r *Report) Render(w io.Writer, color bool) error { return r.RenderWidth(w, color, 80) }
+
+// RenderWidth writes the report for people: lipgloss tables, styled when
+// color is set and w is a terminal, plain ASCII otherwise; lines and tables
+// fit width columns (0: as wide as they need, the check table 120).
+func (r *Report) RenderWidth(w io.Writer, color bool, width int) error {
 	re := lipgloss.NewRenderer(w)
 	if !color {
 		re.SetColorProfile(termenv.Ascii)
@@ -190,16 +198,20 @@ func (r *Report) Render(w io.Writer, color bool) error {
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, bold.Render("mcpctl stress")+" "+r.Target+" ("+string(r.Profile)+")")
+	head := bold.Render("mcpctl stress") + " " + r.Target + " (" + string(r.Profile) + ")"
+	if r.Interrupted {
+		head += " " + fail.Render("INTERRUPTED: partial report")
+	}
+	fmt.Fprintln(&b, head)
 	rate := fmt.Sprintf("%.1f/s", r.Plan.StartRate)
 	if r.Plan.StartRate != r.Plan.EndRate {
 		rate = fmt.Sprintf("%.1f/s -> %.1f/s", r.Plan.StartRate, r.Plan.EndRate)
 	}
-	fmt.Fprintf(&b, "offered %s for %s (capacity ~%.1f/s, mix shell:normal:control %d:%d:%d, shell sleep %s); achieved %.1f/s, %d requests, attack over in %.1fs\n",
-		rate, r.Plan.Duration, r.Plan.CapacityRate, r.Mix.Shell, r.Mix.Normal, r.Mix.Control, time.Duration(r.ShellSleepMs*float64(time.Millisecond)), r.AchievedRate, r.Requests, r.AttackSeconds)
+	fmt.Fprintln(&b, textwrap.Wrap(fmt.Sprintf("offered %s for %s (capacity ~%.1f/s, mix shell:normal:control %d:%d:%d, shell sleep %s); achieved %.1f/s, %d requests, attack over in %.1fs",
+		rate, r.Plan.Duration, r.Plan.CapacityRate, r.Mix.Shell, r.Mix.Normal, r.Mix.Control, time.Duration(r.ShellSleepMs*float64(time.Millisecond)), r.AchievedRate, r.Requests, r.AttackSeconds), width, "  "))
 	L := r.Limits
-	fmt.Fprintf(&b, "limits: maxActive %d, reservedControl %d, maxNonControl %d, maxShell %d, maxQueue %d, queueWait %s\n",
-		L.MaxActive, L.ReservedControl, L.MaxNonControl, L.MaxShell, L.MaxQueue, L.QueueWait())
+	fmt.Fprintln(&b, textwrap.Wrap(fmt.Sprintf("limits: maxActive %d, reservedControl %d, maxNonControl %d, maxShell %d, maxQueue %d, queueWait %s",
+		L.MaxActive, L.ReservedControl, L.MaxNonControl, L.MaxShell, L.MaxQueue, L.QueueWait()), width, "  "))
 
 	lat := newTable("class", "outcome", "count", "p50", "p95", "p99", "max")
 	for _, c := range mcpwire.Classes() {
@@ -224,7 +236,7 @@ func (r *Report) Render(w io.Writer, color bool) error {
 	lat.Row("/healthz", fmt.Sprintf("%d failed", r.Healthz.Failures), strconv.Itoa(h.Count), fms(h.P50Ms), fms(h.P95Ms), fms(h.P99Ms), fms(h.MaxMs))
 	if p := r.ProdHealthz; p != nil {
 		l := p.Latency
-		lat.Row("production /healthz", fmt.Sprintf("%d failed", p.Failures), strconv.Itoa(l.Count), fms(l.P50Ms), fms(l.P95Ms), fms(l.P99Ms), fms(l.MaxMs))
+		lat.Row("prod /healthz", fmt.Sprintf("%d failed", p.Failures), strconv.Itoa(l.Count), fms(l.P50Ms), fms(l.P95Ms), fms(l.P99Ms), fms(l.MaxMs))
 	}
 	fmt.Fprintln(&b, lat.Render())
 
@@ -241,7 +253,11 @@ func (r *Report) Render(w io.Writer, color bool) error {
 	}
 	fmt.Fprintln(&b, peaks.Render())
 
-	checks := newTable("check", "result", "detail").Width(120)
+	tw := width
+	if tw <= 0 {
+		tw = 120
+	}
+	checks := newTable("check", "result", "detail").Width(tw)
 	for _, c := range r.Checks {
 		checks.Row(c.Name, status(c.Status), c.Detail)
 	}

@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -101,10 +102,16 @@ func CheckLoopback(base string) error {
 	return nil
 }
 
+// ErrInterrupted is the error of a run whose context ended (Ctrl-C) before
+// it finished: Run returns it with a partial report of what the calls so
+// far showed (Interrupted set, never a pass).
+var ErrInterrupted = errors.New("stress interrupted")
+
 // Run attacks the target, samples it, optionally injects faults, and judges
 // what it saw. An error means the run could not be carried out (target
-// unreachable, bad configuration); a failed assertion is a Report with
-// Pass false.
+// unreachable, bad configuration), or, with a partial report, that it was
+// interrupted (ErrInterrupted); a failed assertion is a Report with Pass
+// false.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	if err := CheckLoopback(cfg.Target); err != nil {
@@ -162,11 +169,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	began := time.Now()
 	calls, err := attack(ctx, cfg, plan, limits, traffic)
 	attackTook := time.Since(began)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrInterrupted) {
 		return nil, err
 	}
 
-	after, settled := settle(ctx, target, cfg.SettleTimeout)
+	var after mcpwire.Metrics
+	var settled bool
+	if ctx.Err() == nil {
+		after, settled = settle(ctx, target, cfg.SettleTimeout)
+	}
 	var faults *FaultFacts
 	var faultsFrom time.Time
 	if cfg.Faults && ctx.Err() == nil {
@@ -178,11 +189,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		faults = &ff
 		after, settled = settle(ctx, target, cfg.SettleTimeout)
 	}
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		// One last look at the target, on a short context of its own: the
+		// run's is over, and the partial report wants the counters.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if m, err := target.Metrics(lctx); err == nil {
+			after = m
+		}
+		cancel()
+	}
 	smp.stop()
 	stopped = true
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("stress interrupted: %w", ctx.Err())
-	}
 
 	facts := Facts{
 		Limits: limits, Before: before, After: after, Settled: settled,
@@ -190,7 +208,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Faults: faults, FaultsFrom: faultsFrom,
 	}
 	checks := Assess(facts, cfg.Thresholds)
-	return newReport(cfg, plan, facts, attackTook, checks), nil
+	if interrupted {
+		checks = append(checks, Check{Name: "run.complete", Status: Fail,
+			Detail: fmt.Sprintf("interrupted after %.1fs of %s with %d calls: a partial report", attackTook.Seconds(), plan.Duration, len(calls))})
+	}
+	rep := newReport(cfg, plan, facts, attackTook, checks)
+	if interrupted {
+		rep.Interrupted = true
+		return rep, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+	}
+	return rep, nil
 }
 
 // attack runs vegeta with the traffic and classifies every result.
@@ -238,7 +265,7 @@ func attack(ctx context.Context, cfg Config, plan Plan, limits mcpwire.Limits, t
 		return nil, fmt.Errorf("write results: %w", onResultErr)
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("stress interrupted: %w", ctx.Err())
+		return calls, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 	}
 	return calls, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -241,6 +242,19 @@ func TestRunResultsAndReport(t *testing.T) {
 		if !strings.Contains(plain.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, plain.String())
 		}
+	}
+	// It fits 80 columns (the tables reached 146); --wide lets it grow.
+	for _, line := range strings.Split(plain.String(), "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Errorf("report line of %d columns: %q", n, line)
+		}
+	}
+	var wide bytes.Buffer
+	if err := rep.RenderWidth(&wide, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(strings.Split(wide.String(), "\n"), func(l string) bool { return strings.HasPrefix(l, "+") && len(l) == 120 }) {
+		t.Errorf("the wide report keeps the 120-column check table:\n%s", wide.String())
 	}
 }
 

@@ -218,3 +218,18 @@ func (c CallRecord) MarshalJSON() ([]byte, error) {
 		LatencyMs float64 `json:"latencyMs"`
 	}{plain(c), ms(c.Latency)})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *CallRecord) UnmarshalJSON(b []byte) error {
+	type plain CallRecord
+	var x struct {
+		plain
+		LatencyMs float64 `json:"latencyMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*c = CallRecord(x.plain)
+	c.Latency = time.Duration(x.LatencyMs * float64(time.Millisecond))
+	return nil
+}

@@ -332,6 +332,21 @@ func (c SteadyCall) MarshalJSON() ([]byte, error) {
 	}{plain(c), ms(c.Latency)})
 }
 
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *SteadyCall) UnmarshalJSON(b []byte) error {
+	type plain SteadyCall
+	var x struct {
+		plain
+		LatencyMs float64 `json:"latencyMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*c = SteadyCall(x.plain)
+	c.Latency = time.Duration(x.LatencyMs * float64(time.Millisecond))
+	return nil
+}
+
 // MarshalJSON writes Duration as durationMs: every duration in the JSON of
 // mcpctl is a number of milliseconds named ...Ms.
 func (r SteadyReport) MarshalJSON() ([]byte, error) {
@@ -340,4 +355,19 @@ func (r SteadyReport) MarshalJSON() ([]byte, error) {
 		plain
 		DurationMs float64 `json:"durationMs"`
 	}{plain(r), ms(r.Duration)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *SteadyReport) UnmarshalJSON(b []byte) error {
+	type plain SteadyReport
+	var x struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*r = SteadyReport(x.plain)
+	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
+	return nil
 }

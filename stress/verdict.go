@@ -447,6 +447,21 @@ func (t Thresholds) MarshalJSON() ([]byte, error) {
 	}{plain(t), ms(t.ControlP99)})
 }
 
+// UnmarshalJSON reads what MarshalJSON writes.
+func (t *Thresholds) UnmarshalJSON(b []byte) error {
+	type plain Thresholds
+	var x struct {
+		plain
+		ControlP99Ms float64 `json:"controlP99Ms"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*t = Thresholds(x.plain)
+	t.ControlP99 = time.Duration(x.ControlP99Ms * float64(time.Millisecond))
+	return nil
+}
+
 // MarshalJSON writes Took as tookMs: every duration in the JSON of
 // mcpctl is a number of milliseconds named ...Ms.
 func (f SlowFacts) MarshalJSON() ([]byte, error) {
@@ -455,4 +470,19 @@ func (f SlowFacts) MarshalJSON() ([]byte, error) {
 		plain
 		TookMs float64 `json:"tookMs"`
 	}{plain(f), ms(f.Took)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *SlowFacts) UnmarshalJSON(b []byte) error {
+	type plain SlowFacts
+	var x struct {
+		plain
+		TookMs float64 `json:"tookMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*f = SlowFacts(x.plain)
+	f.Took = time.Duration(x.TookMs * float64(time.Millisecond))
+	return nil
 }

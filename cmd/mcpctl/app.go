@@ -58,6 +58,7 @@ func newApp(d *deps) *cli.App {
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
 			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
+			&cli.BoolFlag{Name: "wide", Usage: "tables and lines as wide as they need (default: fit 80 columns)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL` on stderr: debug, info, warn or error"},
 		},
 		Commands:        withOutput(d, commands(d)),

@@ -18,8 +18,11 @@ type output struct {
 	w     io.Writer
 	json  bool
 	color bool
-	r     *lipgloss.Renderer
-	st    styles
+	// wide lets tables and lines take the width they need; by default they
+	// fit 80 columns.
+	wide bool
+	r    *lipgloss.Renderer
+	st   styles
 }
 
 // styles are the few text styles every human form uses.
@@ -54,12 +57,32 @@ func newOutput(w io.Writer, asJSON, noColor bool) *output {
 // --no-color before or after the command (the command's own --json, then the
 // global one), NO_COLOR having been folded into --no-color by the app.
 func resolveOutput(c *cli.Context, d *deps) *output {
-	var asJSON, noColor bool
+	var asJSON, noColor, wide bool
 	for _, x := range c.Lineage() {
 		asJSON = asJSON || x.Bool("json")
 		noColor = noColor || x.Bool("no-color")
+		wide = wide || x.Bool("wide")
 	}
-	return newOutput(d.stdout, asJSON, noColor)
+	o := newOutput(d.stdout, asJSON, noColor)
+	o.wide = wide
+	return o
+}
+
+// textWidth is the width human output fits by default.
+const textWidth = 80
+
+// width is the width tables and lines must fit, 0 for any (--wide).
+func (o *output) width() int {
+	if o.wide {
+		return 0
+	}
+	return textWidth
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // print writes v as JSON with --json, else its human form.

@@ -194,6 +194,14 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = rows[i][:6]
 		}
 	}
+	if !v.wide {
+		// The id holds the creation time (UTC) already: the CREATED column
+		// is for --wide, so the table fits 80 columns.
+		headers = slices.Delete(headers, 1, 2)
+		for i := range rows {
+			rows[i] = slices.Delete(rows[i], 1, 2)
+		}
+	}
 	fmt.Fprintln(v.w, v.table(headers, rows))
 	return nil
 }
@@ -270,7 +278,11 @@ func snapshotShow(c *cli.Context, d *deps) error {
 			rows = append(rows, []string{f.Role, f.Path, "", "", v.warn("absent: a restore removes it")})
 			continue
 		}
-		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), f.SHA256[:16]})
+		sum := f.SHA256[:16]
+		if !v.wide {
+			sum = f.SHA256[:8] // enough to tell files apart; --wide for more
+		}
+		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), sum})
 	}
 	fmt.Fprintln(v.w, v.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
 	for _, s := range m.Sets {
@@ -401,11 +413,12 @@ func pruneProtected(cfg *ctlconfig.Config) (map[string]string, error) {
 type snapView struct {
 	w    io.Writer
 	json bool
+	wide bool
 	r    *lipgloss.Renderer
 }
 
 func newSnapView(d *deps) *snapView {
-	return &snapView{w: d.out.w, json: d.out.json, r: d.out.r}
+	return &snapView{w: d.out.w, json: d.out.json, wide: d.out.wide, r: d.out.r}
 }
 
 func (v *snapView) plain() bool { return v.r.ColorProfile() == termenv.Ascii }

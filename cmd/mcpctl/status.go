@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
@@ -116,7 +117,7 @@ func statusCommand(d *deps) *cli.Command {
 			if b.sdErr != nil {
 				rep.SystemdErr = b.sdErr.Error()
 			}
-			d.out.print(rep, func(w io.Writer, st styles) { renderStatus(w, st, rep) })
+			d.out.print(rep, func(w io.Writer, st styles) { renderStatus(w, st, rep, d.out.width()) })
 			return nil
 		},
 	}
@@ -281,7 +282,10 @@ func deployEvents(events []state.Event, n int) []state.Event {
 	return out
 }
 
-func renderStatus(w io.Writer, st styles, r *statusReport) {
+// renderStatus writes the status screen; lines fit width columns (0: as
+// wide as they need), the time a unit is active since on its own line.
+func renderStatus(w io.Writer, st styles, r *statusReport, width int) {
+	wrap := func(s string) string { return textwrap.Wrap(s, width, "    ") }
 	up := func(s string) string {
 		if s == "active" {
 			return st.ok.Render(s)
@@ -301,13 +305,24 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 		if u.Since.IsZero() {
 			return ""
 		}
-		return fmt.Sprintf(" since %s (%s)", u.Since.Local().Format("2006-01-02 15:04:05"), r.Time.Sub(u.Since).Round(time.Second))
+		return fmt.Sprintf("since %s (%s)", u.Since.Local().Format("2006-01-02 15:04:05"), r.Time.Sub(u.Since).Round(time.Second))
+	}
+	unitLine := func(head string, u unitView) {
+		s := since(u)
+		if width <= 0 && s != "" {
+			fmt.Fprintf(w, "%s %s %s, restarts %d\n", head, up(u.ActiveState), s, u.NRestarts)
+		} else {
+			fmt.Fprintf(w, "%s %s, restarts %d\n", head, up(u.ActiveState), u.NRestarts)
+			if s != "" {
+				fmt.Fprintf(w, "  %s\n", s)
+			}
+		}
+		if u.Err != "" {
+			fmt.Fprintln(w, wrap(fmt.Sprintf("  %s %s", st.bad.Render("error:"), u.Err)))
+		}
 	}
 	service := func(title string, s serviceView) {
-		fmt.Fprintf(w, "%s %s %s%s, restarts %d\n", st.title.Render(title), s.Unit, up(s.ActiveState), since(s.unitView), s.NRestarts)
-		if s.Err != "" {
-			fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), s.Err)
-		}
+		unitLine(st.title.Render(title)+" "+s.Unit, s.unitView)
 		if s.Version != "" {
 			fmt.Fprintf(w, "  version %s %s\n", s.Version, st.dim.Render("("+s.VersionFrom+")"))
 		}
@@ -326,17 +341,14 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 		}
 	}
 	if r.SystemdErr != "" {
-		fmt.Fprintf(w, "%s systemd not reachable (%s): unit states, restarts and the rollback timer need it; the HTTP checks below ran without it\n",
-			st.bad.Render("degraded:"), r.SystemdErr)
+		fmt.Fprintln(w, wrap(fmt.Sprintf("%s systemd not reachable (%s): unit states, restarts and the rollback timer need it; the HTTP checks below ran without it",
+			st.bad.Render("degraded:"), r.SystemdErr)))
 	}
 	service("production", r.Production)
 	service("canary", r.Canary)
 	for _, t := range r.Tunnels {
-		// Two lines, as for the services: one line was ~136 columns.
-		fmt.Fprintf(w, "%s %s %s %s%s, restarts %d\n", st.title.Render("tunnel"), t.Name, t.Unit, up(t.ActiveState), since(t.unitView), t.NRestarts)
-		if t.Err != "" {
-			fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), t.Err)
-		}
+		// As for the services: one line was ~136 columns.
+		unitLine(st.title.Render("tunnel")+" "+t.Name+" "+t.Unit, t.unitView)
 		fmt.Fprintf(w, "  %s /healthz %s\n", st.dim.Render(t.URL), http(t.Healthz))
 	}
 	rb := r.Rollback
@@ -344,9 +356,9 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 	if r.SystemdErr != "" && rb.State == rollbackNone {
 		line = "no cutover pending; whether a timer is armed is unknown (needs systemd)"
 	}
-	fmt.Fprintf(w, "%s %s\n", st.title.Render("rollback"), line)
+	fmt.Fprintln(w, wrap(fmt.Sprintf("%s %s", st.title.Render("rollback"), line)))
 	if rb.Err != "" {
-		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), rb.Err)
+		fmt.Fprintln(w, wrap(fmt.Sprintf("  %s %s", st.bad.Render("error:"), rb.Err)))
 	}
 	fmt.Fprintln(w, st.title.Render("recent cutovers and rollbacks"))
 	if len(r.Events) == 0 {
@@ -364,10 +376,10 @@ func renderStatus(w io.Writer, st styles, r *statusReport) {
 		if e.Reason != "" {
 			line += "  " + st.dim.Render(e.Reason)
 		}
-		fmt.Fprintln(w, strings.TrimRight(line, " "))
+		fmt.Fprintln(w, wrap(strings.TrimRight(line, " ")))
 	}
 	if r.EventsErr != "" {
-		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), r.EventsErr)
+		fmt.Fprintln(w, wrap(fmt.Sprintf("  %s %s", st.bad.Render("error:"), r.EventsErr)))
 	}
 }
 
@@ -386,6 +398,21 @@ func (r rollbackView) MarshalJSON() ([]byte, error) {
 		plain
 		LeftMs float64 `json:"leftMs"`
 	}{plain(r), millis(r.Left)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *rollbackView) UnmarshalJSON(b []byte) error {
+	type plain rollbackView
+	var x struct {
+		plain
+		LeftMs float64 `json:"leftMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*r = rollbackView(x.plain)
+	r.Left = time.Duration(x.LeftMs * float64(time.Millisecond))
+	return nil
 }
 
 // millis is d in milliseconds, to the microsecond.

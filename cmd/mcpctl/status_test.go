@@ -157,12 +157,23 @@ func TestStatusAssembly(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	renderStatus(&out, plainStyles(), r)
+	renderStatus(&out, plainStyles(), r, textWidth)
+	// Every line fits 80 columns (a tunnel line was ~136).
+	for _, line := range strings.Split(out.String(), "\n") {
+		if len(line) > textWidth {
+			t.Errorf("line of %d columns: %q", len(line), line)
+		}
+	}
+	var wide bytes.Buffer
+	renderStatus(&wide, plainStyles(), r, 0)
+	if !strings.Contains(wide.String(), "production mcp-backend.service active since") {
+		t.Errorf("--wide keeps since on the unit's line:\n%s", wide.String())
+	}
 	for _, want := range []string{
-		"production mcp-backend.service active since", "restarts 2", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/", "flows 0 busy of 1 conversations (1 principals)",
+		"production mcp-backend.service active, restarts 2", "  since ", "(system.info)", "/healthz 200 /readyz 200", "admission active 0/", "flows 0 busy of 1 conversations (1 principals)",
 		"canary mcp-backend-canary.service not installed",
 		"tunnel Overdeck", "/healthz no answer", "D-Bus gone",
-		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left (mcpctl-rollback.timer)",
+		"rollback ARMED cutover v1 -> v2, snapshot 20250101T000000Z-abcd, 1m0s left\n    (mcpctl-rollback.timer)",
 		"rolled-back     failed - -> v0  why not", "cutover         ok v0 -> v1",
 	} {
 		if !strings.Contains(out.String(), want) {

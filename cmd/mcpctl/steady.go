@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/verify"
@@ -63,7 +64,7 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 			return withCode(deploy.CodeFailed, err)
 		}
 	} else {
-		printSteady(d.stdout, rep)
+		printSteady(d.stdout, rep, d.out.width())
 	}
 	if !rep.Total.Clean() {
 		return withCode(deploy.CodeFailed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
@@ -73,18 +74,26 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 }
 
 // printSteady renders the counts: one row per target and the total, then
-// the error codes and the first failures.
-func printSteady(w io.Writer, rep *stress.SteadyReport) {
+// the error codes and the first failures. width 0 is --wide: the long
+// headers and full URLs; otherwise short headers and URLs without their
+// http:// scheme, to fit 80 columns (107 before).
+func printSteady(w io.Writer, rep *stress.SteadyReport, width int) {
 	conn := "one connection per call"
 	if rep.KeepAlive {
 		conn = "keep-alive connections"
 	}
-	fmt.Fprintf(w, "steady load: %g calls/s for %s through %d target(s), half shell.exec %q, half system.info (%s)\n\n",
-		rep.Rate, rep.Duration, len(rep.Targets), stress.SteadyShellCommand, conn)
+	fmt.Fprintf(w, "%s\n\n", textwrap.Wrap(fmt.Sprintf("steady load: %g calls/s for %s through %d target(s), half shell.exec %q, half system.info (%s)",
+		rep.Rate, rep.Duration, len(rep.Targets), stress.SteadyShellCommand, conn), width, "  "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tcalls\tok\ttransport\tHTTP\tJSON-RPC\ttool errors\tbad replies\twait p50 ms\tp99 ms\tmax ms\t")
+	header, target := "target\tcalls\tok\ttransport\tHTTP\tJSON-RPC\ttool errors\tbad replies\twait p50 ms\tp99 ms\tmax ms\t", func(s string) string { return s }
+	if width > 0 {
+		fmt.Fprintln(w, "(RPC: JSON-RPC errors; tool: tool errors; bad: unreadable replies; wait in ms)")
+		header = "target\tcalls\tok\ttransport\tHTTP\tRPC\ttool\tbad\tp50\tp99\tmax\t"
+		target = func(s string) string { return strings.TrimPrefix(s, "http://") }
+	}
+	fmt.Fprintln(tw, header)
 	row := func(c stress.SteadyCounts) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t\n", c.Target, c.Calls, c.OK, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.BadReply,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t\n", target(c.Target), c.Calls, c.OK, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.BadReply,
 			c.Wait.P50Ms, c.Wait.P99Ms, c.Wait.MaxMs)
 	}
 	for _, c := range rep.Targets {
@@ -108,12 +117,12 @@ func printSteady(w io.Writer, rep *stress.SteadyReport) {
 	codes("tool errors by code", rep.Total.ToolByCode)
 	for _, c := range rep.Targets {
 		for _, s := range c.Samples {
-			fmt.Fprintf(w, "  %s: %s\n", c.Target, s)
+			fmt.Fprintln(w, textwrap.Wrap(fmt.Sprintf("  %s: %s", c.Target, s), width, "    "))
 		}
 	}
 	verdict := "CLEAN: no transport failure, HTTP error or JSON-RPC error"
 	if !rep.Total.Clean() {
 		verdict = "NOT CLEAN: callers saw failures other than tool results"
 	}
-	fmt.Fprintf(w, "%s; longest wait %.0f ms (p99 %.0f ms)\n", verdict, rep.Total.Wait.MaxMs, rep.Total.Wait.P99Ms)
+	fmt.Fprintln(w, textwrap.Wrap(fmt.Sprintf("%s; longest wait %.0f ms (p99 %.0f ms)", verdict, rep.Total.Wait.MaxMs, rep.Total.Wait.P99Ms), width, "  "))
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
 	"github.com/overdeck/mcp-backend/internal/proctest"
@@ -83,5 +85,24 @@ func TestSteadyCommandThroughDeadTunnels(t *testing.T) {
 	}
 	if bad, err := jsoncheck.Durations([]byte(out)); err != nil || len(bad) > 0 {
 		t.Fatalf("durations: %v %v", bad, err)
+	}
+}
+
+// TestSteadyTableFits80: the steady table fits 80 columns by default (107
+// before) and keeps its long headers with --wide.
+func TestSteadyTableFits80(t *testing.T) {
+	c := stress.SteadyCounts{Target: "http://127.0.0.1:18441", Calls: 12000, OK: 11990, Tool: 10, Wait: stress.Latency{P50Ms: 301, P99Ms: 920, MaxMs: 5012}}
+	rep := &stress.SteadyReport{Rate: 40, Duration: 3 * time.Minute, Targets: []stress.SteadyCounts{c, c}, Total: c}
+	rep.Total.Target = "all"
+	var narrow, wide bytes.Buffer
+	printSteady(&narrow, rep, textWidth)
+	printSteady(&wide, rep, 0)
+	for _, line := range strings.Split(narrow.String(), "\n") {
+		if len(line) > textWidth {
+			t.Errorf("line of %d columns: %q", len(line), line)
+		}
+	}
+	if !strings.Contains(wide.String(), "wait p50 ms") || !strings.Contains(narrow.String(), "127.0.0.1:18441") {
+		t.Errorf("narrow:\n%s\nwide:\n%s", narrow.String(), wide.String())
 	}
 }

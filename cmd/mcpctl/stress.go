@@ -280,6 +280,17 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		pl = plot.New(plot.Title("mcpctl stress "+target+" ("+string(profile)+")"), plot.Label(stressOutcomeLabel))
 		sinks = append(sinks, pl.Add)
 	}
+	var prog *stressProgress
+	if !d.out.json {
+		total := c.Duration("duration")
+		if total == 0 {
+			total = stress.DefaultDuration(profile)
+		}
+		prog = newStressProgress(d.stderr, isTerminal(d.stderr), total)
+		sinks = append(sinks, func(r *vegeta.Result) error { prog.add(r); return nil })
+		prog.start()
+		defer prog.finish()
+	}
 	if len(sinks) > 0 {
 		run.OnResult = func(r *vegeta.Result) error {
 			for _, s := range sinks {
@@ -292,6 +303,19 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	}
 
 	rep, err := stress.Run(ctx, run)
+	if prog != nil {
+		prog.finish()
+	}
+	if errors.Is(err, stress.ErrInterrupted) && rep != nil {
+		// Ctrl-C: what the calls so far showed, recorded for no build.
+		rep.Build = &stress.Build{Note: "the run was interrupted: a partial report"}
+		if d.out.json {
+			_ = rep.WriteJSON(d.stdout)
+		} else {
+			_ = rep.RenderWidth(d.stdout, d.out.color, d.out.width())
+		}
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded", rep.AttackSeconds))
+	}
 	if err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
 	}
@@ -315,7 +339,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 			return withCode(deploy.CodeFailed, err)
 		}
 	} else {
-		if err := rep.Render(d.stdout, d.out.color); err != nil {
+		if err := rep.RenderWidth(d.stdout, d.out.color, d.out.width()); err != nil {
 			return withCode(deploy.CodeFailed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {

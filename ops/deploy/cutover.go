@@ -544,3 +544,18 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		DurationMs float64 `json:"durationMs"`
 	}{plain(r), ms(r.Duration)})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Report) UnmarshalJSON(b []byte) error {
+	type plain Report
+	var x struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*r = Report(x.plain)
+	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
+	return nil
+}

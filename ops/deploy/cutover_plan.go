@@ -298,3 +298,18 @@ func (t Timing) MarshalJSON() ([]byte, error) {
 		DurationMs float64 `json:"durationMs"`
 	}{plain(t), ms(t.Duration)})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (t *Timing) UnmarshalJSON(b []byte) error {
+	type plain Timing
+	var x struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*t = Timing(x.plain)
+	t.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
+	return nil
+}

@@ -230,3 +230,18 @@ func (r RollbackReport) MarshalJSON() ([]byte, error) {
 		DurationMs float64 `json:"durationMs"`
 	}{plain(r), ms(r.Duration)})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *RollbackReport) UnmarshalJSON(b []byte) error {
+	type plain RollbackReport
+	var x struct {
+		plain
+		DurationMs float64 `json:"durationMs"`
+	}
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*r = RollbackReport(x.plain)
+	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
+	return nil
+}
