@@ -1,11 +1,18 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -27,8 +34,104 @@ func wantsText(accept string) bool {
 	return false
 }
 
-// writePrometheus renders the snapshot in the Prometheus text format.
-func writePrometheus(w io.Writer, s mcpwire.Metrics) {
+// promHandWritten are the sections of /metrics whose Prometheus names are
+// written by hand below (admission) and by writeSessionsPrometheus; every
+// other section, present or added later, is written by writePromGeneric.
+var promHandWritten = map[string]bool{"limits": true, "active": true, "queued": true, "peak": true, "counters": true, "sessions": true}
+
+// writePrometheus renders the /metrics snapshot in the Prometheus text
+// format: the admission figures with their labels, every numeric field of
+// the other sections (memory, intake, ...) as mcp_<section>_<field>, and
+// mcp_build_info. The sessions follow (writeSessionsPrometheus).
+func writePrometheus(w io.Writer, snap metricsJSON) {
+	writeAdmissionPrometheus(w, snap.Metrics)
+	b, err := json.Marshal(snap)
+	var doc map[string]any
+	if err == nil {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		err = d.Decode(&doc)
+	}
+	if err == nil {
+		writePromGeneric(w, doc)
+	}
+	writeBuildInfo(w)
+}
+
+// writePromGeneric writes every numeric (and boolean, as 0/1) leaf of the
+// sections of doc not written by hand, as a gauge named by its path:
+// intake.bodyBytesHeld is mcp_intake_body_bytes_held. Array elements carry
+// an index label. A field added to /metrics reaches Prometheus this way
+// without anyone writing it down.
+func writePromGeneric(w io.Writer, doc map[string]any) {
+	for _, sec := range slices.Sorted(maps.Keys(doc)) {
+		if promHandWritten[sec] {
+			continue
+		}
+		promLeaves(w, "mcp_"+promSnake(sec), sec, "", doc[sec])
+	}
+}
+
+func promLeaves(w io.Writer, name, path, labels string, v any) {
+	sample := func(val string) {
+		fmt.Fprintf(w, "# HELP %s /metrics %s.\n# TYPE %s gauge\n%s%s %s\n", name, path, name, name, labels, val)
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			promLeaves(w, name+"_"+promSnake(k), path+"."+k, labels, x[k])
+		}
+	case []any:
+		for i, e := range x {
+			l := fmt.Sprintf(`index="%d"`, i)
+			if labels != "" {
+				l = strings.TrimSuffix(labels[1:], "}") + "," + l
+			}
+			promLeaves(w, name, path, "{"+l+"}", e)
+		}
+	case json.Number:
+		sample(x.String())
+	case bool:
+		if x {
+			sample("1")
+		} else {
+			sample("0")
+		}
+	}
+}
+
+// promSnake turns a JSON key (bodyBytesHeld) into a metric name part
+// (body_bytes_held).
+func promSnake(k string) string {
+	var b strings.Builder
+	for i, r := range k {
+		switch {
+		case unicode.IsUpper(r):
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// writeBuildInfo is the build as a constant gauge, as Prometheus exporters
+// do: what version, revision and Go version this process runs.
+func writeBuildInfo(w io.Writer) {
+	i := buildinfo.Read()
+	q := strconv.Quote
+	fmt.Fprintf(w, "# HELP mcp_build_info The running build: version, VCS revision and time, Go version.\n# TYPE mcp_build_info gauge\n")
+	fmt.Fprintf(w, "mcp_build_info{version=%s,revision=%s,vcs_time=%s,modified=%s,goversion=%s} 1\n",
+		q(i.Version), q(i.Revision), q(i.Time), q(strconv.FormatBool(i.Modified)), q(i.GoVersion))
+}
+
+// writeAdmissionPrometheus writes the admission snapshot.
+func writeAdmissionPrometheus(w io.Writer, s mcpwire.Metrics) {
 	g := func(name, help string, v int64, labels ...string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
 		if len(labels) == 0 {
@@ -43,6 +146,8 @@ func writePrometheus(w io.Writer, s mcpwire.Metrics) {
 	lab("mcp_admission_limit", int64(s.Limits.MaxShell), `limit="maxShell"`)
 	lab("mcp_admission_limit", int64(s.Limits.MaxQueue), `limit="maxQueue"`)
 	lab("mcp_admission_limit", s.Limits.QueueWaitMs, `limit="queueWaitMs"`)
+	g("mcp_admission_running", "Running tool operations, all classes.", s.Active.Total)
+	g("mcp_admission_waiting", "Queued tool operations, all classes.", s.Queued.Total)
 	g("mcp_admission_active", "Running tool operations by class.", 0, "class")
 	lab("mcp_admission_active", s.Active.Control, `class="control"`)
 	lab("mcp_admission_active", s.Active.NonControl, `class="nonControl"`)

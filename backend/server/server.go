@@ -696,7 +696,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	if wantsText(r.Header.Get("Accept")) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		writePrometheus(w, snap.Metrics)
+		writePrometheus(w, snap)
 		writeSessionsPrometheus(w, s.cancels.stats())
 		return
 	}
