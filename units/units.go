@@ -33,13 +33,13 @@ const (
 // DefaultMCPCtl is where the units expect the mcpctl binary.
 const DefaultMCPCtl = "/usr/local/bin/mcpctl"
 
-// SocketBacklog is Backlog= of the backend sockets: the connections that
-// may wait while the service restarts. The default limits hold at most
-// maxActive + maxQueue = 112 calls, each on its own connection; at a restart
-// those, idle keep-alive connections and probes may all come back at once,
-// so four times that, rounded up. The kernel caps it at net.core.somaxconn
-// (4096 by default); a full backlog delays a connection, it does not refuse
-// it.
+// SocketBacklog is the default Backlog= of the backend sockets
+// (guardrails.socketBacklog): the connections that may wait while the
+// service restarts. The default limits hold at most maxActive + maxQueue =
+// 112 calls, each on its own connection; at a restart those, idle
+// keep-alive connections and probes may all come back at once, so four
+// times that, rounded up. The kernel caps it at net.core.somaxconn (4096 by
+// default); a full backlog delays a connection, it does not refuse it.
 const SocketBacklog = 512
 
 // The backend units' journald rate limit (LogRateLimitIntervalSec=,
@@ -115,6 +115,8 @@ type Guardrails struct {
 	MemoryMax      string
 	CPUWeight      int
 	TimeoutStopSec int
+	// SocketBacklog is Backlog= of the sockets; 0 means SocketBacklog.
+	SocketBacklog int
 }
 
 // Unit is one rendered unit file.
@@ -205,13 +207,17 @@ func Render(p Params) ([]Unit, error) {
 		Backlog                              int
 		Install                              bool
 	}
+	backlog := cfg.Guardrails.SocketBacklog
+	if backlog == 0 {
+		backlog = SocketBacklog
+	}
 	socket := func(key, description string, s Service, install bool) error {
 		listen, err := listenStream(key, s.Listen)
 		if err != nil {
 			return err
 		}
 		return add(Socket(s.Unit), "backend.socket.tmpl", install, socketData{
-			Header: header, Description: description, Listen: listen, Service: s.Unit, Backlog: SocketBacklog, Install: install,
+			Header: header, Description: description, Listen: listen, Service: s.Unit, Backlog: backlog, Install: install,
 		})
 	}
 	if err := socket("backend.listen", "MCP backend (production) listening socket", cfg.Backend, true); err != nil {

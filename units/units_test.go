@@ -103,7 +103,7 @@ func directives(content []byte) map[string][]string {
 
 func TestRenderContents(t *testing.T) {
 	cfg := goldenConfig(t)
-	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7}
+	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7, SocketBacklog: 1024}
 	us, err := render(params{Config: cfg, MCPCtl: "/opt/bin/mcpctl", MCPCtlConfig: "/etc/x/mcpctl.json", CanaryBinary: "/opt/mcp-backend/releases/v9/mcp-backend"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +131,10 @@ func TestRenderContents(t *testing.T) {
 		}, []string{"Unit.BindsTo", "Unit.PartOf", "Service.Sockets"}, true},
 		{"mcp-backend.socket", want{
 			"Socket.ListenStream": "127.0.0.1:3210", "Socket.Service": "mcp-backend.service",
-			"Socket.Backlog": "512", "Socket.FreeBind": "yes", "Install.WantedBy": "sockets.target",
+			"Socket.Backlog": "1024", "Socket.FreeBind": "yes", "Install.WantedBy": "sockets.target",
 		}, []string{"Socket.Accept", "Unit.PartOf", "Unit.BindsTo", "Unit.Requires"}, true},
 		{"mcp-backend-canary.socket", want{
-			"Socket.ListenStream": "127.0.0.1:3211", "Socket.Service": "mcp-backend-canary.service", "Socket.Backlog": "512",
+			"Socket.ListenStream": "127.0.0.1:3211", "Socket.Service": "mcp-backend-canary.service", "Socket.Backlog": "1024",
 		}, []string{"Install.WantedBy"}, false},
 		{"mcp-backend-canary.service", want{
 			"Service.Type": "notify", "Service.TasksMax": "300", "Service.MemoryMax": "2G", "Service.CPUWeight": "50",

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/backend/config"
 )
 
 // promHandNames is where each field of the hand-written sections of
@@ -181,6 +185,124 @@ func TestPromSnake(t *testing.T) {
 	for in, want := range map[string]string{"bodyBytesHeld": "body_bytes_held", "earlyCancelTtlMs": "early_cancel_ttl_ms", "memory": "memory", "maxConns": "max_conns"} {
 		if got := promSnake(in); got != want {
 			t.Errorf("promSnake(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// readmeMetricsFields are the fields the README's /metrics table names
+// (a row "`limits.maxActive`, `.maxShell`" names limits.maxActive and
+// limits.maxShell; "`flows.*`" everything under flows).
+func readmeMetricsFields(t testing.TB) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "<!-- metrics-fields -->")
+	table, _, ok2 := strings.Cut(rest, "<!-- /metrics-fields -->")
+	if !ok || !ok2 {
+		t.Fatal("README has no <!-- metrics-fields --> table")
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		sec := ""
+		for _, f := range strings.Split(cells[1], ",") {
+			f = strings.Trim(strings.TrimSpace(f), "`")
+			if strings.HasPrefix(f, ".") {
+				f = sec + f
+			} else {
+				sec, _, _ = strings.Cut(f, ".")
+			}
+			out[f] = true
+		}
+	}
+	return out
+}
+
+// jsonLeaves lists every leaf of a JSON document by path.
+func jsonLeaves(prefix string, v any, out map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			jsonLeaves(p, e, out)
+		}
+	case []any:
+		out[prefix] = true
+	default:
+		out[prefix] = true
+	}
+}
+
+// TestREADMEMetricsTable: the README's /metrics table names every field of
+// the JSON, and nothing it does not have. Before, preempted, maxNonControl,
+// bodyBytesPeak and untracked were nowhere in the README.
+func TestREADMEMetricsTable(t *testing.T) {
+	b := startBackend(t, nil)
+	var doc map[string]any
+	if err := json.Unmarshal(fetch(t, b.url+"/metrics", "application/json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	jsonLeaves("", doc, have)
+	documented := readmeMetricsFields(t)
+	covered := func(path string) bool {
+		if documented[path] {
+			return true
+		}
+		for d := range documented {
+			if p, ok := strings.CutSuffix(d, ".*"); ok && strings.HasPrefix(path, p+".") {
+				return true
+			}
+		}
+		return false
+	}
+	for path := range have {
+		if !covered(path) {
+			t.Errorf("/metrics field %s is not in the README's table", path)
+		}
+	}
+	for path := range documented {
+		// memory.error appears only when sampling fails.
+		if !have[path] && !strings.HasSuffix(path, ".*") && path != "memory.error" {
+			t.Errorf("the README's table names %s, which /metrics does not have", path)
+		}
+	}
+}
+
+// TestProbesAndHosts: /healthz and /readyz answer any Host, /metrics only
+// loopback and allowedHosts names, as the README says; none needs the
+// token.
+func TestProbesAndHosts(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(strings.Repeat("k", 24)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBackend(t, func(c *config.Config) {
+		c.AllowedHosts = []string{"mcp.example.com"}
+		c.Auth.BearerTokenFile = tok
+	})
+	for _, tc := range []struct {
+		path, host string
+		want       int
+	}{
+		{"/healthz", "evil.example", 200},
+		{"/readyz", "evil.example", 200},
+		{"/metrics", "evil.example", 403},
+		{"/metrics", "mcp.example.com", 200},
+		{"/metrics", "127.0.0.1", 200},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, b.url+tc.path, nil)
+		req.Host = tc.host
+		if got := statusOf(t, req); got != tc.want {
+			t.Errorf("GET %s Host %s: %d, want %d", tc.path, tc.host, got, tc.want)
 		}
 	}
 }

@@ -28,8 +28,9 @@ func snapshotCommand(d *deps) *cli.Command {
 		Name:  "snapshot",
 		Usage: "create, list, show and prune rollback snapshots",
 		Description: "A snapshot holds what a rollback restores: the current release's files and the\n" +
-			"current link, the backend config, the backend unit and its drop-ins, with the\n" +
-			"sha256 of every file. Snapshots live in <stateDir>/snapshots/<id>/.",
+			"current link, the backend config, the backend unit, its socket unit and their\n" +
+			"drop-ins, with the sha256 of every file. Snapshots live in\n" +
+			"<stateDir>/snapshots/<id>/.",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "create",

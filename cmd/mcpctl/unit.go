@@ -28,6 +28,10 @@ func unitCommand(d *deps) *cli.Command {
 				Name:      "render",
 				Usage:     "print the units (or write them into a directory); touches nothing else",
 				UsageText: "mcpctl unit render [--out DIR] [--canary-version V] [--mcpctl PATH]",
+				Description: "The watchdog, pending-rollback and rollback units run mcpctl: the units name\n" +
+					"this mcpctl's own path (or --mcpctl PATH) and, when --config was given, that\n" +
+					"config file's absolute path. Render with the binary and config the host\n" +
+					"will use.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "out", Usage: "write the units into `DIR` instead of printing them"},
 					&cli.StringFlag{Name: "canary-version", Usage: "also render the canary unit, running release `V`"},
@@ -39,8 +43,11 @@ func unitCommand(d *deps) *cli.Command {
 				Name:      "install",
 				Usage:     "write changed units into unitDir, daemon-reload if any changed, enable the boot units",
 				UsageText: "mcpctl unit install [--mcpctl PATH] [--dry-run]",
-				Flags:     []cli.Flag{mcpctlFlag, &cli.BoolFlag{Name: "dry-run", Usage: "print the diff of every unit and the plan; write nothing"}},
-				Action:    func(c *cli.Context) error { return unitInstall(c, d) },
+				Description: "Like unit render, the units name this mcpctl's path (or --mcpctl PATH) and\n" +
+					"the --config file's absolute path. --dry-run shows the diff of every unit\n" +
+					"and the plan first.",
+				Flags:  []cli.Flag{mcpctlFlag, &cli.BoolFlag{Name: "dry-run", Usage: "print the diff of every unit and the plan; write nothing"}},
+				Action: func(c *cli.Context) error { return unitInstall(c, d) },
 			},
 		},
 	}

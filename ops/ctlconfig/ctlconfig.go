@@ -79,6 +79,9 @@ type Guardrails struct {
 	MemoryMax      string `json:"memoryMax"`
 	CPUWeight      int    `json:"cpuWeight"`
 	TimeoutStopSec int    `json:"timeoutStopSec"`
+	// SocketBacklog is Backlog= of the backend sockets: the connections
+	// that may wait while the service restarts.
+	SocketBacklog int `json:"socketBacklog"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string ("120s").
@@ -138,7 +141,7 @@ func Default() *Config {
 		},
 		Rollback: Rollback{Deadline: Duration(120 * time.Second)},
 		Guardrails: Guardrails{
-			TasksMax: 512, LimitNOFILE: 65536, MemoryHigh: "6G", MemoryMax: "9G", CPUWeight: 80, TimeoutStopSec: 5,
+			TasksMax: 512, LimitNOFILE: 65536, MemoryHigh: "6G", MemoryMax: "9G", CPUWeight: 80, TimeoutStopSec: 5, SocketBacklog: units.SocketBacklog,
 		},
 	}
 }
@@ -306,8 +309,13 @@ func (c *Config) Validate() error {
 	if g.CPUWeight < 1 || g.CPUWeight > 10000 {
 		add("guardrails.cpuWeight = %d: must be 1..10000", g.CPUWeight)
 	}
-	if g.TimeoutStopSec < 1 || g.TimeoutStopSec > 600 {
-		add("guardrails.timeoutStopSec = %d: must be 1..600", g.TimeoutStopSec)
+	// The backend drains HTTP for up to 2 s at SIGTERM, then answers the
+	// calls still running and ends their commands: 3 s at the least.
+	if g.TimeoutStopSec < 3 || g.TimeoutStopSec > 600 {
+		add("guardrails.timeoutStopSec = %d: must be 3..600 (the backend drains for up to 2 s before it ends running calls)", g.TimeoutStopSec)
+	}
+	if g.SocketBacklog < 16 || g.SocketBacklog > 65535 {
+		add("guardrails.socketBacklog = %d: must be 16..65535 (the kernel caps it at net.core.somaxconn)", g.SocketBacklog)
 	}
 	high, errHigh := units.ParseSize(g.MemoryHigh)
 	if errHigh != nil {

@@ -276,3 +276,26 @@ func TestLoadRefusesWhatIsNotAConfigFile(t *testing.T) {
 		t.Fatalf("Load(FIFO) = %v, want a refusal naming %s", err, fifo)
 	}
 }
+
+// TestGuardrailBounds: a stop timeout shorter than the backend's drain
+// (2 s) and a socket backlog out of range are refused, naming the key.
+func TestGuardrailBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"stop shorter than the drain", func(c *Config) { c.Guardrails.TimeoutStopSec = 1 }, "guardrails.timeoutStopSec = 1: must be 3..600"},
+		{"backlog too small", func(c *Config) { c.Guardrails.SocketBacklog = 4 }, "guardrails.socketBacklog = 4: must be 16..65535"},
+	} {
+		c := Default()
+		tc.mutate(c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	c, err := Parse(strings.NewReader(`{"guardrails":{"socketBacklog":2048}}`))
+	if err != nil || c.Guardrails.SocketBacklog != 2048 || c.Guardrails.TimeoutStopSec != 5 {
+		t.Fatalf("parse: %+v %v", c.Guardrails, err)
+	}
+}
