@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, only when it is missing: the
 # system packages systemd-nspawn (systemd-container), socat, nodejs and npm,
-# and the pinned MCP clients of testdata/clients (npm ci, again whenever
+# promtool (prometheus, its service never started), and the pinned MCP clients of testdata/clients (npm ci, again whenever
 # package-lock.json changed since the last install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,33 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
     apt-get install -y -qq "${missing[@]}" >&2
+  fi
+fi
+
+# promtool checks the alerting rules of contrib/ in the tests; Debian ships
+# it in the prometheus package, whose installation would start the
+# Prometheus server. A policy-rc.d that exits 101 forbids every service
+# start during the install (invoke-rc.d and deb-systemd-invoke obey it); it
+# is removed afterwards, and one that was there before is put back.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: no promtool and cannot apt-get install prometheus here; the contrib rule check will skip (fail under CI=true)" >&2
+  else
+    echo "ensure-deps: installing prometheus (for promtool), its service kept from starting" >&2
+    policy=/usr/sbin/policy-rc.d
+    saved=""
+    if [ -e "$policy" ]; then saved=$(mktemp) && cp -p "$policy" "$saved"; fi
+    restore() { if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi; }
+    trap restore EXIT
+    printf '#!/bin/sh\n# ensure-deps: no service starts while packages install\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends prometheus >&2
+    restore
+    trap - EXIT
+    # Not started now, and not at the next boot either.
+    if [ -d /run/systemd/system ]; then systemctl disable prometheus.service >/dev/null 2>&1 || true; fi
   fi
 fi
 
