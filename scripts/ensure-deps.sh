@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, only when it is missing: the
-# system packages systemd-nspawn (systemd-container), socat, nodejs and npm,
-# promtool (prometheus, its service never started), and the pinned MCP clients of testdata/clients (npm ci, again whenever
-# package-lock.json changed since the last install).
+# system packages systemd-nspawn (systemd-container), socat, nodejs, npm, zsh,
+# promtool (prometheus, its service never started), and the pinned MCP
+# clients of testdata/clients (npm ci, again whenever package-lock.json
+# changed since the last install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -12,6 +13,8 @@ command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# The completion test runs the generated zsh script in zsh.
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: missing ${missing[*]} and cannot apt-get install here (need root on Debian); the tests needing them will skip (fail under CI=true)" >&2

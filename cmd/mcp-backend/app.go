@@ -141,6 +141,19 @@ func newApp(d *deps) *cli.App {
 			},
 		},
 	}
+	app.Commands = append(app.Commands, &cli.Command{
+		Name:   "man",
+		Usage:  "print the man page (roff), generated from the commands",
+		Hidden: true,
+		Action: func(c *cli.Context) error {
+			s, err := c.App.ToManWithSection(1)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(d.stdout, s)
+			return nil
+		},
+	})
 	cliargs.Strict(app, func(err error) error { return &exitError{exitUsage, err} })
 	return app
 }

@@ -34,6 +34,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	cliargs.Walk(newApp(&deps{}).Commands, func(path string, c *cli.Command) {
 		argv := strings.Fields(path)
+		if c.Hidden { // man: takes no config
+			tests = append(tests, tc{path + " unexpected argument", append(argv, "extra"), 2, `unexpected argument "extra"`})
+			return
+		}
 		tests = append(tests,
 			tc{path + " unknown flag", append(argv, "--bogus"), 2, "unknown flag --bogus"},
 			tc{path + " unexpected argument", append(argv, "--config", cfg, "extra"), 2, `unexpected argument "extra"`},
@@ -48,5 +52,28 @@ func TestUsageErrorsExit2(t *testing.T) {
 				t.Fatalf("mcp-backend %s: exit %d, want %d and %q\nstdout %s\nstderr %s", strings.Join(tc.args, " "), code, tc.code, tc.want, out.String(), errb.String())
 			}
 		})
+	}
+}
+
+// TestManAndVersion: the man page is roff naming every command; --version
+// keeps "mcp-backend version V" first (what candidate checks read) and adds
+// the build's module, VCS revision and time and Go version.
+func TestManAndVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"mcp-backend", "man"}, nil, &out, &bytes.Buffer{}); code != 0 || !strings.HasPrefix(out.String(), ".nh\n.TH mcp-backend 1") {
+		t.Fatalf("man: exit %d\n%.200s", code, out.String())
+	}
+	for _, c := range []string{"serve", "stdio", "check-config", "config"} {
+		if !strings.Contains(out.String(), c) {
+			t.Errorf("man page lacks %s", c)
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"mcp-backend", "--version"}, nil, &out, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("--version: exit %d", code)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if !strings.HasPrefix(lines[0], "mcp-backend version ") || !strings.Contains(out.String(), "\nrevision: ") || !strings.Contains(out.String(), "\ngo:       go1.") {
+		t.Fatalf("--version:\n%s", out.String())
 	}
 }

@@ -19,5 +19,8 @@ func commands(d *deps) []*cli.Command {
 		statusCommand(d),
 		auditCommand(d),
 		versionCommand(d),
+		configCommand(d),
+		completionCommand(d),
+		manCommand(d),
 	}
 }
