@@ -39,9 +39,12 @@ func newStressProgress(w io.Writer, tty bool, total time.Duration) *stressProgre
 }
 
 // add counts one result; OnResult calls it from the attack's loop.
-func (p *stressProgress) add(r *vegeta.Result) {
+func (p *stressProgress) add(r *vegeta.Result) { p.addOutcome(stressOutcomeLabel(r)) }
+
+// addOutcome counts one answered call by its outcome.
+func (p *stressProgress) addOutcome(outcome string) {
 	p.sent.Add(1)
-	switch stressOutcomeLabel(r) {
+	switch outcome {
 	case "ok":
 		p.ok.Add(1)
 	case string(stress.OutcomeOverloaded):

@@ -55,7 +55,21 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 	if who, err := verify.ForBackend(cfg.Backend.Config); err == nil {
 		run.Token = who.Token
 	}
+	var prog *stressProgress
+	if !d.out.json {
+		total := run.Duration
+		if total == 0 {
+			total = stress.DefaultSteadyDuration
+		}
+		prog = newStressProgress(d.stderr, isTerminal(d.stderr), total)
+		run.OnCall = func(call stress.SteadyCall) { prog.addOutcome(string(call.Outcome)) }
+		prog.start()
+		defer prog.finish()
+	}
 	rep, err := stress.RunSteady(c.Context, run)
+	if prog != nil {
+		prog.finish() // the report follows on a clean line
+	}
 	if err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
 	}
