@@ -37,7 +37,7 @@ func wantsText(accept string) bool {
 // promHandWritten are the sections of /metrics whose Prometheus names are
 // written by hand below (admission) and by writeSessionsPrometheus; every
 // other section, present or added later, is written by writePromGeneric.
-var promHandWritten = map[string]bool{"limits": true, "active": true, "queued": true, "peak": true, "counters": true, "sessions": true}
+var promHandWritten = map[string]bool{"limits": true, "active": true, "queued": true, "peak": true, "counters": true, "sessions": true, "flows": true}
 
 // writePrometheus renders the /metrics snapshot in the Prometheus text
 // format: the admission figures with their labels, every numeric field of
@@ -60,7 +60,8 @@ func writePrometheus(w io.Writer, snap metricsJSON) {
 
 // writePromGeneric writes every numeric (and boolean, as 0/1) leaf of the
 // sections of doc not written by hand, as a gauge named by its path:
-// intake.bodyBytesHeld is mcp_intake_body_bytes_held. Array elements carry
+// intake.bodyBytesHeld is mcp_intake_body_bytes_held, a fooMs field
+// mcp_..._foo_seconds. Array elements carry
 // an index label. A field added to /metrics reaches Prometheus this way
 // without anyone writing it down.
 func writePromGeneric(w io.Writer, doc map[string]any) {
@@ -79,7 +80,18 @@ func promLeaves(w io.Writer, name, path, labels string, v any) {
 	switch x := v.(type) {
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
-			promLeaves(w, name+"_"+promSnake(k), path+"."+k, labels, x[k])
+			v := x[k]
+			// Prometheus names carry base units: fooMs is foo_seconds.
+			n := name + "_" + promSnake(k)
+			if base, ok := strings.CutSuffix(k, "Ms"); ok {
+				n = name + "_" + promSnake(base) + "_seconds"
+				if num, isNum := v.(json.Number); isNum {
+					if f, err := num.Float64(); err == nil {
+						v = json.Number(strconv.FormatFloat(f/1000, 'g', -1, 64))
+					}
+				}
+			}
+			promLeaves(w, n, path+"."+k, labels, v)
 		}
 	case []any:
 		for i, e := range x {

@@ -312,6 +312,6 @@ func writeSessionsPrometheus(w io.Writer, st SessionStats) {
 	fmt.Fprintf(w, "# HELP mcp_sessions_inflight_cap Most calls tracked for cancellation.\n# TYPE mcp_sessions_inflight_cap gauge\nmcp_sessions_inflight_cap %d\n", st.InFlightCap)
 	fmt.Fprintf(w, "# HELP mcp_sessions_untracked_total Calls not tracked for cancellation (the cap was reached).\n# TYPE mcp_sessions_untracked_total counter\nmcp_sessions_untracked_total %d\n", st.Untracked)
 	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancel_cap Most cancels held for calls not yet arrived.\n# TYPE mcp_sessions_early_cancel_cap gauge\nmcp_sessions_early_cancel_cap %d\n", st.EarlyCancelCap)
-	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancel_ttl_ms How long an early cancel is held, in milliseconds.\n# TYPE mcp_sessions_early_cancel_ttl_ms gauge\nmcp_sessions_early_cancel_ttl_ms %d\n", st.EarlyCancelTTL)
+	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancel_ttl_seconds How long an early cancel is held.\n# TYPE mcp_sessions_early_cancel_ttl_seconds gauge\nmcp_sessions_early_cancel_ttl_seconds %g\n", float64(st.EarlyCancelTTL)/1000)
 	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancels_dropped_total Early cancels dropped (cap or age).\n# TYPE mcp_sessions_early_cancels_dropped_total counter\nmcp_sessions_early_cancels_dropped_total %d\n", st.EarlyDropped)
 }
