@@ -55,6 +55,29 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
+// TestConfigEffective: config --effective prints every default, and what
+// it prints is a config check-config accepts and prints back the same.
+func TestConfigEffective(t *testing.T) {
+	cfg := writeConfig(t, `{"concurrency":{"maxShell":4}}`)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"mcp-backend", "config", "--config", cfg, "--effective"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d %s", code, errb.String())
+	}
+	for _, want := range []string{`"maxShell": 4`, `"maxActive": 48`, `"listen": "127.0.0.1:3210"`, `"responseBytes"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("effective config lacks %s:\n%s", want, out.String())
+		}
+	}
+	again := writeConfig(t, out.String())
+	var out2 bytes.Buffer
+	if code := run(context.Background(), []string{"mcp-backend", "check-config", "--config", again}, nil, &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatalf("check-config of the effective config: exit %d %s", code, errb.String())
+	}
+	if code := run(context.Background(), []string{"mcp-backend", "config", "--effective", "--config", again}, nil, &out2, &errb); code != 0 || out2.String() != out.String() {
+		t.Fatalf("effective config of the effective config differs:\n%s", out2.String())
+	}
+}
+
 // TestManAndVersion: the man page is roff naming every command; --version
 // keeps "mcp-backend version V" first (what candidate checks read) and adds
 // the build's module, VCS revision and time and Go version.

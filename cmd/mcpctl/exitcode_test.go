@@ -37,6 +37,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"flag typo", []string{"stress", "--rat", "5"}, 2, "unknown flag --rat: did you mean --rate?"},
 		{"bad flag value", []string{"stress", "--rate", "abc"}, 2, `invalid value "abc"`},
 		{"bad verify target", []string{"verify", "backnd"}, 2, "want backend, tunnels or all"},
+		{"bad log level", []string{"--log-level", "loud", "version"}, 2, `--log-level "loud"`},
+		{"log level after the command", []string{"version", "--log-level", "debug"}, 0, "mcpctl version"},
+		{"snapshot help names the socket unit", []string{"snapshot", "--help"}, 0, "its socket unit"},
+		{"unit render help names the baked paths", []string{"unit", "render", "--help"}, 0, "this mcpctl's own path"},
 	}
 	cliargs.Walk(newApp(&deps{getenv: os.Getenv}).Commands, func(path string, c *cli.Command) {
 		argv := strings.Fields(path)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
+	"github.com/overdeck/mcp-backend/internal/jsoncheck"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -220,6 +221,9 @@ func TestDegradedWithoutSystemd(t *testing.T) {
 	var rep statusReport
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.SystemdErr == "" || rep.Production.Healthz != 200 {
 		t.Fatalf("status --json: exit %d %s%s", code, out, errb)
+	}
+	if bad, err := jsoncheck.Durations([]byte(out)); err != nil || len(bad) > 0 {
+		t.Fatalf("status --json durations: %v %v", bad, err)
 	}
 	code, out, errb = runCLI(t, "--config", conf, "verify", "backend")
 	if code != 1 || !strings.Contains(out, "HTTP checks ok, INCOMPLETE") || !strings.Contains(out, "not checked: the backend unit") {
