@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 
-	log.Info("stress attack", "target", cfg.Target, "profile", plan.Profile, "duration", plan.Duration,
+	log.Debug("stress attack", "target", cfg.Target, "profile", plan.Profile, "duration", plan.Duration,
 		"startRate", plan.StartRate, "endRate", plan.EndRate, "limits", limits)
 	began := time.Now()
 	calls, err := attack(ctx, cfg, plan, limits, traffic)

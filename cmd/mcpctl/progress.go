@@ -54,10 +54,20 @@ func (p *stressProgress) addOutcome(outcome string) {
 	}
 }
 
+// line is the progress so far. On a terminal it must stay within one
+// 80-column row, or the carriage return would rewrite only its last part.
 func (p *stressProgress) line() string {
-	el := time.Since(p.began).Truncate(100 * time.Millisecond)
-	return fmt.Sprintf("stress %s/%s: %d answered, %d ok, %d overloaded, %d other (Ctrl-C: partial report)",
-		el, p.total, p.sent.Load(), p.ok.Load(), p.overloaded.Load(), p.other.Load())
+	el := time.Since(p.began).Truncate(time.Second)
+	at := fmt.Sprintf("%s/%s", el, p.total)
+	if el > p.total {
+		at = p.total.String() + " done, draining"
+	}
+	l := fmt.Sprintf("stress %s: %d answered, %d ok, %d overloaded, %d other",
+		at, p.sent.Load(), p.ok.Load(), p.overloaded.Load(), p.other.Load())
+	if r := []rune(l); len(r) > textWidth-1 {
+		l = string(r[:textWidth-1])
+	}
+	return l
 }
 
 // start prints until finish.

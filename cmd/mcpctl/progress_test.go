@@ -58,6 +58,11 @@ func TestStressProgressLines(t *testing.T) {
 		if tty && !strings.HasSuffix(out, "\r\x1b[K") {
 			t.Fatalf("the line is not erased at the end: %q", out)
 		}
+		for _, l := range strings.FieldsFunc(out, func(r rune) bool { return r == '\r' || r == '\n' }) {
+			if n := len([]rune(strings.TrimPrefix(l, "\x1b[K"))); n >= textWidth {
+				t.Fatalf("a progress line of %d columns wraps on an 80-column terminal: %q", n, l)
+			}
+		}
 	}
 }
 
