@@ -314,7 +314,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		} else {
 			_ = rep.RenderWidth(d.stdout, d.out.color, d.out.width())
 		}
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded", rep.AttackSeconds))
+		return withCode(deploy.CodeFailed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded; run the same `mcpctl stress` again for a verdict", rep.AttackSeconds))
 	}
 	if err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
