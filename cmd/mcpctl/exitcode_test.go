@@ -176,6 +176,20 @@ func TestNextHintsAreCommands(t *testing.T) {
 	if n < 5 {
 		t.Fatalf("found only %d hints in the sources: the scan is broken", n)
 	}
+	// A bare rollback only prints its help: no hint may send an operator
+	// there expecting a rollback.
+	for _, dir := range []string{".", "../../ops"} {
+		filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, _ := os.ReadFile(p)
+			if strings.Contains(string(b), "`mcpctl rollback`") {
+				t.Errorf("%s: a hint names a bare `mcpctl rollback`", p)
+			}
+			return nil
+		})
+	}
 	// The negative control: a hint naming no command is caught.
 	if cliargs.Validate(app, "mcpctl ") == nil || cliargs.Validate(app, "mcpctl rollback --snaphot ID") == nil || cliargs.Validate(app, "mcpctl snapshot") == nil {
 		t.Fatal("Validate accepts command lines the app refuses")

@@ -85,21 +85,31 @@ func rollbackCommand(d *deps) *cli.Command {
 				Name:  "status",
 				Usage: "is a rollback armed, with how much time left, to which snapshot",
 				Action: func(c *cli.Context) error {
-					env, closeEnv, err := deployEnv(c, d, false)
+					// Without systemd the marker is still worth showing; the
+					// timer's state is then unknown, and so is "armed".
+					b, err := connectOpsDegraded(c, false, d.logger)
 					if err != nil {
 						return err
 					}
-					defer closeEnv()
 					// A broken marker is still a status: say what it means
 					// and what to run, beside what the timer does.
-					p, markerErr := state.Dir(env.Config.StateDir).ReadPending()
+					p, markerErr := state.Dir(b.cfg.StateDir).ReadPending()
 					rv := rollbackView{Pending: p}
 					if markerErr != nil {
 						rv.Err = markerErr.Error()
 					}
+					if b.sd == nil {
+						rv.TimerState = "unknown"
+						rv = planRollbackView(rv, time.Now())
+						d.out.printText(rv, func(w io.Writer) {
+							fmt.Fprintf(w, "rollback timer unknown (needs systemd, not reachable); pending cutover: %s\n", pendingLine(rv.Pending, rv.Err))
+						})
+						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: whether %s is armed needs systemd, not reachable: %w", deploy.RollbackTimer, b.sdErr))
+					}
+					defer b.sd.Close()
 					// "armed" means the timer counts down, not merely that a
 					// marker exists.
-					st, err := env.Systemd.Unit(c.Context, deploy.RollbackTimer)
+					st, err := b.sd.Unit(c.Context, deploy.RollbackTimer)
 					if err != nil {
 						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: read %s: %w", deploy.RollbackTimer, err))
 					}
@@ -177,4 +187,15 @@ func rollbackPreview(c *cli.Context, d *deps, opts deploy.RollbackOptions, targe
 		fmt.Fprintf(w, "then: %s\nnothing was changed\n", strings.Join(p.Then, ", "))
 	})
 	return nil
+}
+
+// pendingLine describes the pending-cutover marker alone (no timer state).
+func pendingLine(p *state.Pending, markerErr string) string {
+	switch {
+	case markerErr != "":
+		return "marker unreadable (" + markerErr + ")"
+	case p == nil:
+		return "none"
+	}
+	return fmt.Sprintf("%s -> %s, snapshot %s", p.FromVersion, p.ToVersion, p.SnapshotID)
 }

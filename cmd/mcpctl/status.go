@@ -254,7 +254,7 @@ func rollbackLine(rb rollbackView, alarm func(...string) string) string {
 		if timer == "" {
 			timer = "not loaded"
 		}
-		return fmt.Sprintf("%s cutover %s -> %s, snapshot %s, timer %s: a human is needed: run `mcpctl rollback` (the boot-time check would restore it at the next boot)",
+		return fmt.Sprintf("%s cutover %s -> %s, snapshot %s, timer %s: a human is needed: run `mcpctl rollback --last` (the boot-time check would restore it at the next boot)",
 			alarm("PENDING, NOT ARMED"), p.FromVersion, p.ToVersion, p.SnapshotID, timer)
 	case rollbackStrayTimer:
 		return fmt.Sprintf("%s timer %s without a pending marker: run `mcpctl rollback disarm`", alarm("ARMED"), rb.TimerState)

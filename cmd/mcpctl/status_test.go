@@ -232,6 +232,11 @@ func TestDegradedWithoutSystemd(t *testing.T) {
 	if strings.Contains(errb, "next: run `mcpctl status`") && strings.Contains(errb, "connect to systemd") {
 		t.Fatalf("hint loop: %s", errb)
 	}
+	// rollback status shows the marker, and says the timer is unknown.
+	code, out, errb = runCLI(t, "--config", conf, "rollback", "status")
+	if code != 1 || !strings.Contains(out, "rollback timer unknown (needs systemd") || !strings.Contains(out, "pending cutover: none") {
+		t.Fatalf("rollback status: exit %d:\n%s%s", code, out, errb)
+	}
 	// Negative control: a backend that is down fails the HTTP checks.
 	ts.Close()
 	code, out, _ = runCLI(t, "--config", conf, "verify", "backend")

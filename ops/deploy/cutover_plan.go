@@ -87,7 +87,7 @@ func PlanPreflight(f Facts) Preflight {
 		refuse("release %s is already installed with build %s, not this build %s: a version names one build; rebuild with a new version stamp", f.CandidateVersion, f.ReleaseDigest, f.Digest)
 	}
 	if f.Pending != nil {
-		refuse("a cutover to %s (snapshot %s) is still pending: confirm it finishes or run `mcpctl rollback`", f.Pending.ToVersion, f.Pending.SnapshotID)
+		refuse("a cutover to %s (snapshot %s) is still pending: confirm it finishes or run `mcpctl rollback --last`", f.Pending.ToVersion, f.Pending.SnapshotID)
 	}
 	if f.CandidateVersion != "" && f.CandidateVersion == f.CurrentVersion {
 		refuse("version %s is already current: build the candidate with a new version stamp", f.CandidateVersion)
