@@ -107,6 +107,8 @@ type SteadyReport struct {
 	Targets   []SteadyCounts `json:"targets"`
 	// Pass is Total.Clean(): the verdict, as every verdict document has.
 	Pass bool `json:"pass"`
+	// Interrupted: stopped (Ctrl-C) before its duration; the counts so far.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // maxSamples bounds the failure details kept per kind and target.
@@ -281,15 +283,17 @@ func RunSteady(ctx context.Context, cfg SteadyConfig) (*SteadyReport, error) {
 			cfg.OnCall(call)
 		}
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("steady run interrupted: %w", ctx.Err())
-	}
 	rep.Total.Wait = Summarize(all)
 	for i := range per {
 		per[i].Wait = Summarize(waits[i])
 	}
 	rep.Targets = per
 	rep.Pass = rep.Total.Clean()
+	if ctx.Err() != nil {
+		// The counts so far, never a pass (ErrInterrupted, as Run).
+		rep.Interrupted, rep.Pass = true, false
+		return rep, fmt.Errorf("steady run: %w: %w", ErrInterrupted, ctx.Err())
+	}
 	return rep, nil
 }
 

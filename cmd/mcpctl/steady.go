@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -69,6 +70,15 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 	rep, err := stress.RunSteady(c.Context, run)
 	if prog != nil {
 		prog.finish() // the report follows on a clean line
+	}
+	if errors.Is(err, stress.ErrInterrupted) && rep != nil {
+		if d.out.json {
+			_ = writeJSON(d.stdout, rep)
+		} else {
+			fmt.Fprintln(d.stdout, "INTERRUPTED: the counts until Ctrl-C")
+			printSteady(d.stdout, rep, d.out.width())
+		}
+		return withCode(deploy.CodeFailed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
 	}
 	if err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))

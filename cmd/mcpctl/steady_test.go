@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,5 +106,25 @@ func TestSteadyTableFits80(t *testing.T) {
 	}
 	if !strings.Contains(wide.String(), "wait p50 ms") || !strings.Contains(narrow.String(), "127.0.0.1:18441") {
 		t.Errorf("narrow:\n%s\nwide:\n%s", narrow.String(), wide.String())
+	}
+}
+
+// TestSteadyInterruptedGivesCounts: Ctrl-C during a steady run prints the
+// counts so far, marked, and exits 1 (before: "context canceled" only).
+func TestSteadyInterruptedGivesCounts(t *testing.T) {
+	a, b := "http://"+proctest.FreeAddr(t), "http://"+proctest.FreeAddr(t)
+	cfg := steadyConfigFile(t, a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var out, errb bytes.Buffer
+	d := &deps{stdout: &out, stderr: &errb, getenv: func(string) string { return "" },
+		logger: slog.New(slog.NewTextHandler(&errb, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	code := runApp(ctx, newApp(d), []string{"mcpctl", "--config", cfg, "stress", "--profile", "steady", "--duration", "30s", "--rate", "20", "--json"}, &errb)
+	var rep stress.SteadyReport
+	if code != deploy.CodeFailed || json.Unmarshal(out.Bytes(), &rep) != nil || !rep.Interrupted || rep.Pass || rep.Total.Calls == 0 {
+		t.Fatalf("exit %d, report %+v\nstdout %s\nstderr %s", code, rep, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "steady interrupted") {
+		t.Fatalf("stderr %s", errb.String())
 	}
 }
