@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, only when it is missing: the
 # system packages systemd-nspawn (systemd-container), socat, nodejs and npm,
+# openssh-server (sshd for the fleet tests' containers, never started here),
 # and the pinned MCP clients of testdata/clients (npm ci, again whenever
 # package-lock.json changed since the last install).
 set -euo pipefail
@@ -10,6 +11,8 @@ missing=()
 command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -19,7 +22,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "ensure-deps: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
+    # openssh-server is for the fleet tests' containers, which run their own
+    # sshd: no service may start on this machine during the install.
+    # policy-rc.d exiting 101 forbids every service start; it is removed
+    # afterwards unless it was there before.
+    own_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod 755 /usr/sbin/policy-rc.d
+      own_policy=1
+    fi
+    trap '[ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d' EXIT
     apt-get install -y -qq "${missing[@]}" >&2
+    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+    own_policy=
+    trap - EXIT
   fi
 fi
 

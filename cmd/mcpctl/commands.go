@@ -18,5 +18,6 @@ func commands(d *deps) []*cli.Command {
 		snapshotCommand(d),
 		statusCommand(d),
 		auditCommand(d),
+		fleetCommand(d), fleetAgentCommand(d),
 	}
 }
