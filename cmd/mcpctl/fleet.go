@@ -173,7 +173,7 @@ func fleetRollout(c *cli.Context, d *deps) error {
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
 	if len(plan.Problems) > 0 {
 		d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
-		return withCode(deploy.CodeFailed, fmt.Errorf("refused, nothing changed on any host: %s", strings.Join(plan.Problems, "; ")))
+		return withCode(deploy.CodeFailed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
 	}
 	e.view.setPlan(plan)
 	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), build)
@@ -292,4 +292,3 @@ func fleetStatusReport(inv *fleet.Inventory, obs map[string]fleet.Observed, rs *
 	}
 	return rep
 }
-

@@ -86,12 +86,13 @@ func (v *fleetView) event(e fleet.Event) {
 		fmt.Fprintf(v.out.w, "%s %d: %s\n", st.title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
 	case fleet.EvStepEnd:
 		ok := e.ExitCode != nil && *e.ExitCode == 0
-		res := "ok"
+		res, line := "ok", "ok"
 		switch {
 		case e.ExitCode == nil:
-			res = "no outcome: " + e.Detail
+			res, line = "no outcome", "no outcome: "+e.Detail
 		case !ok:
 			res = fmt.Sprintf("exit %d", *e.ExitCode)
+			line = res
 		}
 		if r != nil {
 			switch e.Step {
@@ -110,7 +111,7 @@ func (v *fleetView) event(e fleet.Event) {
 		if !e.HostStart.IsZero() {
 			took = " " + st.dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, res), took)
+		fmt.Fprintf(v.out.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
 	case fleet.EvHostEnd:
 		if r != nil {
 			r.Result, r.end, r.Note = e.Outcome, e.Time, e.Detail

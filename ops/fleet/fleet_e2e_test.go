@@ -178,8 +178,8 @@ func (f *testFleet) inventory(name string, rollout map[string]any) string {
 	}
 	p := filepath.Join(f.dir, "fleet-"+name+".json")
 	writeJSON(f.t, p, map[string]any{
-		"hosts": hosts,
-		"ssh":   map[string]any{"knownHosts": f.knownHosts, "identity": f.key, "connectTimeout": "3s", "serverAliveInterval": "2s", "controlPersist": "30s"},
+		"hosts":   hosts,
+		"ssh":     map[string]any{"knownHosts": f.knownHosts, "identity": f.key, "connectTimeout": "3s", "serverAliveInterval": "2s", "controlPersist": "30s"},
 		"rollout": r,
 	})
 	return p
@@ -590,4 +590,3 @@ func TestFleetInContainers(t *testing.T) {
 		before = f.expect(t, before, want, restartedOnly(h1))
 	})
 }
-

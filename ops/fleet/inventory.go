@@ -123,7 +123,8 @@ type WaveSize struct {
 // UnmarshalJSON accepts 3 or "25%".
 func (w *WaveSize) UnmarshalJSON(b []byte) error {
 	var n json.Number
-	if err := json.Unmarshal(b, &n); err == nil {
+	// json.Number also takes a quoted number: "25" is neither form.
+	if err := json.Unmarshal(b, &n); err == nil && !bytes.HasPrefix(b, []byte(`"`)) {
 		i, err := strconv.Atoi(n.String())
 		if err != nil {
 			return fmt.Errorf("%s: want a whole number of hosts or a percentage like \"25%%\"", b)

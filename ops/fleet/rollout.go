@@ -267,7 +267,6 @@ type hostCtx struct {
 	h    *Host
 	rec  *HostRecord
 	wave int
-	mu   *sync.Mutex
 }
 
 func (r *Runner) host(ctx context.Context, rs *RunState, name string) Outcome {
