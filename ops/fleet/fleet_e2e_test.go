@@ -449,6 +449,23 @@ func TestFleetInContainers(t *testing.T) {
 		if !strings.Contains(out, "every host runs v2") {
 			t.Errorf("no summary line")
 		}
+		// fleet status sees every host on v2, healthy, nothing pending.
+		code, out = f.fleetRun(t, "fleet", "status", "--inventory", inv, "--json")
+		var st struct {
+			Hosts []struct {
+				Host  string
+				Facts *fleet.Facts
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Hosts) != 3 {
+			t.Fatalf("status: exit %d, %v", code, err)
+		}
+		d2, _ := buildinfo.FileDigest(v2)
+		for _, h := range st.Hosts {
+			if h.Facts == nil || !h.Facts.On(d2) || h.Facts.Version != "v2" || len(h.Facts.Tunnels) != 2 {
+				t.Errorf("status of %s: %+v, want v2 verified", h.Host, h.Facts)
+			}
+		}
 		// A second rollout of the same build skips every host.
 		code, out = f.fleetRun(t, "fleet", "plan", "--inventory", inv, "--build", v2, "--version", "v2")
 		if code != 0 || strings.Count(out, "skip: already on it") != 3 {
@@ -471,14 +488,12 @@ func TestFleetInContainers(t *testing.T) {
 		if e := hostEnd(evs, h1); e == nil || e.Outcome != fleet.Reverted {
 			t.Errorf("%s: %+v, want reverted", h1, e)
 		}
-		// host3 ran after host2 in wave 2 (parallelism 1) or was never
-		// started: either way it ends on v2; every backend restarted
-		// except where the run never went.
-		restarted := restartedOnly(h1, h2)
-		if e := hostEnd(evs, h3); e != nil && e.Outcome == fleet.Reverted {
-			restarted[h3] = true
+		// host3 comes after host2 in wave 2 (parallelism 1): once host2
+		// failed, it never started.
+		if e := hostEnd(evs, h3); e != nil {
+			t.Errorf("%s: %+v, want never started", h3, e)
 		}
-		before = f.expect(t, before, all(v2), restarted)
+		before = f.expect(t, before, all(v2), restartedOnly(h1, h2))
 	})
 
 	t.Run("wave-2 host fails verification, halt: wave 1 stays, the printed resume finishes", func(t *testing.T) {
@@ -504,6 +519,13 @@ func TestFleetInContainers(t *testing.T) {
 		if e := hostEnd(evs, h2); e == nil || e.Outcome != fleet.Verified {
 			t.Errorf("%s after resume: %+v, want verified", h2, e)
 		}
+		// fleet rollback takes the run back: every host it cut over
+		// returns to the snapshot the run took there.
+		code, _ = f.fleetRun(t, "fleet", "rollback", "--inventory", inv)
+		if code != 0 {
+			t.Fatalf("fleet rollback: exit %d, want 0", code)
+		}
+		before = f.expect(t, before, all(v2), restartedOnly(h1, h2, h3))
 	})
 
 	t.Run("controller SIGKILLed mid-wave, fleet resume finishes", func(t *testing.T) {
@@ -560,7 +582,6 @@ func TestFleetInContainers(t *testing.T) {
 			return p != nil && p.ToVersion == "v5"
 		})
 		h.sshd.Stop(t)
-		defer h.sshd.Start(t)
 		err := cmd.Wait()
 		t.Logf("rollout:\n%s", out.String())
 		var ee *exec.ExitError
@@ -588,5 +609,26 @@ func TestFleetInContainers(t *testing.T) {
 			want[h1] = v5
 		}
 		before = f.expect(t, before, want, restartedOnly(h1))
+
+		// With sshd back, resume reads host1's cutover outcome from the
+		// host and finishes the run.
+		h.sshd.Start(t)
+		n := len(events(t, inv))
+		code, _ := f.fleetRun(t, "fleet", "resume", "--inventory", inv)
+		if code != 0 {
+			t.Fatalf("resume: exit %d, want 0", code)
+		}
+		restarted := restartedOnly(h2, h3)
+		if s.Digest != d5 {
+			restarted[h1] = true // rolled back by its timer: the resume cut it over again
+		}
+		before = f.expect(t, before, all(v5), restarted)
+		if s.Digest == d5 {
+			for _, e := range events(t, inv)[n:] {
+				if e.Host == h1 && e.Type == fleet.EvStepStart {
+					t.Errorf("resume started %s on %s, whose cutover had verified", e.Step, h1)
+				}
+			}
+		}
 	})
 }

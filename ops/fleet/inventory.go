@@ -75,7 +75,8 @@ type SSH struct {
 	// KnownHosts is the only known_hosts file consulted (strict checking,
 	// never updated): an unknown or changed key stops the run.
 	KnownHosts string `json:"knownHosts"`
-	// Identity is the private key (IdentitiesOnly: no other key is tried).
+	// Identity is the private key, the only one offered (IdentitiesOnly,
+	// no agent).
 	Identity            string             `json:"identity"`
 	ConnectTimeout      ctlconfig.Duration `json:"connectTimeout"`
 	ServerAliveInterval ctlconfig.Duration `json:"serverAliveInterval"`
@@ -175,7 +176,7 @@ func Default() *Inventory {
 			Agent: "/usr/local/bin/mcpctl", FleetDir: "/var/lib/mcpctl-fleet",
 		},
 		SSH: SSH{
-			Binary: "ssh", KnownHosts: "known_hosts",
+			Binary: "ssh", KnownHosts: "known_hosts", Identity: "id_fleet",
 			ConnectTimeout:      ctlconfig.Duration(10 * time.Second),
 			ServerAliveInterval: ctlconfig.Duration(5 * time.Second),
 			ControlPersist:      ctlconfig.Duration(60 * time.Second),
@@ -317,10 +318,10 @@ func (inv *Inventory) Validate() error {
 	if err := checkLocalPath(inv.SSH.KnownHosts); err != nil {
 		add("ssh.knownHosts = %q: %v", inv.SSH.KnownHosts, err)
 	}
-	if inv.SSH.Identity != "" {
-		if err := checkLocalPath(inv.SSH.Identity); err != nil {
-			add("ssh.identity = %q: %v", inv.SSH.Identity, err)
-		}
+	// One key, named: IdentitiesOnly offers it and nothing else (no agent
+	// key, no default key file).
+	if err := checkLocalPath(inv.SSH.Identity); err != nil {
+		add("ssh.identity = %q: %v", inv.SSH.Identity, err)
 	}
 	secs := func(key string, d ctlconfig.Duration, lo, hi time.Duration) {
 		if d.D() < lo || d.D() > hi || d.D()%time.Second != 0 {

@@ -135,6 +135,7 @@ func TestValidateNamesEveryBadValue(t *testing.T) {
 		{"duplicate name", func(i *Inventory) { i.Hosts[1].Name = "web1" }, "also the name of hosts[0]"},
 		{"duplicate destination", func(i *Inventory) { i.Hosts[1].Address, i.Hosts[1].Port = i.Hosts[0].Address, i.Hosts[0].Port }, "each host once"},
 		{"known_hosts with a space", func(i *Inventory) { i.SSH.KnownHosts = "/etc/a /etc/b" }, "ssh.knownHosts"},
+		{"no identity", func(i *Inventory) { i.SSH.Identity = "" }, "ssh.identity"},
 		{"identity with a token", func(i *Inventory) { i.SSH.Identity = "/home/%u/key" }, "ssh.identity"},
 		{"no hosts", func(i *Inventory) { i.Hosts = nil }, "hosts: at least one host"},
 		{"no waves", func(i *Inventory) { i.Rollout.Waves = nil }, "rollout.waves"},

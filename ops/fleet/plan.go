@@ -208,12 +208,13 @@ const (
 )
 
 // DecideWave: a wave whose failures (any outcome but verified or skipped;
-// an unreachable host counts) stay within maxFailures lets the next wave
-// start; beyond it, the policy decides.
+// an unreachable host counts; a host not started does not) stay within
+// maxFailures lets the next wave start; beyond it, the policy decides.
 func DecideWave(r Rollout, outcomes map[string]Outcome) (Decision, int) {
 	failed := 0
 	for _, o := range outcomes {
-		if !o.OK() {
+		// "" is a host not started: the wave stopped before it.
+		if o != "" && !o.OK() {
 			failed++
 		}
 	}

@@ -80,6 +80,7 @@ func TestDecideWave(t *testing.T) {
 		{"unreachable counts as failed", Revert, 0, map[string]Outcome{"a": Unreachable}, RevertRun},
 		{"refused counts as failed", Halt, 0, map[string]Outcome{"a": Refused}, HaltRun},
 		{"within maxFailures", Revert, 1, map[string]Outcome{"a": Refused, "b": Verified}, Continue},
+		{"hosts not started do not count", Revert, 0, map[string]Outcome{"a": Verified, "b": ""}, Continue},
 		{"beyond maxFailures", Revert, 1, map[string]Outcome{"a": Refused, "b": Unreachable}, RevertRun},
 	}
 	for _, c := range cases {
@@ -130,6 +131,12 @@ func TestReplay(t *testing.T) {
 	}
 	if rs.Hosts["h3"].Open != nil {
 		t.Fatalf("h3's step ended, not open")
+	}
+	// A step that ended without an outcome (the host unreachable) stays
+	// open: the resumed run reads its outcome from the host.
+	lost := LastRun(append(got, Event{Run: "r1", Type: EvStepEnd, Host: "h2", Step: "cutover", StepID: "r1-h2-6-cutover", Detail: "host unreachable"}))
+	if o := lost.Hosts["h2"].Open; o == nil {
+		t.Fatalf("a step without an outcome was closed")
 	}
 	order := RevertOrder(rs)
 	if len(order) != 2 || order[0].Host != "h3" || order[0].Snapshot != "s3" || order[1].Host != "h1" || order[1].Snapshot != "s1" {

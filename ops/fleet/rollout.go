@@ -140,13 +140,19 @@ func hostNames(inv *Inventory) []string {
 
 // each runs f for every name, at most rollout.parallelism at once.
 func (r *Runner) each(ctx context.Context, names []string, f func(string)) {
+	r.eachUntil(ctx, names, func() bool { return false }, f)
+}
+
+// eachUntil is each that starts no further name once stop says so.
+func (r *Runner) eachUntil(ctx context.Context, names []string, stop func() bool, f func(string)) {
 	sem := make(chan struct{}, r.Inv.Rollout.Parallelism)
 	var wg sync.WaitGroup
 	for _, n := range names {
-		if ctx.Err() != nil {
+		sem <- struct{}{}
+		if ctx.Err() != nil || stop() {
+			<-sem
 			break
 		}
-		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
@@ -200,11 +206,24 @@ func (r *Runner) Run(ctx context.Context, rs *RunState) *Result {
 			return r.interrupted(rs)
 		}
 		_ = r.emit(Event{Run: run, Type: EvWaveStart, Wave: w.Index, Detail: strings.Join(todo, ",")})
+		// Once the wave has failed beyond maxFailures, none of its hosts
+		// not yet started starts: they would only be taken back.
 		var mu sync.Mutex
-		r.each(ctx, todo, func(name string) {
+		failed := 0
+		for _, h := range todo {
+			rs.Hosts[h].Outcome = ""
+		}
+		r.eachUntil(ctx, todo, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return failed > r.Inv.Rollout.MaxFailures
+		}, func(name string) {
 			o := r.host(ctx, rs, name)
 			mu.Lock()
 			rs.Hosts[name].Outcome = o
+			if !o.OK() {
+				failed++
+			}
 			mu.Unlock()
 		})
 		if ctx.Err() != nil {
@@ -215,7 +234,11 @@ func (r *Runner) Run(ctx context.Context, rs *RunState) *Result {
 			outcomes[h] = rs.Hosts[h].Outcome
 		}
 		d, failed := DecideWave(r.Inv.Rollout, outcomes)
-		_ = r.emit(Event{Run: run, Type: EvWaveEnd, Wave: w.Index, Decision: d, Detail: fmt.Sprintf("%d of %d failed (maxFailures %d)", failed, len(w.Hosts), r.Inv.Rollout.MaxFailures)})
+		if n := notStarted(todo, outcomes); n > 0 {
+			_ = r.emit(Event{Run: run, Type: EvWaveEnd, Wave: w.Index, Decision: d, Detail: fmt.Sprintf("%d of %d failed (maxFailures %d); %d not started", failed, len(w.Hosts), r.Inv.Rollout.MaxFailures, n)})
+		} else {
+			_ = r.emit(Event{Run: run, Type: EvWaveEnd, Wave: w.Index, Decision: d, Detail: fmt.Sprintf("%d of %d failed (maxFailures %d)", failed, len(w.Hosts), r.Inv.Rollout.MaxFailures)})
+		}
 		switch d {
 		case RevertRun:
 			return r.Revert(ctx, rs, fmt.Sprintf("wave %d: %d of %d hosts failed", w.Index, failed, len(w.Hosts)))
@@ -229,6 +252,16 @@ func (r *Runner) Run(ctx context.Context, rs *RunState) *Result {
 		}
 	}
 	return r.end(rs, 0, "every host runs "+rs.Start.Version+" ("+short(rs.Start.Digest)+"), verified", nil)
+}
+
+func notStarted(todo []string, outcomes map[string]Outcome) int {
+	n := 0
+	for _, h := range todo {
+		if outcomes[h] == "" {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *Runner) nextCommands() []string {

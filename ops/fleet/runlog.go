@@ -173,7 +173,10 @@ func LastRun(events []Event) *RunState {
 				h.Steps++
 			}
 		case EvStepEnd:
-			if h != nil && h.Open != nil && h.Open.StepID == e.StepID {
+			// A step that ended without an outcome (the host became
+			// unreachable) stays open: its outcome is on the host, and a
+			// resumed run reads it from there.
+			if h != nil && h.Open != nil && h.Open.StepID == e.StepID && (e.ExitCode != nil || e.Detail == StepAbsent) {
 				h.Open = nil
 			}
 			if h != nil && e.Step == "cutover" && e.Snapshot != "" {

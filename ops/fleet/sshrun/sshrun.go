@@ -95,10 +95,7 @@ func (r *Runner) Argv(h *fleet.Host, remote ...string) ([]string, error) {
 		"-o", "ControlPersist=" + secs(r.SSH.ControlPersist.D()),
 		"-o", "LogLevel=ERROR",
 	}
-	if r.SSH.Identity != "" {
-		argv = append(argv, "-i", r.SSH.Identity)
-	}
-	argv = append(argv, "-x", "-T", "-p", strconv.Itoa(h.Port), "-l", h.User, "--", h.Address)
+	argv = append(argv, "-i", r.SSH.Identity, "-x", "-T", "-p", strconv.Itoa(h.Port), "-l", h.User, "--", h.Address)
 	return append(argv, remote...), nil
 }
 
