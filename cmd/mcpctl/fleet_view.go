@@ -75,6 +75,9 @@ func (v *fleetView) event(e fleet.Event) {
 	if r != nil && r.start.IsZero() && e.Type == fleet.EvStepStart {
 		r.start = e.Time
 	}
+	if r != nil && e.From != "" {
+		r.From = e.From
+	}
 	mark := func(ok bool, s string) string {
 		if ok {
 			return st.ok.Render(s)

@@ -300,6 +300,7 @@ type hostCtx struct {
 	h    *Host
 	rec  *HostRecord
 	wave int
+	from string // the version the host ran when this run reached it
 }
 
 func (r *Runner) host(ctx context.Context, rs *RunState, name string) Outcome {
@@ -349,6 +350,7 @@ func (hc *hostCtx) rollout(ctx context.Context) (o Outcome, snapshot, from, deta
 	if f.Pending != nil {
 		return Refused, "", "", fmt.Sprintf("a cutover to %s is pending there (snapshot %s)", f.Pending.ToVersion, f.Pending.SnapshotID)
 	}
+	hc.from = f.Version
 	agent, err := hc.upload(ctx, hc.r.Self, hc.r.SelfDigest, "upload-mcpctl")
 	if err != nil {
 		return Unreachable, "", "", err.Error()
@@ -439,7 +441,7 @@ func tail(s string) string {
 
 func (hc *hostCtx) upload(ctx context.Context, local, digest, step string) (string, error) {
 	id := hc.nextID(step)
-	_ = hc.r.emit(Event{Run: hc.rs.Start.Run, Type: EvStepStart, Wave: hc.wave, Host: hc.h.Name, Step: step, StepID: id, Digest: digest})
+	_ = hc.r.emit(Event{Run: hc.rs.Start.Run, Type: EvStepStart, Wave: hc.wave, Host: hc.h.Name, Step: step, StepID: id, Digest: digest, From: hc.from})
 	p, err := hc.r.Remote.Upload(ctx, hc.h, local, digest)
 	e := Event{Run: hc.rs.Start.Run, Type: EvStepEnd, Wave: hc.wave, Host: hc.h.Name, Step: step, StepID: id, Detail: p}
 	code := 0
