@@ -339,29 +339,19 @@ func hostEnd(evs []fleet.Event, host string) *fleet.Event {
 // rolls itself back; the canary, another unit, is unaffected.
 func (h *fleetHost) failCutoverOn(t testing.TB, version string) func() {
 	t.Helper()
-	dir := filepath.Join(h.m.UnitsDir, h.cfg.Backend.Unit+".d")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cur := filepath.Join(h.cfg.Install.Root, "current")
-	dropin := fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n", cur, version)
-	if err := os.WriteFile(filepath.Join(dir, "fault.conf"), []byte(dropin), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h.daemonReload(t)
-	return func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Fatal(err)
-		}
-		h.daemonReload(t)
-	}
-}
-
-func (h *fleetHost) daemonReload(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.m.Client.DaemonReload(ctx); err != nil {
+	remove, err := h.m.AddDropIn(ctx, h.cfg.Backend.Unit, "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
+		filepath.Join(h.cfg.Install.Root, "current"), version))
+	if err != nil {
 		t.Fatal(err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := remove(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
