@@ -25,6 +25,8 @@ type fleetView struct {
 	mu   sync.Mutex
 	rows map[string]*fleetRow
 	to   string
+	// shown: the table printed last is still current.
+	shown bool
 }
 
 // fleetRow is one host's line of the table.
@@ -72,6 +74,9 @@ func (v *fleetView) event(e fleet.Event) {
 	}
 	st := v.out.st
 	r := v.rows[e.Host]
+	if e.Host != "" {
+		v.shown = false
+	}
 	if r != nil && r.start.IsZero() && e.Type == fleet.EvStepStart {
 		r.start = e.Time
 	}
@@ -126,6 +131,7 @@ func (v *fleetView) event(e fleet.Event) {
 		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.dim.Render(e.Detail))
 	case fleet.EvWaveEnd:
 		fmt.Fprintf(v.out.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
+		v.shown = true
 	case fleet.EvRevertStart:
 		fmt.Fprintf(v.out.w, "%s %s\n", st.bad.Render("revert:"), e.Detail)
 	case fleet.EvRevertHost:
@@ -147,7 +153,10 @@ func (v *fleetView) final(res *fleet.Result) {
 		fmt.Fprintf(v.out.w, "%s\n", b)
 		return
 	}
-	fmt.Fprintf(v.out.w, "%s\nrun %s: %s (exit %d)\n", v.table(), res.Run, res.Message, res.Code)
+	if !v.shown {
+		fmt.Fprintln(v.out.w, v.table())
+	}
+	fmt.Fprintf(v.out.w, "run %s: %s (exit %d)\n", res.Run, res.Message, res.Code)
 	for _, c := range res.Commands {
 		fmt.Fprintf(v.out.w, "  %s\n", c)
 	}

@@ -556,6 +556,37 @@ func TestFleetInContainers(t *testing.T) {
 		}
 	})
 
+	t.Run("controller SIGKILLed during a cutover, fleet rollback takes the run back", func(t *testing.T) {
+		inv := f.inventory("kill-rollback", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		defer cancel()
+		cmd := f.command(ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "host1's cutover started", 5*time.Minute, func() bool {
+			for _, e := range events(t, inv) {
+				if e.Type == fleet.EvStepStart && e.Host == h1 && e.Step == "cutover" {
+					return true
+				}
+			}
+			return false
+		})
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		// The log knows nothing of the cutover's outcome; the host does.
+		code, _ := f.fleetRun(t, "fleet", "rollback", "--inventory", inv)
+		if code != 0 {
+			t.Fatalf("fleet rollback: exit %d, want 0", code)
+		}
+		before = f.expect(t, before, all(v4), restartedOnly(h1))
+		if e := hostEnd(events(t, inv), h1); e == nil || e.Outcome != fleet.Reverted {
+			t.Errorf("%s: %+v, want reverted", h1, e)
+		}
+	})
+
 	t.Run("sshd stopped after the cutover was armed: the host decides, the run reports it failed", func(t *testing.T) {
 		h := f.hosts[0]
 		inv := f.inventory("sshd", map[string]any{"onFailure": "halt"})

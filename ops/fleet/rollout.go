@@ -547,6 +547,30 @@ func (hc *hostCtx) endStep(name, id string, res *StepResult, err error) {
 func (r *Runner) Revert(ctx context.Context, rs *RunState, why string) *Result {
 	run := rs.Start.Run
 	_ = r.emit(Event{Run: run, Type: EvRevertStart, Detail: why})
+	// A cutover a dead controller left open may have verified: read its
+	// outcome from the host first, so that its snapshot is reverted too.
+	var mu sync.Mutex
+	r.each(ctx, hostNames(r.Inv), func(name string) {
+		rec := rs.Hosts[name]
+		if rec.Open == nil || rec.Open.Step != "cutover" {
+			return
+		}
+		h, _ := r.Inv.Host(name)
+		hc := &hostCtx{r: r, rs: rs, h: h, rec: rec, wave: rec.Wave}
+		res, err := hc.await(ctx, hc.agentOf(rec.Open), rec.Open.Step, rec.Open.StepID)
+		mu.Lock()
+		defer mu.Unlock()
+		rec.Open = nil
+		if err != nil {
+			rec.Outcome = Unreachable
+			return
+		}
+		o, snap, from, _ := cutoverOutcome(res)
+		rec.Outcome = o
+		if snap != "" {
+			rec.Snapshot, rec.From = snap, from
+		}
+	})
 	targets := RevertOrder(rs)
 	byWave := map[int][]RevertTarget{}
 	var waves []int
@@ -558,7 +582,6 @@ func (r *Runner) Revert(ctx context.Context, rs *RunState, why string) *Result {
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(waves)))
 	var problems []string
-	var mu sync.Mutex
 	for _, w := range waves {
 		names := []string{}
 		snap := map[string]string{}
