@@ -110,9 +110,9 @@ func fleetAgentCommand(d *deps) *cli.Command {
 			{
 				Name:  "gate",
 				Usage: "the forced command of a restricted key: run SSH_ORIGINAL_COMMAND only if it is a fleet-agent command of this fleet",
-				Flags: []cli.Flag{fleetDir},
+				Flags: []cli.Flag{fleetDir, &cli.StringFlag{Name: "config", Usage: "when set, the only mcpctl.json `FILE` the key's commands may name"}},
 				Action: func(c *cli.Context) error {
-					argv, err := gateCommand(c.String("fleet-dir"), d.getenv("SSH_ORIGINAL_COMMAND"))
+					argv, err := gateCommand(c.String("fleet-dir"), c.String("config"), d.getenv("SSH_ORIGINAL_COMMAND"))
 					if err != nil {
 						return withCode(126, err)
 					}
@@ -143,11 +143,12 @@ func agentFacts(ctx context.Context, cfgPath string) (*fleet.Facts, error) {
 	if p, err := sd.ReadPending(); err == nil && p != nil {
 		f.Pending = &fleet.PendingFact{SnapshotID: p.SnapshotID, ToVersion: p.ToVersion, Deadline: p.Deadline}
 	}
-	if _, err := os.Stat(cfg.StateDir); err == nil {
-		if rel, err := sd.Lock("fleet-agent facts"); err == nil {
-			_ = rel()
-		} else if errors.Is(err, state.ErrLocked) {
-			f.Locked = err.Error()
+	// Read, never taken: taking the lock even for a moment could make a
+	// cutover starting at that moment refuse.
+	if lockPath := filepath.Join(cfg.StateDir, state.LockFile); flockHeld(lockPath) {
+		f.Locked = "mcpctl lock " + lockPath + " is held"
+		if h := sd.ReadHolder(); h != nil {
+			f.Locked = fmt.Sprintf("pid %d (%s) since %s", h.PID, h.Owner, h.Since.Format(time.RFC3339))
 		}
 	}
 	var st syscall.Statfs_t
@@ -374,6 +375,13 @@ func agentWait(ctx context.Context, fleetDir, id string, timeout time.Duration) 
 	}
 	end := time.Now().Add(timeout)
 	unit := stepUnitPrefix + id + ".service"
+	cctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	defer cancel()
+	client, err := systemd.Connect(cctx, systemd.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("connect to systemd: %w", err)
+	}
+	defer client.Close()
 	for {
 		if b, err := os.ReadFile(stepFile(fleetDir, id, ".json")); err == nil {
 			var res fleet.StepResult
@@ -384,9 +392,13 @@ func agentWait(ctx context.Context, fleetDir, id string, timeout time.Duration) 
 			res.Stderr = readCapped(stepFile(fleetDir, id, ".err"), 8<<10)
 			return &res, nil
 		}
-		st, err := unitState(ctx, unit)
+		u, err := client.Unit(cctx, unit)
 		if err != nil {
 			return nil, err
+		}
+		st := u.ActiveState
+		if u.LoadState == "not-found" {
+			st = ""
 		}
 		if st == "" || st == "inactive" || st == "failed" {
 			// The outcome is written before the unit ends: check once more.
@@ -426,7 +438,7 @@ func readCapped(path string, n int64) string {
 // gateCommand checks a restricted key's original command: one of the
 // fleet-agent commands, run by this mcpctl or by a blob of the fleet dir
 // whose content has the digest its name says, every word a plain word.
-func gateCommand(fleetDir, original string) ([]string, error) {
+func gateCommand(fleetDir, config, original string) ([]string, error) {
 	words := strings.Fields(original)
 	if len(words) < 3 || words[1] != "fleet-agent" {
 		return nil, fmt.Errorf("refused: %q is not a fleet-agent command", original)
@@ -440,6 +452,32 @@ func gateCommand(fleetDir, original string) ([]string, error) {
 	case "facts", "upload", "start", "wait":
 	default:
 		return nil, fmt.Errorf("refused: fleet-agent %s is not allowed over a restricted key", words[2])
+	}
+	// The key's own fleet dir and (when pinned) mcpctl.json only: no
+	// upload or step outcome lands anywhere else.
+	for i := 3; i+1 < len(words); i++ {
+		if words[i] == "--" {
+			break
+		}
+		switch {
+		case words[i] == "--fleet-dir" && words[i+1] != fleetDir:
+			return nil, fmt.Errorf("refused: --fleet-dir %s is not this key's %s", words[i+1], fleetDir)
+		case words[i] == "--config" && config != "" && words[i+1] != config:
+			return nil, fmt.Errorf("refused: --config %s is not this key's %s", words[i+1], config)
+		}
+	}
+	for i, w := range words {
+		if strings.HasPrefix(w, "--fleet-dir=") || (config != "" && strings.HasPrefix(w, "--config=")) {
+			return nil, fmt.Errorf("refused: word %d %q: give flags as two words", i, w)
+		}
+	}
+	if words[2] == "start" {
+		// The step's own --config, after "--", is pinned as well.
+		for i := 3; i+1 < len(words); i++ {
+			if words[i] == "--config" && config != "" && words[i+1] != config {
+				return nil, fmt.Errorf("refused: step --config %s is not this key's %s", words[i+1], config)
+			}
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -456,4 +494,30 @@ func gateCommand(fleetDir, original string) ([]string, error) {
 		}
 	}
 	return words, nil
+}
+
+// flockHeld reports whether some process holds a flock(2) on path, from
+// /proc/locks (device and inode), without taking it.
+func flockHeld(path string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return false
+	}
+	dev := uint64(st.Dev)
+	major := (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
+	minor := dev&0xff | (dev>>12)&^uint64(0xff)
+	want := fmt.Sprintf("%02x:%02x:%d", major, minor, st.Ino)
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's
+		// line starts with "->" and shifts the fields by one.
+		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == want {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/ops/state"
 )
 
 func writeInventory(t *testing.T, body string) string {
@@ -107,22 +109,28 @@ func TestGateCommand(t *testing.T) {
 		ok        bool
 	}{
 		{"facts by this mcpctl", self + " fleet-agent facts --config /etc/mcpctl/mcpctl.json", true},
+		{"a step with the key's config", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- --config /etc/mcpctl/mcpctl.json --json canary stop", true},
 		{"upload by this mcpctl", self + " fleet-agent upload --fleet-dir " + dir + " --sha256 " + strings.Repeat("a", 64), true},
 		{"start by an uploaded mcpctl", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- canary stop", true},
 		{"wait by an uploaded mcpctl", blob + " fleet-agent wait --fleet-dir " + dir + " --id r1", true},
-		{"a blob whose content is not its name", liar + " fleet-agent facts --config /c", false},
+		{"a blob whose content is not its name", liar + " fleet-agent facts --config /etc/mcpctl/mcpctl.json", false},
 		{"a program outside the fleet dir", "/bin/sh fleet-agent facts", false},
 		{"a shell command", "rm -rf /", false},
 		{"mcpctl outside fleet-agent", self + " cutover --build /b --arm-rollback", false},
 		{"exec is not for the key", self + " fleet-agent exec --fleet-dir " + dir + " --id r1 -- cutover", false},
 		{"gate itself", self + " fleet-agent gate --fleet-dir " + dir, false},
-		{"shell syntax in a word", self + " fleet-agent facts --config /c;id", false},
+		{"shell syntax in a word", self + " fleet-agent facts --config /etc/mcpctl/mcpctl.json;id", false},
 		{"command substitution", self + " fleet-agent facts --config $(id)", false},
 		{"empty", "", false},
+		{"upload into another dir", self + " fleet-agent upload --fleet-dir /etc --sha256 " + strings.Repeat("a", 64), false},
+		{"wait in another dir", blob + " fleet-agent wait --fleet-dir /tmp --id r1", false},
+		{"another config", self + " fleet-agent facts --config /tmp/evil.json", false},
+		{"a step with another config", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- --config /tmp/evil.json canary stop", false},
+		{"a flag in one word", self + " fleet-agent upload --fleet-dir=/etc --sha256 " + strings.Repeat("a", 64), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			argv, err := gateCommand(dir, c.cmd)
+			argv, err := gateCommand(dir, "/etc/mcpctl/mcpctl.json", c.cmd)
 			if (err == nil) != c.ok {
 				t.Fatalf("gateCommand(%q) = %v, %v; want ok %v", c.cmd, argv, err, c.ok)
 			}
@@ -162,5 +170,27 @@ func TestAgentUpload(t *testing.T) {
 	}
 	if _, err := agentUpload("relative", hexd, bytes.NewReader(nil)); err == nil {
 		t.Fatal("a relative fleet dir was accepted")
+	}
+}
+
+// TestFlockHeld: the facts see the host's lock held without taking it.
+func TestFlockHeld(t *testing.T) {
+	dir := t.TempDir()
+	lock := filepath.Join(dir, state.LockFile)
+	if flockHeld(lock) {
+		t.Fatal("held before anyone took it")
+	}
+	release, err := state.Dir(dir).Lock("cutover --build x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !flockHeld(lock) {
+		t.Fatal("not seen held while taken")
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if flockHeld(lock) {
+		t.Fatal("still held after release")
 	}
 }

@@ -75,7 +75,7 @@ func newTestFleet(t *testing.T, n int) *testFleet {
 		// the README's runbook says: the whole protocol must pass through it.
 		auth := pub
 		if i == 0 {
-			auth = fmt.Sprintf(`restrict,command="%s fleet-agent gate --fleet-dir %s" %s`, h.mcpctl, h.fleetDir(), pub)
+			auth = fmt.Sprintf(`restrict,command="%s fleet-agent gate --fleet-dir %s --config %s" %s`, h.mcpctl, h.fleetDir(), h.cfgPath, pub)
 		}
 		h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{h.dir}, TTL: 30 * time.Minute})
 		wg.Add(1)
@@ -356,16 +356,53 @@ func (h *fleetHost) failCutoverOn(t testing.TB, version string) func() {
 }
 
 // waitFor polls cond every 50 ms until it holds, for at most timeout (a
-// bound for a hung run, not a timing assertion).
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+// bound for a hung run, not a timing assertion), and gives up at once when
+// the controller it waits on has exited.
+func waitFor(t testing.TB, what string, timeout time.Duration, exited <-chan struct{}, cond func() bool) {
 	t.Helper()
 	end := time.Now().Add(timeout)
 	for !cond() {
+		select {
+		case <-exited:
+			if cond() {
+				return
+			}
+			t.Fatalf("the controller exited before: %s", what)
+		default:
+		}
 		if time.Now().After(end) {
 			t.Fatalf("gave up waiting for: %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// started is a controller running in the background; Wait's error is
+// kept for the test.
+type started struct {
+	cmd    *exec.Cmd
+	out    strings.Builder
+	exited chan struct{}
+	err    error
+}
+
+func (f *testFleet) start(t testing.TB, ctx context.Context, args ...string) *started {
+	t.Helper()
+	s := &started{cmd: f.command(ctx, args...), exited: make(chan struct{})}
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.exited) }()
+	return s
+}
+
+func (s *started) kill(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
 }
 
 func restartedOnly(names ...string) map[string]bool {
@@ -522,14 +559,9 @@ func TestFleetInContainers(t *testing.T) {
 		inv := f.inventory("kill", nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
-		cmd := f.command(ctx, "fleet", "rollout", "--inventory", inv, "--build", v4, "--version", "v4", "--json")
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		run := f.start(t, ctx, "fleet", "rollout", "--inventory", inv, "--build", v4, "--version", "v4", "--json")
 		// Kill it once a wave-2 cutover has started on its host.
-		waitFor(t, "a wave-2 cutover started", 5*time.Minute, func() bool {
+		waitFor(t, "a wave-2 cutover started", 5*time.Minute, run.exited, func() bool {
 			for _, e := range events(t, inv) {
 				if e.Type == fleet.EvStepStart && e.Wave == 2 && e.Step == "cutover" {
 					return true
@@ -537,11 +569,8 @@ func TestFleetInContainers(t *testing.T) {
 			}
 			return false
 		})
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		t.Logf("killed controller's output:\n%s", out.String())
+		run.kill(t)
+		t.Logf("killed controller's output:\n%s", run.out.String())
 		killedAt := len(events(t, inv))
 		code, _ := f.fleetRun(t, "fleet", "resume", "--inventory", inv)
 		if code != 0 {
@@ -560,11 +589,8 @@ func TestFleetInContainers(t *testing.T) {
 		inv := f.inventory("kill-rollback", nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
-		cmd := f.command(ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "host1's cutover started", 5*time.Minute, func() bool {
+		run := f.start(t, ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
+		waitFor(t, "host1's cutover started", 5*time.Minute, run.exited, func() bool {
 			for _, e := range events(t, inv) {
 				if e.Type == fleet.EvStepStart && e.Host == h1 && e.Step == "cutover" {
 					return true
@@ -572,10 +598,7 @@ func TestFleetInContainers(t *testing.T) {
 			}
 			return false
 		})
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
+		run.kill(t)
 		// The log knows nothing of the cutover's outcome; the host does.
 		code, _ := f.fleetRun(t, "fleet", "rollback", "--inventory", inv)
 		if code != 0 {
@@ -592,29 +615,24 @@ func TestFleetInContainers(t *testing.T) {
 		inv := f.inventory("sshd", map[string]any{"onFailure": "halt"})
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
-		cmd := f.command(ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "host1's cutover armed", 3*time.Minute, func() bool {
+		run := f.start(t, ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
+		waitFor(t, "host1's cutover armed", 3*time.Minute, run.exited, func() bool {
 			p, _ := state.Dir(h.cfg.StateDir).ReadPending()
 			return p != nil && p.ToVersion == "v5"
 		})
 		h.sshd.Stop(t)
-		err := cmd.Wait()
-		t.Logf("rollout:\n%s", out.String())
+		<-run.exited
+		t.Logf("rollout:\n%s", run.out.String())
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != fleet.CodeMixed {
-			t.Fatalf("rollout: %v, want exit %d (halted after wave 1)", err, fleet.CodeMixed)
+		if !errors.As(run.err, &ee) || ee.ExitCode() != fleet.CodeMixed {
+			t.Fatalf("rollout: %v, want exit %d (halted after wave 1)", run.err, fleet.CodeMixed)
 		}
-		if !strings.Contains(out.String(), "unreachable") {
+		if !strings.Contains(run.out.String(), "unreachable") {
 			t.Errorf("the run does not report host1 unreachable")
 		}
 		// The host ends on its own: verified on v5, or rolled back to v4 by
 		// its armed timer; never pending.
-		waitFor(t, "host1 no longer pending", 3*time.Minute, func() bool {
+		waitFor(t, "host1 no longer pending", 3*time.Minute, nil, func() bool {
 			p, _ := state.Dir(h.cfg.StateDir).ReadPending()
 			return p == nil
 		})

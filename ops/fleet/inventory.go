@@ -103,10 +103,24 @@ type Rollout struct {
 	StepTimeout ctlconfig.Duration `json:"stepTimeout"`
 }
 
-// StressPolicy is the canary stress of each host.
+// StressPolicy is the canary stress of each host. Several hosts stress
+// their canaries at once, each on a machine that may be small and busy: the
+// defaults make the verdicts hold there (shell commands long enough that
+// the shell limit is reached even when starts are late, a control-call
+// bound that proves answers, not speed).
 type StressPolicy struct {
 	Profile  string             `json:"profile"`
 	Duration ctlconfig.Duration `json:"duration"`
+	// ShellSleep is how long each offered shell.exec sleeps.
+	ShellSleep ctlconfig.Duration `json:"shellSleep"`
+	// ControlP99 bounds the p99 latency of control calls.
+	ControlP99 ctlconfig.Duration `json:"controlP99"`
+}
+
+// Args are the `mcpctl stress` arguments of the policy.
+func (p StressPolicy) Args() []string {
+	return []string{"--profile", p.Profile, "--duration", p.Duration.String(),
+		"--shell-sleep", p.ShellSleep.String(), "--control-p99", p.ControlP99.String()}
 }
 
 // Failure policies.
@@ -184,7 +198,8 @@ func Default() *Inventory {
 		Rollout: Rollout{
 			Waves:       []WaveSize{{Count: 1}, {Percent: 25}, {Percent: 100}},
 			Parallelism: 4, MaxFailures: 0, OnFailure: Revert,
-			Stress:      StressPolicy{Profile: "overload", Duration: ctlconfig.Duration(5 * time.Second)},
+			Stress: StressPolicy{Profile: "overload", Duration: ctlconfig.Duration(5 * time.Second),
+				ShellSleep: ctlconfig.Duration(2 * time.Second), ControlP99: ctlconfig.Duration(5 * time.Second)},
 			StepTimeout: ctlconfig.Duration(10 * time.Minute),
 		},
 	}
@@ -358,6 +373,14 @@ func (inv *Inventory) Validate() error {
 		add("rollout.stress.profile = %q: want \"overload\" or \"spike\" (against the canary)", r.Stress.Profile)
 	}
 	secs("rollout.stress.duration", r.Stress.Duration, time.Second, 10*time.Minute)
+	for _, d := range []struct {
+		key string
+		v   ctlconfig.Duration
+	}{{"rollout.stress.shellSleep", r.Stress.ShellSleep}, {"rollout.stress.controlP99", r.Stress.ControlP99}} {
+		if d.v.D() < 100*time.Millisecond || d.v.D() > time.Minute || d.v.D()%time.Millisecond != 0 {
+			add("%s = %s: want whole milliseconds from 100ms to 1m", d.key, d.v)
+		}
+	}
 	secs("rollout.stepTimeout", r.StepTimeout, 10*time.Second, 24*time.Hour)
 	return errors.Join(errs...)
 }

@@ -372,7 +372,7 @@ func (hc *hostCtx) rollout(ctx context.Context) (o Outcome, snapshot, from, deta
 		args []string
 	}{
 		{"canary", hc.ctlArgs(append([]string{"canary", "start"}, vargs...)...)},
-		{"stress", hc.ctlArgs("stress", "--profile", pol.Profile, "--duration", pol.Duration.String())},
+		{"stress", hc.ctlArgs(append([]string{"stress"}, pol.Args()...)...)},
 	}
 	for _, s := range steps {
 		res, err := hc.step(ctx, agent, s.name, s.args)
