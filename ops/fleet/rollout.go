@@ -324,6 +324,10 @@ func (hc *hostCtx) ctlArgs(args ...string) []string {
 // cutover with its armed rollback.
 func (hc *hostCtx) rollout(ctx context.Context) (o Outcome, snapshot, from, detail string) {
 	digest, version := hc.rs.Start.Digest, hc.rs.Start.Version
+	// An upload is not a detached step: one cut short is simply redone.
+	if open := hc.rec.Open; open != nil && strings.HasPrefix(open.Step, "upload") {
+		hc.rec.Open = nil
+	}
 	if open := hc.rec.Open; open != nil {
 		res, err := hc.await(ctx, hc.agentOf(open), open.Step, open.StepID)
 		hc.rec.Open = nil
