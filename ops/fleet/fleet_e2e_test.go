@@ -445,6 +445,36 @@ func TestFleetInContainers(t *testing.T) {
 		}
 	})
 
+	t.Run("two entries reaching one machine: the plan names the mis-wiring", func(t *testing.T) {
+		// "localhost" at host1's port is host1 again (its own key, so ssh
+		// itself is content): only the machine-id tells.
+		f.writeKnownHosts(nil)
+		kh, err := os.ReadFile(f.knownHosts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := f.hosts[0]
+		again := strings.Replace(h.sshd.KnownHost, "[127.0.0.1]", "[localhost]", 1)
+		if err := os.WriteFile(f.knownHosts, append(kh, []byte(again+"\n")...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer f.writeKnownHosts(nil)
+		inv := f.inventory("miswired", nil)
+		var doc map[string]any
+		b, _ := os.ReadFile(inv)
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		doc["hosts"] = append(doc["hosts"].([]any), map[string]any{"name": "host4", "address": "localhost", "port": h.sshd.Port,
+			"config": h.cfgPath, "agent": h.mcpctl, "fleetDir": h.fleetDir()})
+		writeJSON(t, inv, doc)
+		code, out := f.fleetRun(t, "fleet", "plan", "--inventory", inv)
+		if code != 1 || !strings.Contains(out, "host4: same machine") || !strings.Contains(out, "as host host1: a mis-wired address or port") {
+			t.Fatalf("exit %d, want 1 naming host4 as host1's machine", code)
+		}
+		before = f.expect(t, before, all(v1), nil)
+	})
+
 	t.Run("clean rollout over 3 hosts in waves [1, 50%, 100%]", func(t *testing.T) {
 		inv := f.inventory("clean", nil)
 		code, out := f.fleetRun(t, "fleet", "rollout", "--inventory", inv, "--build", v2, "--version", "v2")
