@@ -36,6 +36,7 @@ type Runner struct {
 // New makes a Runner with a fresh private control directory (mode 0700);
 // Close ends the masters and removes it.
 func New(ssh fleet.SSH) (*Runner, error) {
+	sweepControlDirs(time.Now().Add(-2 * time.Hour))
 	dir, err := os.MkdirTemp("", "mcpctl-ssh-")
 	if err != nil {
 		return nil, fmt.Errorf("ssh control dir: %w", err)
@@ -44,6 +45,17 @@ func New(ssh fleet.SSH) (*Runner, error) {
 		return nil, fmt.Errorf("ssh control dir: %w", err)
 	}
 	return &Runner{SSH: ssh, ControlDir: dir}, nil
+}
+
+// sweepControlDirs removes control directories a killed controller left,
+// once older than any master could live (controlPersist is at most 1h).
+func sweepControlDirs(before time.Time) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "mcpctl-ssh-*"))
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && st.IsDir() && st.ModTime().Before(before) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // wordRE: what a remote command word may hold. The remote sshd hands the
