@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,9 +191,28 @@ func (s *site) fleetStep(ctx context.Context) error {
 		rows = append(rows, []string{h.name, cur, short(strings.TrimPrefix(dg, "sha256:")), fmt.Sprint(p != nil), backend, tunnels})
 	}
 	s.v.table([]string{"host", "current", "digest", "pending", "backend", "tunnels"}, rows)
-	for _, m := range s.extra {
-		if err := m.Close(); err != nil {
+	// The two extra hosts go now; the demo's own host stays for the
+	// teardown step. Nothing of them may be left.
+	for _, h := range hosts[1:] {
+		cgroups := h.m.Cgroups()
+		if err := h.m.Close(); err != nil {
 			problems = append(problems, err.Error())
+		}
+		for _, cg := range cgroups {
+			if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
+				problems = append(problems, "cgroup "+cg+" left")
+			}
+		}
+		addrs := []string{h.cfg.Backend.Listen, h.cfg.Canary.Listen, fmt.Sprintf("127.0.0.1:%d", h.sshd.Port)}
+		for _, t := range h.cfg.Tunnels {
+			addrs = append(addrs, strings.TrimPrefix(t.URL, "http://"))
+		}
+		for _, a := range addrs {
+			if ln, err := net.Listen("tcp", a); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %s still taken after its container stopped", h.name, a))
+			} else {
+				ln.Close()
+			}
 		}
 	}
 	s.extra = nil
