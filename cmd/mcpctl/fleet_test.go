@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
 
@@ -192,5 +193,30 @@ func TestFlockHeld(t *testing.T) {
 	}
 	if flockHeld(lock) {
 		t.Fatal("still held after release")
+	}
+}
+
+// TestFleetOneRunAtATime: a rollout, resume or rollback while another
+// holds the fleet lock is refused (exit 1) before any host is contacted.
+func TestFleetOneRunAtATime(t *testing.T) {
+	p := writeInventory(t, `{"hosts":[{"name":"a","address":"127.0.0.1","port":1}],"ssh":{"knownHosts":"kh"}}`)
+	build := filepath.Join(t.TempDir(), "mcp-backend")
+	if err := os.WriteFile(build, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := fleet.TakeLock(strings.TrimSuffix(p, ".json")+".lock", "rollout by the test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	for _, args := range [][]string{
+		{"rollout", "--build", build, "--version", "v1"},
+		{"resume"},
+		{"rollback"},
+	} {
+		code, out, errOut := runCLI(t, append([]string{"fleet", args[0], "--inventory", p}, args[1:]...)...)
+		if code != 1 || !strings.Contains(out+errOut, "another mcpctl fleet run holds the lock") || !strings.Contains(out+errOut, "rollout by the test") {
+			t.Errorf("fleet %s: exit %d, want 1 naming the holder\n%s%s", args[0], code, out, errOut)
+		}
 	}
 }
