@@ -169,7 +169,7 @@ func TestRunnerStopsAFailedWave(t *testing.T) {
 func TestResumeAfterAKill(t *testing.T) {
 	rem := newScripted("sha256:new", "h1", "h2", "h3")
 	r, _ := scriptedRunner(t, rem, Revert, 4)
-	rs := r.plan(t, "sha256:new")
+	r.plan(t, "sha256:new") // logs run-start
 	// The controller died: h1's cutover had started (its outcome is on the
 	// host), h2 was uploading.
 	if err := rem.Start(context.Background(), &r.Inv.Hosts[0], "/a", "r1-h1-6-cutover", []string{"--json", "cutover", "--build", "/b"}); err != nil {
