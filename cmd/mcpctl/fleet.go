@@ -87,7 +87,7 @@ func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
 	if lock {
 		l, err := fleet.TakeLock(inv.LockPath(), "mcpctl fleet "+c.Command.Name)
 		if err != nil {
-			return nil, withCode(deploy.CodeFailed, err)
+			return nil, withCode(deploy.CodeFailed, fmt.Errorf("%w; wait for it (`mcpctl fleet status` shows the fleet meanwhile)", err))
 		}
 		e.lock = l
 	}
@@ -155,7 +155,7 @@ func fleetPlan(c *cli.Context, d *deps) error {
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
 	d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
 	if len(plan.Problems) > 0 {
-		return withCode(deploy.CodeFailed, fmt.Errorf("%d host(s) would stop a rollout: %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
+		return withCode(deploy.CodeFailed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
 	}
 	return nil
 }
@@ -207,14 +207,14 @@ func fleetResume(c *cli.Context, d *deps) error {
 	}
 	rs, err := fleet.ResumeState(events)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(deploy.CodeFailed, fmt.Errorf("%w (`mcpctl fleet status` shows the fleet)", err))
 	}
 	e.view.setRun(rs)
 	if rs.Revert {
 		return e.finish(d, e.runner.Revert(c.Context, rs, "resumed the revert of run "+rs.Start.Run))
 	}
 	if err := fleet.CheckBuild(rs, buildinfo.FileDigest); err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(deploy.CodeFailed, fmt.Errorf("%w (or `mcpctl fleet rollback` to undo the run)", err))
 	}
 	return e.finish(d, e.runner.Run(c.Context, rs))
 }
@@ -231,7 +231,7 @@ func fleetRollback(c *cli.Context, d *deps) error {
 	}
 	rs := fleet.LastRun(events)
 	if rs == nil {
-		return withCode(deploy.CodeFailed, errors.New("the run log holds no run: nothing to roll back"))
+		return withCode(deploy.CodeFailed, errors.New("the run log holds no run: nothing to roll back (`mcpctl fleet status` shows the fleet)"))
 	}
 	e.view.setRun(rs)
 	res := e.runner.Revert(c.Context, rs, "fleet rollback of run "+rs.Start.Run)
@@ -254,7 +254,7 @@ func fleetStatus(c *cli.Context, d *deps) error {
 	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
 	for _, h := range rep.Hosts {
 		if h.Error != "" {
-			return withCode(deploy.CodeFailed, fmt.Errorf("host %s: %s", h.Host, h.Error))
+			return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
 		}
 	}
 	return nil
