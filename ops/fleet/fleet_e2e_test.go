@@ -523,6 +523,11 @@ func TestFleetInContainers(t *testing.T) {
 				t.Errorf("status of %s: %+v, want v2 verified", h.Host, h.Facts)
 			}
 		}
+		// And for people: one row per host.
+		code, out = f.fleetRun(t, "fleet", "status", "--inventory", inv)
+		if code != 0 || strings.Count(out, " healthy ") != 3 || strings.Count(out, "2/2 active") != 3 || !strings.Contains(out, "every host runs v2") {
+			t.Errorf("status table: exit %d, want 0 with three healthy hosts, tunnels up, the last run", code)
+		}
 		// A second rollout of the same build skips every host.
 		code, out = f.fleetRun(t, "fleet", "plan", "--inventory", inv, "--build", v2, "--version", "v2")
 		if code != 0 || strings.Count(out, "skip: already on it") != 3 {
