@@ -384,11 +384,23 @@ type started struct {
 	out    strings.Builder
 	exited chan struct{}
 	err    error
+	// dirs are the ssh control dirs before it started: a killed controller
+	// cannot remove its own (its masters end after controlPersist).
+	dirs map[string]bool
+}
+
+func controlDirs() map[string]bool {
+	m, _ := filepath.Glob(filepath.Join(os.TempDir(), "mcpctl-ssh-*"))
+	out := map[string]bool{}
+	for _, d := range m {
+		out[d] = true
+	}
+	return out
 }
 
 func (f *testFleet) start(t testing.TB, ctx context.Context, args ...string) *started {
 	t.Helper()
-	s := &started{cmd: f.command(ctx, args...), exited: make(chan struct{})}
+	s := &started{cmd: f.command(ctx, args...), exited: make(chan struct{}), dirs: controlDirs()}
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -403,6 +415,11 @@ func (s *started) kill(t testing.TB) {
 		t.Fatal(err)
 	}
 	<-s.exited
+	for d := range controlDirs() {
+		if !s.dirs[d] {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 func restartedOnly(names ...string) map[string]bool {
