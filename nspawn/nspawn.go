@@ -3,6 +3,8 @@
 // /usr), with only the caller's own directories bound in. A Machine has a
 // connected systemd client, a way to run commands inside (nsenter, as an
 // operator would), a reboot, and a Close that leaves nothing behind.
+// StartSSHD runs an sshd inside one on its own loopback port, so that
+// several containers are several SSH hosts (the fleet's tests and demo).
 //
 // It has no testing dependency, so programs (the demo) use it as well as
 // tests; nspawn/nspawntest wraps it for tests. It needs root and

@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, only when it is missing: the
 # system packages systemd-nspawn (systemd-container), socat, nodejs, npm, zsh,
+# openssh-server (sshd for the fleet tests' containers, never started here),
 # promtool (prometheus, its service never started), and the pinned MCP
 # clients of testdata/clients (npm ci, again whenever package-lock.json
 # changed since the last install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# install_quietly installs Debian packages with every service start
+# forbidden: openssh-server and prometheus would otherwise start their
+# daemons on this machine. A policy-rc.d that exits 101 forbids them
+# (invoke-rc.d and deb-systemd-invoke obey it); it is removed afterwards, and
+# one that was there before is put back.
+install_quietly() {
+  local policy=/usr/sbin/policy-rc.d saved=""
+  if [ -e "$policy" ]; then saved=$(mktemp) && cp -p "$policy" "$saved"; fi
+  # shellcheck disable=SC2064
+  trap "if [ -n '$saved' ]; then mv -f '$saved' '$policy'; else rm -f '$policy'; fi" EXIT
+  printf '#!/bin/sh\n# ensure-deps: no service starts while packages install\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq "$@" >&2
+  if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi
+  trap - EXIT
+}
+
 missing=()
 # go test -race needs cgo, so a C compiler; a fresh Debian has none.
 command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 # The completion test runs the generated zsh script in zsh.
@@ -20,34 +43,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "ensure-deps: missing ${missing[*]} and cannot apt-get install here (need root on Debian); the tests needing them will skip (fail under CI=true)" >&2
   else
     echo "ensure-deps: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq "${missing[@]}" >&2
+    install_quietly "${missing[@]}"
   fi
 fi
 
 # promtool checks the alerting rules of contrib/ in the tests; Debian ships
-# it in the prometheus package, whose installation would start the
-# Prometheus server. A policy-rc.d that exits 101 forbids every service
-# start during the install (invoke-rc.d and deb-systemd-invoke obey it); it
-# is removed afterwards, and one that was there before is put back.
+# it in the prometheus package (installed without starting its server).
 if ! command -v promtool >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: no promtool and cannot apt-get install prometheus here; the contrib rule check will skip (fail under CI=true)" >&2
   else
     echo "ensure-deps: installing prometheus (for promtool), its service kept from starting" >&2
-    policy=/usr/sbin/policy-rc.d
-    saved=""
-    if [ -e "$policy" ]; then saved=$(mktemp) && cp -p "$policy" "$saved"; fi
-    restore() { if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi; }
-    trap restore EXIT
-    printf '#!/bin/sh\n# ensure-deps: no service starts while packages install\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq --no-install-recommends prometheus >&2
-    restore
-    trap - EXIT
+    install_quietly --no-install-recommends prometheus
     # Not started now, and not at the next boot either.
     if [ -d /run/systemd/system ]; then systemctl disable prometheus.service >/dev/null 2>&1 || true; fi
   fi

@@ -22,5 +22,6 @@ func commands(d *deps) []*cli.Command {
 		configCommand(d),
 		completionCommand(d),
 		manCommand(d),
+		fleetCommand(d), fleetAgentCommand(d),
 	}
 }

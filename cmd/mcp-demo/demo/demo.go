@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/stress"
 )
 
@@ -100,7 +101,12 @@ type Result struct {
 	VersionAfterBadCutover string
 	CurrentAfterBadCutover string
 	TunnelsBadCutover      [2][]Identity
-	// Step 6.
+	// Step 6: the fleet rollout's exit code and each host's current
+	// release after it.
+	FleetExit     int
+	FleetVersions map[string]string
+	FleetOutcomes map[string]fleet.Outcome
+	// Step 7.
 	Leftovers []string
 }
 
@@ -132,6 +138,9 @@ func Unavailable() string {
 	}
 	if _, err := exec.LookPath("socat"); err != nil {
 		return "socat not installed (it stands in for the tunnel programs; Debian: apt-get install socat, or `./task deps`)"
+	}
+	if reason := nspawn.SSHUnavailable(); reason != "" {
+		return reason + " (the fleet step's hosts run sshd; `./task deps`)"
 	}
 	return ""
 }
@@ -168,6 +177,7 @@ func Run(ctx context.Context, opts Options) *Result {
 		{"cutover to v2 with an armed rollback", s.cutover},
 		{"overload production through a tunnel; nothing restarts", s.overload},
 		{"bad candidate v3: the cutover rolls itself back", s.badCutover},
+		{"fleet: v4 over SSH to three hosts in waves; it fails on one, the fleet undoes it", s.fleetStep},
 	}
 	total := len(steps) + 1 // and the teardown
 	v.title("mcp-backend demo: the main job in a disposable systemd")

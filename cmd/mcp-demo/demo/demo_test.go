@@ -37,8 +37,8 @@ func TestDemoEndToEnd(t *testing.T) {
 		}
 	}()
 
-	if len(res.Steps) != 7 {
-		t.Fatalf("%d steps, want 7: %+v", len(res.Steps), res.Steps)
+	if len(res.Steps) != 8 {
+		t.Fatalf("%d steps, want 8: %+v", len(res.Steps), res.Steps)
 	}
 	for _, s := range res.Steps {
 		if s.Status != Pass {
@@ -92,7 +92,22 @@ func TestDemoEndToEnd(t *testing.T) {
 	if !strings.Contains(out.String(), "steady load through both tunnels") {
 		t.Error("the summary does not print the steady load's counts")
 	}
-	// 6: teardown.
+	// 6: the fleet: v3 fails on one host, every host back on v2.
+	if res.FleetExit != 5 {
+		t.Errorf("fleet rollout exited %d, want 5 (reverted)", res.FleetExit)
+	}
+	if len(res.FleetVersions) != 3 {
+		t.Errorf("fleet hosts %v, want 3", res.FleetVersions)
+	}
+	if res.FleetOutcomes["lab"] != "rolled-back" || res.FleetOutcomes["overdeck"] != "reverted" {
+		t.Errorf("fleet outcomes %v, want lab rolled-back, overdeck reverted", res.FleetOutcomes)
+	}
+	for h, v := range res.FleetVersions {
+		if v != "v2" {
+			t.Errorf("fleet host %s on %q after the revert, want v2", h, v)
+		}
+	}
+	// 7: teardown.
 	if len(res.Leftovers) > 0 {
 		t.Errorf("left behind: %v", res.Leftovers)
 	}
@@ -146,14 +161,14 @@ func TestDemoInterrupted(t *testing.T) {
 	requireDemo(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	w := &cancelOn{marker: "[3/7]", cancel: cancel}
+	w := &cancelOn{marker: "[3/8]", cancel: cancel}
 	res := Run(ctx, Options{Out: w, ResultsDir: t.TempDir()})
 	defer func() {
 		if t.Failed() {
 			t.Logf("demo output:\n%s", w.buf.String())
 		}
 	}()
-	want := []Status{Pass, Pass, Fail, Skip, Skip, Skip, Pass}
+	want := []Status{Pass, Pass, Fail, Skip, Skip, Skip, Skip, Pass}
 	if len(res.Steps) != len(want) {
 		t.Fatalf("%d steps, want %d: %+v", len(res.Steps), len(want), res.Steps)
 	}

@@ -46,6 +46,8 @@ type site struct {
 	cfgPath string
 	backend string // http://127.0.0.1:PORT
 	m       *nspawn.Machine
+	// extra are the fleet step's other hosts, torn down with m.
+	extra []*nspawn.Machine
 }
 
 // build builds mcpctl and two versions of mcp-backend from this source.
@@ -501,6 +503,10 @@ func (s *site) probe(ctx context.Context, baseURL string) (string, error) {
 // processes, listeners on the demo's ports.
 func (s *site) teardown() error {
 	defer s.cleanupDirs()
+	for _, m := range s.extra {
+		_ = m.Close()
+	}
+	s.extra = nil
 	if s.m == nil {
 		s.v.say("no container was booted")
 		return nil

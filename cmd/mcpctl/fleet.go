@@ -1,0 +1,294 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/fleet/sshrun"
+	"github.com/overdeck/mcp-backend/ops/release"
+)
+
+func fleetCommand(d *deps) *cli.Command {
+	inv := func() cli.Flag {
+		return &cli.StringFlag{Name: "inventory", Aliases: []string{"i"}, Value: fleet.DefaultPath, EnvVars: []string{"MCPCTL_FLEET"}, Usage: "fleet inventory `FILE` (the run log and lock live beside it)"}
+	}
+	return &cli.Command{
+		Name:  "fleet",
+		Usage: "roll one build out to many hosts over SSH in waves, each host under its own armed rollback",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "plan",
+				Usage: "read every host (reachable, host key, version, pending cutover, lock, disk) and print the waves; changes nothing",
+				Flags: []cli.Flag{inv(),
+					&cli.StringFlag{Name: "build", Usage: "the mcp-backend `PATH` to plan for (hosts already on it are skipped)"},
+					&cli.StringFlag{Name: "version", Usage: "its release `V`"}},
+				Action: func(c *cli.Context) error { return fleetPlan(c, d) },
+			},
+			{
+				Name:      "rollout",
+				Usage:     "per wave, in parallel: upload, canary + stress, cutover --arm-rollback; stop and revert (or halt) on failure",
+				UsageText: "mcpctl fleet rollout --build PATH --version V [--inventory FILE]",
+				Flags: []cli.Flag{inv(),
+					&cli.StringFlag{Name: "build", Usage: "the mcp-backend `PATH` to roll out", Required: true},
+					&cli.StringFlag{Name: "version", Usage: "its release `V` (what the build's --version prints)", Required: true}},
+				Action: func(c *cli.Context) error { return fleetRollout(c, d) },
+			},
+			{
+				Name:   "status",
+				Usage:  "the fleet at a glance: version, health, pending cutover, tunnels per host; the last run",
+				Flags:  []cli.Flag{inv()},
+				Action: func(c *cli.Context) error { return fleetStatus(c, d) },
+			},
+			{
+				Name:   "resume",
+				Usage:  "finish the last run after the controller died or the network dropped: the run log and each host's state decide what is left",
+				Flags:  []cli.Flag{inv()},
+				Action: func(c *cli.Context) error { return fleetResume(c, d) },
+			},
+			{
+				Name:   "rollback",
+				Usage:  "roll the hosts the last run cut over back to the snapshots it took there, newest wave first",
+				Flags:  []cli.Flag{inv()},
+				Action: func(c *cli.Context) error { return fleetRollback(c, d) },
+			},
+		},
+	}
+}
+
+// fleetEnv is what every fleet command shares: the inventory, the SSH
+// runner and the executor.
+type fleetEnv struct {
+	inv    *fleet.Inventory
+	ssh    *sshrun.Runner
+	runner *fleet.Runner
+	view   *fleetView
+	lock   *fleet.Lock
+}
+
+func (e *fleetEnv) close() {
+	e.ssh.Close(e.inv.Hosts)
+	e.lock.Release()
+}
+
+func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
+	inv, err := fleet.Load(c.String("inventory"))
+	if err != nil {
+		return nil, usageError("inventory: %v", err)
+	}
+	e := &fleetEnv{inv: inv}
+	if lock {
+		l, err := fleet.TakeLock(inv.LockPath(), "mcpctl fleet "+c.Command.Name)
+		if err != nil {
+			return nil, withCode(deploy.CodeFailed, fmt.Errorf("%w; wait for it (`mcpctl fleet status` shows the fleet meanwhile)", err))
+		}
+		e.lock = l
+	}
+	e.ssh, err = sshrun.New(inv.SSH)
+	if err != nil {
+		e.lock.Release()
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("locate mcpctl: %w", err)
+	}
+	e.view = newFleetView(d.out, inv)
+	e.runner = &fleet.Runner{
+		Inv: inv, Remote: e.ssh, Log: &fleet.RunLog{Path: inv.LogPath()}, Logger: d.logger,
+		Self: self, SelfDigest: buildinfo.ExecutableDigest(), Emit: e.view.event,
+	}
+	if e.runner.SelfDigest == "" {
+		e.close()
+		return nil, errors.New("cannot read this mcpctl's own binary to upload it")
+	}
+	return e, nil
+}
+
+// buildOf checks --build and --version: an existing regular file, a
+// version a release may have, both plain words on a remote command line.
+func buildOf(c *cli.Context) (path, digest, version string, size int64, err error) {
+	path, err = buildArg(c)
+	if err != nil {
+		return "", "", "", 0, err
+	}
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return "", "", "", 0, usageError("--build %q: not a regular file (%v)", c.String("build"), err)
+	}
+	version = c.String("version")
+	if err := release.ValidateVersion(version); err != nil {
+		return "", "", "", 0, usageError("--version %q: %v", version, err)
+	}
+	if err := sshrun.CheckWord(version); err != nil {
+		return "", "", "", 0, usageError("--version %q: %v", version, err)
+	}
+	digest, err = buildinfo.FileDigest(path)
+	if err != nil {
+		return "", "", "", 0, err
+	}
+	return path, digest, version, st.Size(), nil
+}
+
+func fleetPlan(c *cli.Context, d *deps) error {
+	e, err := openFleet(c, d, false)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	var digest, version string
+	var size int64
+	if c.String("build") != "" {
+		_, digest, version, size, err = buildOf(c)
+		if err != nil {
+			return err
+		}
+	}
+	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
+	d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
+	if len(plan.Problems) > 0 {
+		return withCode(deploy.CodeFailed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
+	}
+	return nil
+}
+
+func fleetRollout(c *cli.Context, d *deps) error {
+	build, digest, version, size, err := buildOf(c)
+	if err != nil {
+		return err
+	}
+	e, err := openFleet(c, d, true)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
+	if len(plan.Problems) > 0 {
+		d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
+		return withCode(deploy.CodeFailed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
+	}
+	e.view.setPlan(plan)
+	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), build)
+	if err != nil {
+		return err
+	}
+	return e.finish(d, e.runner.Run(c.Context, rs))
+}
+
+func (e *fleetEnv) finish(d *deps, res *fleet.Result) error {
+	e.view.final(res)
+	if res.Code == 0 {
+		return nil
+	}
+	msg := res.Message
+	if len(res.Commands) > 0 {
+		msg += "; next: `" + strings.Join(res.Commands, "` or `") + "`"
+	}
+	return withCode(res.Code, errors.New(msg))
+}
+
+func fleetResume(c *cli.Context, d *deps) error {
+	e, err := openFleet(c, d, true)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	events, err := e.runner.Log.Read()
+	if err != nil {
+		return err
+	}
+	rs, err := fleet.ResumeState(events)
+	if err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("%w (`mcpctl fleet status` shows the fleet)", err))
+	}
+	e.view.setRun(rs)
+	if rs.Revert {
+		return e.finish(d, e.runner.Revert(c.Context, rs, "resumed the revert of run "+rs.Start.Run))
+	}
+	if err := fleet.CheckBuild(rs, buildinfo.FileDigest); err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("%w (or `mcpctl fleet rollback` to undo the run)", err))
+	}
+	return e.finish(d, e.runner.Run(c.Context, rs))
+}
+
+func fleetRollback(c *cli.Context, d *deps) error {
+	e, err := openFleet(c, d, true)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	events, err := e.runner.Log.Read()
+	if err != nil {
+		return err
+	}
+	rs := fleet.LastRun(events)
+	if rs == nil {
+		return withCode(deploy.CodeFailed, errors.New("the run log holds no run: nothing to roll back (`mcpctl fleet status` shows the fleet)"))
+	}
+	e.view.setRun(rs)
+	res := e.runner.Revert(c.Context, rs, "fleet rollback of run "+rs.Start.Run)
+	if res.Code == fleet.CodeReverted {
+		res.Code = 0
+	}
+	return e.finish(d, res)
+}
+
+func fleetStatus(c *cli.Context, d *deps) error {
+	e, err := openFleet(c, d, false)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	obs := e.runner.Observe(c.Context)
+	events, _ := e.runner.Log.Read()
+	rs := fleet.LastRun(events)
+	rep := fleetStatusReport(e.inv, obs, rs)
+	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
+	for _, h := range rep.Hosts {
+		if h.Error != "" {
+			return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
+		}
+	}
+	return nil
+}
+
+// fleetHostStatus is one host in `fleet status`.
+type fleetHostStatus struct {
+	Host    string       `json:"host"`
+	Address string       `json:"address"`
+	Facts   *fleet.Facts `json:"facts,omitempty"`
+	Error   string       `json:"error,omitempty"`
+	// LastRun is this host's outcome in the last run.
+	LastRun fleet.Outcome `json:"lastRun,omitempty"`
+}
+
+type fleetStatusView struct {
+	Inventory string            `json:"inventory"`
+	Hosts     []fleetHostStatus `json:"hosts"`
+	LastRun   *fleet.RunState   `json:"lastRun,omitempty"`
+}
+
+func fleetStatusReport(inv *fleet.Inventory, obs map[string]fleet.Observed, rs *fleet.RunState) *fleetStatusView {
+	rep := &fleetStatusView{Inventory: inv.Path, LastRun: rs}
+	for _, h := range inv.Hosts {
+		hs := fleetHostStatus{Host: h.Name, Address: fmt.Sprintf("%s@%s:%d", h.User, h.Address, h.Port)}
+		o := obs[h.Name]
+		hs.Facts = o.Facts
+		if o.Err != nil {
+			hs.Error = o.Err.Error()
+		}
+		if rs != nil && rs.Hosts[h.Name] != nil {
+			hs.LastRun = rs.Hosts[h.Name].Outcome
+		}
+		rep.Hosts = append(rep.Hosts, hs)
+	}
+	return rep
+}

@@ -1,0 +1,241 @@
+package fleet
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
+)
+
+// Event types of the run log (and of `--json` output).
+const (
+	EvRunStart    = "run-start"
+	EvWaveStart   = "wave-start"
+	EvStepStart   = "step-start"
+	EvStepEnd     = "step-end"
+	EvHostEnd     = "host-end"
+	EvWaveEnd     = "wave-end"
+	EvRevertStart = "revert-start"
+	EvRevertHost  = "revert-host"
+	EvRunEnd      = "run-end"
+)
+
+// Event is one line of the run log: append-only, one per step of a run, so
+// that a resumed run (or a person) knows what was started and what ended.
+type Event struct {
+	Time time.Time `json:"time"`
+	Run  string    `json:"run"`
+	Type string    `json:"type"`
+	Wave int       `json:"wave,omitempty"`
+	Host string    `json:"host,omitempty"`
+	// Step is the remote step (upload, canary, stress, canary-stop,
+	// cutover, rollback) and StepID its id on the host.
+	Step   string `json:"step,omitempty"`
+	StepID string `json:"stepId,omitempty"`
+	// ExitCode of the host's mcpctl for the step; nil when unknown.
+	ExitCode *int `json:"exitCode,omitempty"`
+	// HostStart and HostEnd are the step's times by the host's clock.
+	HostStart time.Time `json:"hostStart,omitzero"`
+	HostEnd   time.Time `json:"hostEnd,omitzero"`
+	Outcome   Outcome   `json:"outcome,omitempty"`
+	Detail    string    `json:"detail,omitempty"`
+	// From and Snapshot: the version a cutover left and the snapshot it
+	// took there (what a revert restores).
+	From     string `json:"from,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// run-start: the build and the plan.
+	Build   string   `json:"build,omitempty"`
+	Digest  string   `json:"digest,omitempty"`
+	Version string   `json:"version,omitempty"`
+	Waves   []Wave   `json:"waves,omitempty"`
+	Policy  *Rollout `json:"policy,omitempty"`
+	// Decision after a wave; Code at run-end.
+	Decision Decision `json:"decision,omitempty"`
+	Code     *int     `json:"code,omitempty"`
+}
+
+// RunLog is the append-only log of fleet runs beside the inventory.
+type RunLog struct {
+	Path string
+	mu   sync.Mutex
+}
+
+// Append writes e as one line, durably, before the step it announces runs.
+func (l *RunLog) Append(e Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("run log: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := atomicfs.AppendLine(l.Path, b, 0o644); err != nil {
+		return fmt.Errorf("run log: %w", err)
+	}
+	return nil
+}
+
+// Read returns every event; a torn last line (a writer killed mid-write)
+// is skipped, any other unreadable line is an error.
+func (l *RunLog) Read() ([]Event, error) {
+	f, err := os.Open(l.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run log: %w", err)
+	}
+	defer f.Close()
+	var out []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var bad error
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		if bad != nil {
+			return nil, bad
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			bad = fmt.Errorf("run log %s line %d: %w", l.Path, n, err)
+			continue
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("run log: %w", err)
+	}
+	return out, nil
+}
+
+// HostRecord is what a run's log says about one host.
+type HostRecord struct {
+	Wave     int     `json:"wave"`
+	Outcome  Outcome `json:"outcome,omitempty"`
+	From     string  `json:"from,omitempty"`
+	Snapshot string  `json:"snapshot,omitempty"`
+	// Open is the step started and never ended in the log (the controller
+	// died meanwhile): its outcome is on the host.
+	Open *Event `json:"open,omitempty"`
+	// Steps counts the steps started, for fresh step ids on a retry.
+	Steps int `json:"steps"`
+}
+
+// RunState is one run replayed from its log.
+type RunState struct {
+	Start  Event                  `json:"start"`
+	Hosts  map[string]*HostRecord `json:"hosts"`
+	Waves  map[int]Decision       `json:"waves"` // decisions taken
+	End    *Event                 `json:"end,omitempty"`
+	Revert bool                   `json:"revert"` // a revert started
+}
+
+// Code is the run's exit code, -1 while it has not ended.
+func (rs *RunState) Code() int {
+	if rs.End == nil || rs.End.Code == nil {
+		return -1
+	}
+	return *rs.End.Code
+}
+
+// LastRun replays the newest run in events; nil when there is none.
+func LastRun(events []Event) *RunState {
+	var rs *RunState
+	for _, e := range events {
+		if e.Type == EvRunStart {
+			rs = &RunState{Start: e, Hosts: map[string]*HostRecord{}, Waves: map[int]Decision{}}
+			for _, w := range e.Waves {
+				for _, h := range w.Hosts {
+					rs.Hosts[h] = &HostRecord{Wave: w.Index}
+				}
+			}
+			continue
+		}
+		if rs == nil || e.Run != rs.Start.Run {
+			continue
+		}
+		h := rs.Hosts[e.Host]
+		switch e.Type {
+		case EvStepStart:
+			if h != nil {
+				ev := e
+				h.Open = &ev
+				h.Steps++
+			}
+		case EvStepEnd:
+			// A step that ended without an outcome (the host became
+			// unreachable) stays open: its outcome is on the host, and a
+			// resumed run reads it from there.
+			if h != nil && h.Open != nil && h.Open.StepID == e.StepID && (e.ExitCode != nil || e.Detail == StepAbsent) {
+				h.Open = nil
+			}
+			if h != nil && e.Step == "cutover" && e.Snapshot != "" {
+				h.Snapshot, h.From = e.Snapshot, e.From
+			}
+		case EvHostEnd:
+			if h != nil {
+				h.Outcome = e.Outcome
+				if e.Snapshot != "" {
+					h.Snapshot, h.From = e.Snapshot, e.From
+				}
+			}
+		case EvWaveEnd:
+			rs.Waves[e.Wave] = e.Decision
+		case EvRevertStart:
+			rs.Revert = true
+		case EvRevertHost:
+			if h != nil && e.Outcome == Reverted {
+				h.Outcome = Reverted
+			}
+		case EvRunEnd:
+			ev := e
+			rs.End = &ev
+		}
+	}
+	return rs
+}
+
+// Lock is the one fleet run at a time: flock(2) on a file beside the run
+// log, so it vanishes with the process holding it (a SIGKILLed controller
+// leaves no stale lock).
+type Lock struct{ f *os.File }
+
+// ErrFleetLocked: another fleet command holds the lock.
+var ErrFleetLocked = errors.New("another mcpctl fleet run holds the lock")
+
+// TakeLock takes the lock at path without waiting.
+func TakeLock(path, owner string) (*Lock, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("fleet lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s: %s)", ErrFleetLocked, path, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("fleet lock: %w", err)
+	}
+	_ = f.Truncate(0)
+	_, _ = fmt.Fprintf(f, "pid %d: %s since %s\n", os.Getpid(), owner, time.Now().UTC().Format(time.RFC3339))
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock; safe to call twice.
+func (l *Lock) Release() {
+	if l != nil && l.f != nil {
+		_ = l.f.Close()
+		l.f = nil
+	}
+}

@@ -1,0 +1,74 @@
+package sshrun
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/golden"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/fleet"
+)
+
+func testRunner() *Runner {
+	return &Runner{
+		SSH: fleet.SSH{
+			Binary: "ssh", KnownHosts: "/etc/mcpctl/known_hosts", Identity: "/etc/mcpctl/id_fleet",
+			ConnectTimeout:      ctlconfig.Duration(10 * time.Second),
+			ServerAliveInterval: ctlconfig.Duration(5 * time.Second),
+			ControlPersist:      ctlconfig.Duration(60 * time.Second),
+		},
+		ControlDir: "/tmp/mcpctl-ssh-X",
+	}
+}
+
+var web1 = &fleet.Host{Name: "web1", Address: "web1.example.com", Port: 2222, User: "root",
+	Config: "/etc/mcpctl/mcpctl.json", Agent: "/usr/local/bin/mcpctl", FleetDir: "/var/lib/mcpctl-fleet"}
+
+// TestArgvGolden pins the whole ssh command line of each remote call: every
+// option explicit, the destination after "--", one word per argument.
+func TestArgvGolden(t *testing.T) {
+	r := testRunner()
+	var b strings.Builder
+	for _, c := range []struct {
+		name   string
+		remote []string
+	}{
+		{"facts", []string{web1.Agent, "fleet-agent", "facts", "--config", web1.Config}},
+		{"upload", []string{web1.Agent, "fleet-agent", "upload", "--fleet-dir", web1.FleetDir, "--sha256", strings.Repeat("ab", 32)}},
+		{"start", []string{"/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("cd", 32), "fleet-agent", "start", "--fleet-dir", web1.FleetDir, "--id", "r1-web1-3-canary", "--",
+			"--config", web1.Config, "--json", "--no-color", "canary", "start", "--build", "/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("ef", 32), "--version", "v1.2.3"}},
+	} {
+		argv, err := r.Argv(web1, c.remote...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("# " + c.name + "\n" + strings.Join(argv, "\n") + "\n\n")
+	}
+	golden.Check(t, "argv.golden", []byte(b.String()))
+}
+
+func TestArgvRefusesHostileWords(t *testing.T) {
+	r := testRunner()
+	for _, w := range []string{"a b", "$(id)", "`id`", "a;b", "a|b", "a&b", "x>y", "'q'", `"q"`, "a\nb", "~root", "*", "", "a\\b", "{a,b}x(", "!x"} {
+		if _, err := r.Argv(web1, web1.Agent, "fleet-agent", w); err == nil {
+			t.Errorf("remote word %q accepted", w)
+		}
+	}
+	bad := *web1
+	bad.Address = "-oProxyCommand=id"
+	if _, err := r.Argv(&bad, "x"); err == nil {
+		t.Error("an address starting with '-' was accepted")
+	}
+	bad = *web1
+	bad.User = "-oProxyCommand=id"
+	if _, err := r.Argv(&bad, "x"); err == nil {
+		t.Error("a user starting with '-' was accepted")
+	}
+}
+
+func TestBlobPath(t *testing.T) {
+	if got := BlobPath("/var/lib/f", "sha256:abc"); got != "/var/lib/f/blobs/sha256-abc" {
+		t.Fatal(got)
+	}
+}
