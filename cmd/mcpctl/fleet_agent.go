@@ -79,7 +79,7 @@ func fleetAgentCommand(d *deps) *cli.Command {
 			},
 			{
 				Name:      "start",
-				Usage:     "start `mcpctl ARGS` detached as the transient unit of step ID (nothing when it exists)",
+				Usage:     "start mcpctl ARGS detached as the transient unit of step ID (nothing when it exists)",
 				ArgsUsage: "-- ARGS...",
 				Flags:     []cli.Flag{fleetDir, idFlag},
 				Action: func(c *cli.Context) error {
