@@ -87,10 +87,11 @@ func fleetAgentCommand(d *deps) *cli.Command {
 				},
 			},
 			{
-				Name:   "exec",
-				Usage:  "run mcpctl ARGS and record the outcome of step ID (what the step's unit runs)",
-				Hidden: true,
-				Flags:  []cli.Flag{fleetDir, idFlag},
+				Name:      "exec",
+				Usage:     "run mcpctl ARGS and record the outcome of step ID (what the step's unit runs)",
+				ArgsUsage: "-- ARGS...",
+				Hidden:    true,
+				Flags:     []cli.Flag{fleetDir, idFlag},
 				Action: func(c *cli.Context) error {
 					return agentExec(c.Context, c.String("fleet-dir"), c.String("id"), c.Args().Slice())
 				},
