@@ -424,7 +424,13 @@ func (s *Server) logCall(who *oauth.Identity, cw caller.Caller, tool string, kin
 	if who != nil {
 		attrs = append(attrs, "subject", who.Subject, "clientId", who.ClientID)
 	}
-	s.log.Info("tool call", attrs...)
+	level := slog.LevelInfo
+	if s.audit != nil && s.audit.sink == config.AuditJournal {
+		// The journal holds the call's audit records already; a log line
+		// each as well would double journald's work per call.
+		level = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), level, "tool call", attrs...)
 }
 
 // listTools shows a token only the tools its scopes let it call: a hosted
