@@ -8,12 +8,11 @@ import (
 	"strings"
 	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
-	"github.com/godbus/dbus/v5"
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 // unitSuffixes are the unit types systemd knows; a unit name must end in one.
@@ -90,16 +89,23 @@ func validateUnit(name string) error {
 	return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": %q must be a full unit name ending in one of %s", name, strings.Join(unitSuffixes, ", "))
 }
 
-// connect opens one D-Bus connection to systemd for one call.
-func (t *Tools) connect(ctx context.Context) (*sddbus.Conn, error) {
-	conn, err := t.opts.SystemdBus(ctx)
+// connect opens one D-Bus connection to systemd for one call, bounded by
+// the call's D-Bus deadline: a bus that accepts and never answers ends the
+// call with TIMEOUT instead of holding its slot.
+func (t *Tools) connect(ctx context.Context) (*systemd.Client, error) {
+	cctx, cancel := context.WithTimeout(ctx, t.opts.DBusTimeout)
+	defer cancel()
+	c, err := t.opts.SystemdBus(cctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if cctx.Err() != nil {
+			return nil, toolerr.New(mcpwire.CodeTimeout, "systemd did not answer over D-Bus within %s (connect and authenticate): %v", t.opts.DBusTimeout, err)
+		}
 		return nil, toolerr.New(mcpwire.CodeUnavailable, "systemd is not reachable over D-Bus (is this host running systemd with a system bus?): %v", err)
 	}
-	return conn, nil
+	return c, nil
 }
 
 func (t *Tools) serviceStatus(ctx context.Context, in ServiceStatusInput) (ServiceStatus, error) {
@@ -111,7 +117,7 @@ func (t *Tools) serviceStatus(ctx context.Context, in ServiceStatusInput) (Servi
 		return ServiceStatus{}, err
 	}
 	defer conn.Close()
-	st, err := unitStatus(ctx, conn, in.Unit)
+	st, err := t.unitStatus(ctx, conn, in.Unit)
 	if err != nil {
 		return st, err
 	}
@@ -121,40 +127,30 @@ func (t *Tools) serviceStatus(ctx context.Context, in ServiceStatusInput) (Servi
 	return st, nil
 }
 
-// unitStatus reads a unit's properties; MainPID and Result only for services.
-func unitStatus(ctx context.Context, conn *sddbus.Conn, unit string) (ServiceStatus, error) {
-	props, err := conn.GetUnitPropertiesContext(ctx, unit)
+// unitStatus reads a unit's properties (MainPID and Result only for
+// services) within the call's D-Bus deadline.
+func (t *Tools) unitStatus(ctx context.Context, conn *systemd.Client, unit string) (ServiceStatus, error) {
+	rctx, cancel := context.WithTimeout(ctx, t.opts.DBusTimeout)
+	defer cancel()
+	u, err := conn.Unit(rctx, unit)
 	if err != nil {
-		return ServiceStatus{}, dbusError(ctx, unit, err)
+		return ServiceStatus{}, t.dbusError(ctx, rctx, unit, err)
 	}
 	st := ServiceStatus{
 		Unit:          unit,
-		Description:   propString(props, "Description"),
-		LoadState:     propString(props, "LoadState"),
-		ActiveState:   propString(props, "ActiveState"),
-		SubState:      propString(props, "SubState"),
-		UnitFileState: propString(props, "UnitFileState"),
+		Description:   u.Description,
+		LoadState:     u.LoadState,
+		ActiveState:   u.ActiveState,
+		SubState:      u.SubState,
+		UnitFileState: u.UnitFileState,
+		MainPID:       int(u.MainPID),
+		Result:        u.Result,
 	}
-	if us, ok := props["ActiveEnterTimestamp"].(uint64); ok && us > 0 {
-		s := time.UnixMicro(int64(us)).UTC().Format(time.RFC3339)
+	if !u.ActiveEnterTimestamp.IsZero() {
+		s := u.ActiveEnterTimestamp.UTC().Format(time.RFC3339)
 		st.Since = &s
 	}
-	if strings.HasSuffix(unit, ".service") && st.LoadState == "loaded" {
-		sp, err := conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
-		if err != nil {
-			return st, dbusError(ctx, unit, err)
-		}
-		if pid, ok := sp["MainPID"].(uint32); ok {
-			st.MainPID = int(pid)
-		}
-		st.Result = propString(sp, "Result")
-	}
 	return st, nil
-}
-
-func propString(m map[string]any, key string) string {
-	s, _ := m[key].(string)
-	return s
 }
 
 func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (ServiceControlResult, error) {
@@ -162,51 +158,37 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 	if err := validateUnit(in.Unit); err != nil {
 		return res, err
 	}
-	type jobFunc func(ctx context.Context, name, mode string, ch chan<- string) (int, error)
+	switch in.Action {
+	case actionStart, actionStop, actionRestart, actionReload:
+	default:
+		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"action\": must be start, stop, restart or reload (got %q)", in.Action)
+	}
 	conn, err := t.connect(ctx)
 	if err != nil {
 		return res, err
 	}
 	defer conn.Close()
-	var job jobFunc
-	switch in.Action {
-	case actionStart:
-		job = conn.StartUnitContext
-	case actionStop:
-		job = conn.StopUnitContext
-	case actionRestart:
-		job = conn.RestartUnitContext
-	case actionReload:
-		job = conn.ReloadUnitContext
-	default:
-		return res, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"action\": must be start, stop, restart or reload (got %q)", in.Action)
-	}
 	if in.Action == actionStop || in.Action == actionRestart {
 		// Stopping the backend's own unit from inside it would kill this call
 		// before it can answer.
-		if own, err := conn.GetUnitNameByPID(ctx, uint32(selfPID)); err == nil && own == in.Unit {
+		octx, cancel := context.WithTimeout(ctx, t.opts.DBusTimeout)
+		own, err := conn.UnitOfPID(octx, selfPID)
+		cancel()
+		if err == nil && own == in.Unit {
 			return res, toolerr.New(mcpwire.CodePermissionDenied, "argument \"unit\": refusing to %s %s, the unit running this backend: the call could not complete; use mcpctl", in.Action, in.Unit)
 		}
 	}
-
-	// Buffered so the signal dispatcher never blocks on a result nobody reads.
-	ch := make(chan string, 1)
-	if _, err := job(ctx, in.Unit, "replace", ch); err != nil {
-		// No job was created: nothing will ever be sent on ch.
-		return res, dbusError(ctx, in.Unit, err)
+	jctx, cancel := context.WithTimeout(ctx, serviceJobDeadline)
+	defer cancel()
+	result, err := conn.RunJob(jctx, in.Action, in.Unit)
+	if err != nil {
+		if ctx.Err() == nil && jctx.Err() != nil {
+			return res, toolerr.New(mcpwire.CodeTimeout, "%s %s: job did not finish within %s (it may still be running)", in.Action, in.Unit, serviceJobDeadline)
+		}
+		return res, t.dbusError(ctx, jctx, in.Unit, err)
 	}
-	t.log.Info("tools: systemd job queued", "unit", in.Unit, "action", in.Action)
-	deadline := time.NewTimer(serviceJobDeadline)
-	defer deadline.Stop()
-	var result string
-	select {
-	case result = <-ch:
-	case <-deadline.C:
-		return res, toolerr.New(mcpwire.CodeTimeout, "%s %s: job did not finish within %s (it may still be running)", in.Action, in.Unit, serviceJobDeadline)
-	case <-ctx.Done():
-		return res, fmt.Errorf("%s %s: stopped waiting for the job (it may still be running): %w", in.Action, in.Unit, ctx.Err())
-	}
-	st, stErr := unitStatus(ctx, conn, in.Unit)
+	t.log.Info("tools: systemd job finished", "unit", in.Unit, "action", in.Action, "result", result)
+	st, stErr := t.unitStatus(ctx, conn, in.Unit)
 	state := ""
 	if stErr == nil {
 		state = fmt.Sprintf(" (ActiveState=%s SubState=%s Result=%s)", st.ActiveState, st.SubState, st.Result)
@@ -229,25 +211,22 @@ func (t *Tools) serviceControl(ctx context.Context, in ServiceControlInput) (Ser
 	return ServiceControlResult{Unit: in.Unit, Action: in.Action, JobResult: result, Status: st}, nil
 }
 
-// dbusError maps a D-Bus failure about unit to a tool error.
-func dbusError(ctx context.Context, unit string, err error) error {
+// dbusError maps a D-Bus failure about unit to a tool error. ctx is the
+// call's, dctx the D-Bus deadline's: its end is TIMEOUT, the call's own
+// end (client gone, cancelled) passes through.
+func (t *Tools) dbusError(ctx, dctx context.Context, unit string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("systemd call for %s: %w", unit, ctx.Err())
 	}
-	var de dbus.Error
-	var dep *dbus.Error
-	switch {
-	case errors.As(err, &de):
-	case errors.As(err, &dep):
-		de = *dep
-	default:
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return toolerr.New(mcpwire.CodeTimeout, "systemd call for %s: %v", unit, err)
-		}
+	if dctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		return toolerr.New(mcpwire.CodeTimeout, "systemd did not answer over D-Bus within %s for %s: %v", t.opts.DBusTimeout, unit, err)
+	}
+	name := systemd.ErrorName(err)
+	if name == "" {
 		return toolerr.New(mcpwire.CodeUnavailable, "systemd call for %s failed: %v", unit, err)
 	}
-	msg := de.Error()
-	switch de.Name {
+	msg := err.Error()
+	switch name {
 	case "org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed":
 		return toolerr.New(mcpwire.CodeNotFound, "argument \"unit\": %s: %s", unit, msg)
 	case "org.freedesktop.DBus.Error.AccessDenied", "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
@@ -257,11 +236,11 @@ func dbusError(ctx context.Context, unit string, err error) error {
 		"org.freedesktop.systemd1.OnlyByDependency", "org.freedesktop.systemd1.TransactionIsDestructive",
 		"org.freedesktop.systemd1.UnitInactive", "org.freedesktop.systemd1.UnitGenerated",
 		"org.freedesktop.systemd1.TransactionJobsConflicting", "org.freedesktop.DBus.Error.InvalidArgs":
-		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": %s: %s (%s)", unit, msg, de.Name)
+		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"unit\": %s: %s (%s)", unit, msg, name)
 	case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NoReply",
 		"org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoServer",
 		"org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
-		return toolerr.New(mcpwire.CodeUnavailable, "systemd is not answering for %s: %s (%s)", unit, msg, de.Name)
+		return toolerr.New(mcpwire.CodeUnavailable, "systemd is not answering for %s: %s (%s)", unit, msg, name)
 	}
-	return toolerr.New(mcpwire.CodeInternal, "systemd call for %s: %s (%s)", unit, msg, de.Name)
+	return toolerr.New(mcpwire.CodeInternal, "systemd call for %s: %s (%s)", unit, msg, name)
 }

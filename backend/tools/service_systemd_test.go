@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
-
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/systemd"
@@ -17,8 +15,10 @@ import (
 
 // busAt connects service.* to the bus at addr, as the default connector
 // does to the system bus.
-func busAt(addr string) func(ctx context.Context) (*sddbus.Conn, error) {
-	return func(context.Context) (*sddbus.Conn, error) { return systemd.NewConn(addr) }
+func busAt(addr string) func(ctx context.Context) (*systemd.Client, error) {
+	return func(ctx context.Context) (*systemd.Client, error) {
+		return systemd.Connect(ctx, systemd.Options{Address: addr})
+	}
 }
 
 // TestServiceToolsRealSystemd drives service.status and service.control

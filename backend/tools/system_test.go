@@ -4,17 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 func TestSystemInfo(t *testing.T) {
@@ -79,7 +81,7 @@ func TestValidateUnit(t *testing.T) {
 func TestServiceToolsWithoutSystemd(t *testing.T) {
 	connects := 0
 	opts := testOptions()
-	opts.SystemdBus = func(ctx context.Context) (*sddbus.Conn, error) {
+	opts.SystemdBus = func(ctx context.Context) (*systemd.Client, error) {
 		connects++
 		return nil, errors.New("dial unix /run/dbus/system_bus_socket: connect: no such file or directory")
 	}
@@ -135,10 +137,12 @@ func TestDBusErrorCodes(t *testing.T) {
 		{dbus.Error{Name: "org.freedesktop.DBus.Error.NoReply"}, mcpwire.CodeUnavailable},
 		{dbus.Error{Name: "org.example.Weird"}, mcpwire.CodeInternal},
 		{errors.New("connection closed"), mcpwire.CodeUnavailable},
+		{fmt.Errorf("properties: %w", os.ErrDeadlineExceeded), mcpwire.CodeTimeout},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {
-			if got := toolerr.As(dbusError(context.Background(), "x.service", tc.err)).Code; got != tc.code {
+			tl := &Tools{opts: Options{DBusTimeout: time.Second}}
+			if got := toolerr.As(tl.dbusError(context.Background(), context.Background(), "x.service", tc.err)).Code; got != tc.code {
 				t.Fatalf("got %s, want %s", got, tc.code)
 			}
 		})

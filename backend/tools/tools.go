@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/systemd"
 )
 
 // Defaults used when an Options field is zero.
@@ -34,6 +34,7 @@ const (
 	pipeWaitDelay         = time.Second            // how long an orphan may hold a pipe after the shell exits
 	closeWait             = time.Second            // how long Close waits for killed groups to be reaped: drain (2 s) + this stays well inside TimeoutStopSec=5
 	serviceJobDeadline    = 60 * time.Second
+	defaultDBusTimeout    = 10 * time.Second // a local systemd answers in milliseconds; systemctl waits 25 s
 	defaultProcessLimit   = 200
 	maxProcessLimit       = 5000
 	defaultFileListLimit  = 1000
@@ -51,9 +52,10 @@ type Options struct {
 	MaxTimeout     time.Duration // shell.maxTimeoutMs (cap on timeoutMs)
 	FileTimeout    time.Duration // how long file tools and process.list wait for the kernel before leaving the operation
 	Logger         *slog.Logger
-	Admission      func() any                                      // snapshot included in system.info under "admission"; may be nil
-	SystemdBus     func(ctx context.Context) (*sddbus.Conn, error) // how service.* connect; nil = the system bus
-	Files          *filepolicy.Policy                              // what file.read, file.write and file.list may touch; nil = everything
+	Admission      func() any                                         // snapshot included in system.info under "admission"; may be nil
+	SystemdBus     func(ctx context.Context) (*systemd.Client, error) // how service.* connect (ctx bounds the connect); nil = the system bus
+	DBusTimeout    time.Duration                                      // bounds each D-Bus step of a call (connect, property reads); default 10 s
+	Files          *filepolicy.Policy                                 // what file.read, file.write and file.list may touch; nil = everything
 }
 
 // Tools is the set of tools with their shared state: the registry of running
@@ -108,7 +110,12 @@ func New(opts Options) *Tools {
 		opts.DefaultTimeout = opts.MaxTimeout
 	}
 	if opts.SystemdBus == nil {
-		opts.SystemdBus = sddbus.NewSystemConnectionContext
+		opts.SystemdBus = func(ctx context.Context) (*systemd.Client, error) {
+			return systemd.Connect(ctx, systemd.Options{})
+		}
+	}
+	if opts.DBusTimeout <= 0 {
+		opts.DBusTimeout = defaultDBusTimeout
 	}
 	log := opts.Logger
 	if log == nil {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
@@ -45,7 +46,10 @@ type Client struct {
 }
 
 // Connect opens two connections (calls and signals) to the bus at
-// opts.Address, authenticating with EXTERNAL as the current uid.
+// opts.Address, authenticating with EXTERNAL as the current uid. ctx bounds
+// the whole connect (dial, auth, Hello, the signal match): a bus that
+// accepts and never answers holds the caller no longer than ctx allows.
+// The client outlives ctx; every later call takes its own context.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("connect to systemd: %w", err)
@@ -57,7 +61,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if addr == "" {
 		addr = "unix:path=/run/dbus/system_bus_socket"
 	}
-	conn, err := NewConn(addr)
+	conn, err := NewConnContext(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -72,16 +76,39 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	return &Client{conn: conn, log: log, jobTimeout: jt}, nil
 }
 
-// NewConn opens a go-systemd connection to the bus at addr (EXTERNAL auth
-// as the current uid, then Hello). Tests use it to point other D-Bus users,
-// such as the service tools, at a disposable systemd.
-func NewConn(addr string) (*sddbus.Conn, error) {
+// NewConnContext opens a go-systemd connection to the bus at addr
+// (EXTERNAL auth as the current uid, then Hello), bounded by ctx: when ctx
+// ends before the connection is set up, the sockets are closed, which ends a dial, an auth
+// exchange or a call waiting for its reply, and the error wraps ctx.Err().
+func NewConnContext(ctx context.Context, addr string) (*sddbus.Conn, error) {
+	var (
+		mu     sync.Mutex
+		opened []*godbus.Conn
+		done   bool
+	)
 	// No dbus.WithContext: it would close the connection when ctx ends, and
-	// the connection outlives this call.
+	// the connection outlives this call. Only the setup is bounded.
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		for _, c := range opened {
+			c.Close()
+		}
+	})
 	dial := func() (*godbus.Conn, error) {
 		c, err := godbus.Dial(addr)
 		if err != nil {
 			return nil, err
+		}
+		mu.Lock()
+		opened = append(opened, c)
+		mu.Unlock()
+		if ctx.Err() != nil {
+			c.Close()
+			return nil, ctx.Err()
 		}
 		if err := c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
 			c.Close()
@@ -94,7 +121,20 @@ func NewConn(addr string) (*sddbus.Conn, error) {
 		return c, nil
 	}
 	conn, err := sddbus.NewConnection(dial)
+	stopped := stop()
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	if err == nil && !stopped {
+		// ctx ended while the connection was being set up: its sockets may
+		// be closed under it.
+		conn.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
 		return nil, fmt.Errorf("connect to systemd at %s: %w", addr, err)
 	}
 	return conn, nil
@@ -157,6 +197,72 @@ func (c *Client) Stop(ctx context.Context, unit string) error {
 // Restart restarts unit (starting it when stopped) and waits for the job.
 func (c *Client) Restart(ctx context.Context, unit string) error {
 	return c.job(ctx, "restart", unit, c.conn.RestartUnitContext)
+}
+
+// Reload reloads unit's configuration (ExecReload) and waits for the job.
+func (c *Client) Reload(ctx context.Context, unit string) error {
+	return c.job(ctx, "reload", unit, c.conn.ReloadUnitContext)
+}
+
+// RunJob queues a start, stop, restart or reload job for unit in "replace"
+// mode and returns the job's result as systemd reports it ("done",
+// "failed", "timeout", ...) without resetting anything: a tool that shows
+// the outcome to its caller. Waiting is bounded by ctx, or the client's job
+// timeout when ctx has no deadline.
+func (c *Client) RunJob(ctx context.Context, action, unit string) (string, error) {
+	var f jobFunc
+	switch action {
+	case "start":
+		f = c.conn.StartUnitContext
+	case "stop":
+		f = c.conn.StopUnitContext
+	case "restart":
+		f = c.conn.RestartUnitContext
+	case "reload":
+		f = c.conn.ReloadUnitContext
+	default:
+		return "", fmt.Errorf("job %s %s: unknown action (want start, stop, restart or reload)", action, unit)
+	}
+	ch := make(chan string, 1)
+	if _, err := f(ctx, unit, "replace", ch); err != nil {
+		return "", fmt.Errorf("%s %s: %w", action, unit, err)
+	}
+	wait := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, c.jobTimeout)
+		defer cancel()
+	}
+	select {
+	case res := <-ch:
+		return res, nil
+	case <-wait.Done():
+		return "", fmt.Errorf("%s %s: waiting for the job: %w", action, unit, wait.Err())
+	}
+}
+
+// UnitOfPID names the unit whose cgroup holds process pid.
+func (c *Client) UnitOfPID(ctx context.Context, pid int) (string, error) {
+	u, err := c.conn.GetUnitNameByPID(ctx, uint32(pid))
+	if err != nil {
+		return "", fmt.Errorf("unit of pid %d: %w", pid, err)
+	}
+	return u, nil
+}
+
+// ErrorName is the D-Bus error name carried by err
+// ("org.freedesktop.systemd1.NoSuchUnit"), or "" when err is not a D-Bus
+// error reply (a transport failure, a context's end).
+func ErrorName(err error) string {
+	var de godbus.Error
+	var dep *godbus.Error
+	switch {
+	case errors.As(err, &de):
+		return de.Name
+	case errors.As(err, &dep):
+		return dep.Name
+	}
+	return ""
 }
 
 // job queues a job in "replace" mode and waits for its result. Only "done"
@@ -241,6 +347,7 @@ func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error
 		return nil, fmt.Errorf("properties of %s: %w", unit, err)
 	}
 	st := &unitstate.State{Name: unit}
+	st.Description = str(props["Description"])
 	st.LoadState = str(props["LoadState"])
 	st.ActiveState = str(props["ActiveState"])
 	st.SubState = str(props["SubState"])
