@@ -11,6 +11,9 @@ type Metrics struct {
 	Counters Counters `json:"counters"`
 	// Flows is the fair-share state: which callers hold and wait for slots.
 	Flows *Flows `json:"flows,omitempty"`
+	// Jobs is the jobs manager's state (absent from the admission
+	// controller's own snapshot; the server fills it).
+	Jobs *JobMetrics `json:"jobs,omitempty"`
 }
 
 // Flows is the "flows" object of /metrics: the flow table's size and the

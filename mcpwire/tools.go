@@ -1,6 +1,6 @@
 package mcpwire
 
-// The nine MCP tool names.
+// The MCP tool names.
 const (
 	ToolSystemInfo     = "system.info"
 	ToolProcessList    = "process.list"
@@ -11,13 +11,20 @@ const (
 	ToolFileRead       = "file.read"
 	ToolFileWrite      = "file.write"
 	ToolFileList       = "file.list"
+	ToolJobStart       = "job.start"
+	ToolJobStatus      = "job.status"
+	ToolJobOutput      = "job.output"
+	ToolJobWait        = "job.wait"
+	ToolJobCancel      = "job.cancel"
+	ToolJobList        = "job.list"
 )
 
-// ToolNames returns the nine tool names, control tools first.
+// ToolNames returns the tool names, control tools first.
 func ToolNames() []string {
 	return []string{
 		ToolSystemInfo, ToolProcessList, ToolServiceStatus, ToolProcessKill, ToolServiceControl,
 		ToolShellExec, ToolFileRead, ToolFileWrite, ToolFileList,
+		ToolJobStart, ToolJobStatus, ToolJobOutput, ToolJobWait, ToolJobCancel, ToolJobList,
 	}
 }
 
@@ -31,6 +38,10 @@ const (
 	ClassShell   Class = "shell"
 	ClassNormal  Class = "normal"
 	ClassControl Class = "control"
+	// ClassWait is job.wait: it holds no slot of the controller while it
+	// waits (the jobs manager bounds the waiters), so waiting on a job
+	// never takes a shell or normal slot from running work.
+	ClassWait Class = "wait"
 )
 
 // Classes lists the classes in report order.
@@ -42,8 +53,10 @@ func ClassOf(tool string) Class {
 	switch tool {
 	case ToolSystemInfo, ToolProcessList, ToolServiceStatus, ToolProcessKill, ToolServiceControl:
 		return ClassControl
-	case ToolShellExec:
+	case ToolShellExec, ToolJobStart:
 		return ClassShell
+	case ToolJobWait:
+		return ClassWait
 	}
 	return ClassNormal
 }

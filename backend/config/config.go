@@ -36,6 +36,7 @@ type Config struct {
 	Shell          Shell       `json:"shell"`
 	Files          Files       `json:"files"`
 	Audit          Audit       `json:"audit"`
+	Jobs           Jobs        `json:"jobs"`
 
 	// Path is the file the config was loaded from (absolute; "" when
 	// parsed from elsewhere): one of the backend's own secrets, which the
@@ -141,6 +142,7 @@ func Default() Config {
 		Shell:  Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
 		Files:  Files{Roots: []string{"/"}, Deny: DefaultDeny()},
 		Audit:  DefaultAudit(),
+		Jobs:   DefaultJobs(),
 	}
 }
 
@@ -323,6 +325,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Audit.validate()...)
+	errs = append(errs, c.Jobs.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -35,7 +35,10 @@ func DefaultScopes() map[string][]string {
 	return map[string][]string{
 		"mcp:read":  {mcpwire.ToolSystemInfo, mcpwire.ToolProcessList, mcpwire.ToolServiceStatus, mcpwire.ToolFileRead, mcpwire.ToolFileList},
 		"mcp:write": {mcpwire.ToolFileWrite, mcpwire.ToolProcessKill, mcpwire.ToolServiceControl},
-		"mcp:exec":  {mcpwire.ToolShellExec},
+		// Jobs run commands as shell.exec does, and their output is a
+		// root command's output: every job tool is exec.
+		"mcp:exec": {mcpwire.ToolShellExec, mcpwire.ToolJobStart, mcpwire.ToolJobStatus, mcpwire.ToolJobOutput,
+			mcpwire.ToolJobWait, mcpwire.ToolJobCancel, mcpwire.ToolJobList},
 	}
 }
 

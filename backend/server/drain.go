@@ -26,6 +26,7 @@ func restartError() *toolerr.Error {
 func (s *Server) beginStopping() {
 	s.adm.Stop()
 	s.stopping()
+	s.jobs.drain() // waits answer with the job's status; the jobs go on
 }
 
 // abandonRunning answers every call still running UNAVAILABLE.

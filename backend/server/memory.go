@@ -67,5 +67,7 @@ func (s *Server) metricsSnapshot() metricsJSON {
 		in.ConnsOpen, in.ReserveConnsOpen = l.open()
 		in.ConnsCulled = l.culled.Load()
 	}
-	return metricsJSON{Metrics: s.adm.Snapshot(), Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics()}
+	m := s.adm.Snapshot()
+	m.Jobs = s.jobs.metrics()
+	return metricsJSON{Metrics: m, Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics()}
 }

@@ -51,6 +51,7 @@ type Server struct {
 	log        *slog.Logger
 	adm        *admission.Controller
 	tools      *tools.Tools
+	jobs       jobsSetup
 	mcp        *mcp.Server
 	token      []byte          // bearer token; nil when auth is off
 	oauth      *oauth.Verifier // nil when OAuth is off
@@ -143,7 +144,15 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.audit = a
+	js, err := openJobs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.jobs = js
 	s.tools = tools.New(tools.Options{
+		Jobs:           js.mgr,
+		JobsOffReason:  js.off,
+		JobLimits:      jobLimits(cfg.Jobs),
 		OutputBytes:    cfg.Limits.OutputBytes,
 		ResponseBytes:  cfg.Limits.ResponseBytes,
 		ShellPath:      cfg.Shell.Path,
@@ -195,6 +204,7 @@ func (s *Server) Close() {
 	s.adm.Stop()
 	s.shutdown()
 	s.tools.Close()
+	s.jobs.close()
 }
 
 // admit is the MCP middleware every tools/call passes through, whatever the
@@ -218,12 +228,16 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		defer cancel()
 		cw := s.callerOf(who, call)
 		ctx = caller.With(ctx, cw)
+		ctx = tools.WithArrival(ctx, time.Now())
 		tool := call.Params.Name
 		kind := admission.KindOf(tool)
 		if te := s.mayRun(who, call); te != nil {
 			s.refusals.add(cw, tool, string(te.Code))
 			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
+		}
+		if mcpwire.ClassOf(tool) == mcpwire.ClassWait {
+			return s.runWait(ctx, who, cw, call, method, next)
 		}
 		if s.stoppingCtx.Err() != nil {
 			s.refusals.add(cw, tool, string(mcpwire.CodeUnavailable))
@@ -548,6 +562,8 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 				shed = encodeResult(s.serverOverloaded(toolerr.New(mcpwire.CodeOverloaded, "backend overloaded: every connection is in use; retry later"), kind))
 			case kind != admission.Control && s.mem.Load().Shedding():
 				shed = encodeResult(s.serverOverloaded(memoryError(), kind))
+			case mcpwire.ClassOf(msg.Params.Name) == mcpwire.ClassWait:
+				// A wait holds no slot: the jobs manager bounds it.
 			default:
 				// The early refusal decides with the caller's flow, as
 				// admission would: a polite caller is not shed for a

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // SystemInfoInput is the (empty) input of system.info.
@@ -65,6 +66,7 @@ type BackendInfo struct {
 	PID           int    `json:"pid"`
 	StartedAt     string `json:"startedAt" jsonschema:"RFC3339"`
 	UptimeSeconds int64  `json:"uptimeSeconds"`
+	JobsMode      string `json:"jobsMode" jsonschema:"how jobs run: systemd (transient units, they outlive the backend), process (process groups of the backend, they end with it) or off"`
 }
 
 // staticOS is read once: the kernel and the OS release do not change under a
@@ -107,6 +109,7 @@ func (t *Tools) systemInfo(_ context.Context, _ SystemInfoInput) (SystemInfoResu
 		PID:           selfPID,
 		StartedAt:     t.started.UTC().Format(time.RFC3339),
 		UptimeSeconds: int64(time.Since(t.started).Seconds()),
+		JobsMode:      t.jobsMode(),
 	}
 	if t.opts.Admission != nil {
 		res.Admission = t.opts.Admission()
@@ -185,4 +188,11 @@ func osName() string {
 		}
 	}
 	return ""
+}
+
+func (t *Tools) jobsMode() string {
+	if t.opts.Jobs == nil {
+		return mcpwire.JobModeOff
+	}
+	return t.opts.Jobs.Mode()
 }

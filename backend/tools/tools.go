@@ -1,7 +1,8 @@
-// Package tools holds the nine MCP tools of mcp-backend: the
+// Package tools holds the MCP tools of mcp-backend: the
 // control tools system.info, process.list, service.status, process.kill and
-// service.control, and the normal tools shell.exec, file.read, file.write and
-// file.list. Every tool has structured input and output schemas; every
+// service.control, the normal tools shell.exec, file.read, file.write and
+// file.list, and the job tools (job.start, job.status, job.output,
+// job.wait, job.cancel, job.list) over backend/jobs. Every tool has structured input and output schemas; every
 // failure is a structured toolerr result. Admission control is not done here:
 // the server wraps these tools from outside.
 package tools
@@ -17,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 )
@@ -56,6 +58,9 @@ type Options struct {
 	SystemdBus     func(ctx context.Context) (*systemd.Client, error) // how service.* connect (ctx bounds the connect); nil = the system bus
 	DBusTimeout    time.Duration                                      // bounds each D-Bus step of a call (connect, property reads); default 10 s
 	Files          *filepolicy.Policy                                 // what file.read, file.write and file.list may touch; nil = everything
+	Jobs           *jobs.Manager                                      // nil: jobs are off (JobsOffReason says why)
+	JobsOffReason  string
+	JobLimits      jobs.Limits // what the job tools describe and enforce per call
 }
 
 // Tools is the set of tools with their shared state: the registry of running
@@ -147,11 +152,24 @@ func New(opts Options) *Tools {
 			destructive(), t.fileWrite),
 		define(t, mcpwire.ToolFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
 			readOnly(), t.fileList),
+		define(t, mcpwire.ToolJobStart, jobStartDescription(opts), destructive(), t.jobStart),
+		define(t, mcpwire.ToolJobStatus, "Status of a job you started: state (running, exited, killed, timeout, output_limit, cancelled, lost), exit code or signal, times, output bytes so far.",
+			readOnly(), t.jobStatus),
+		define(t, mcpwire.ToolJobOutput, "Read a job's stdout or stderr from a byte offset, in bounded chunks: pass the chunk's nextOffset as offset to continue; eof is true once the job ended and all was read. "+
+			"Bytes are exact: data is the text when the chunk is valid UTF-8 (encoding utf8), else base64 (encoding base64).",
+			readOnly(), t.jobOutput),
+		define(t, mcpwire.ToolJobWait, "Wait for a job to end, at most waitMs (default 25000, at most 45000, counted from the request's arrival); returns its status and the output after the offsets given. "+
+			"waitEnded says why it returned: done, timeout (still running: call job.wait again) or shutdown (the backend is restarting; the job goes on: call again).",
+			readOnly(), t.jobWait),
+		define(t, mcpwire.ToolJobCancel, "Cancel a job: its whole process tree is killed (SIGTERM, SIGKILL after 2 s); returns its final status.",
+			destructive(), t.jobCancel),
+		define(t, mcpwire.ToolJobList, "List your jobs, newest first (running and recently finished).",
+			readOnly(), t.jobList),
 	}
 	return t
 }
 
-// Register adds all nine tools to s.
+// Register adds every tool to s.
 func (t *Tools) Register(s *mcp.Server) {
 	for _, d := range t.defs {
 		s.AddTool(d.tool, d.handler)

@@ -380,6 +380,10 @@ func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error
 	st.LimitNOFILE = u64(sp["LimitNOFILE"])
 	st.TimeoutStop = time.Duration(u64(sp["TimeoutStopUSec"])) * time.Microsecond
 	st.Watchdog = time.Duration(u64(sp["WatchdogUSec"])) * time.Microsecond
+	if us := u64(sp["RuntimeMaxUSec"]); us < 1<<62 {
+		st.RuntimeMax = time.Duration(us) * time.Microsecond
+	}
+	st.Slice = str(sp["Slice"])
 	return st, nil
 }
 
@@ -594,4 +598,67 @@ func (c *Client) UnitFileState(ctx context.Context, unit string) (string, error)
 		return "", fmt.Errorf("UnitFileState of %s: %w", unit, err)
 	}
 	return str(p.Value.Value()), nil
+}
+
+// TransientService is a service started over D-Bus (what systemd-run
+// does) that outlives its caller: the unit of one job.
+type TransientService struct {
+	Name, Description, Slice string
+	Argv                     []string
+	MemoryMax, TasksMax      uint64 // 0: no limit set
+	RuntimeMax, StopTimeout  time.Duration
+}
+
+// StartTransientService starts t and waits for the start job: the main
+// process runs (Type=exec: it has been executed) when it returns. The unit
+// is collected once it is inactive or failed; KillMode=mixed gives the
+// main process SIGTERM on a stop and then SIGKILLs the rest of the cgroup.
+func (c *Client) StartTransientService(ctx context.Context, t TransientService) error {
+	switch {
+	case !strings.HasSuffix(t.Name, ".service"):
+		return fmt.Errorf("transient service %q: must end in .service", t.Name)
+	case len(t.Argv) == 0 || !strings.HasPrefix(t.Argv[0], "/"):
+		return fmt.Errorf("transient service %s: argv %q must start with an absolute path", t.Name, t.Argv)
+	}
+	props := []sddbus.Property{
+		sddbus.PropDescription(t.Description),
+		sddbus.PropType("exec"),
+		sddbus.PropExecStart(t.Argv, false),
+		{Name: "KillMode", Value: godbus.MakeVariant("mixed")},
+		{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")},
+	}
+	if t.Slice != "" {
+		props = append(props, sddbus.PropSlice(t.Slice))
+	}
+	if t.MemoryMax > 0 {
+		props = append(props, sddbus.Property{Name: "MemoryMax", Value: godbus.MakeVariant(t.MemoryMax)})
+	}
+	if t.TasksMax > 0 {
+		props = append(props, sddbus.Property{Name: "TasksMax", Value: godbus.MakeVariant(t.TasksMax)})
+	}
+	if t.RuntimeMax > 0 {
+		props = append(props, sddbus.Property{Name: "RuntimeMaxUSec", Value: godbus.MakeVariant(uint64(t.RuntimeMax / time.Microsecond))})
+	}
+	if t.StopTimeout > 0 {
+		props = append(props, sddbus.Property{Name: "TimeoutStopUSec", Value: godbus.MakeVariant(uint64(t.StopTimeout / time.Microsecond))})
+	}
+	ch := make(chan string, 1)
+	if _, err := c.conn.StartTransientUnitContext(ctx, t.Name, "fail", props, ch); err != nil {
+		return fmt.Errorf("start %s: %w", t.Name, err)
+	}
+	wait := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, c.jobTimeout)
+		defer cancel()
+	}
+	select {
+	case res := <-ch:
+		if res != "done" {
+			return &JobError{Op: "start", Unit: t.Name, Result: res}
+		}
+		return nil
+	case <-wait.Done():
+		return fmt.Errorf("start %s: waiting for the job: %w", t.Name, wait.Err())
+	}
 }

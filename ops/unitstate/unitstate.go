@@ -37,6 +37,8 @@ type State struct {
 	LimitNOFILE    uint64
 	TimeoutStop    time.Duration
 	Watchdog       time.Duration
+	RuntimeMax     time.Duration // RuntimeMaxSec; max uint64 microseconds is infinity
+	Slice          string
 }
 
 // Listed is one unit systemd has loaded, as ListUnits reports it.

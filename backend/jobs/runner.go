@@ -1,0 +1,232 @@
+package jobs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
+)
+
+// ProcessRunner runs each job's supervisor as a goroutine of the backend:
+// the job is a process group of the backend and ends with it.
+type ProcessRunner struct {
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	wg      sync.WaitGroup
+	closed  bool
+	self    int // the pid that started them: jobs of another pid are gone
+}
+
+// NewProcessRunner returns a runner for process mode.
+func NewProcessRunner() *ProcessRunner {
+	return &ProcessRunner{cancels: map[string]context.CancelFunc{}, self: os.Getpid()}
+}
+
+// Mode is process.
+func (*ProcessRunner) Mode() string { return mcpwire.JobModeProcess }
+
+// Check always passes.
+func (*ProcessRunner) Check(context.Context) error { return nil }
+
+// Start runs the supervisor in a goroutine.
+func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec *Spec) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return toolerr.New(mcpwire.CodeUnavailable, "backend is shutting down: no new jobs")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancels[spec.ID] = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			r.mu.Lock()
+			delete(r.cancels, spec.ID)
+			r.mu.Unlock()
+			cancel()
+		}()
+		_, _ = Supervise(ctx, jobDir, mcpwire.JobLost)
+	}()
+	return nil
+}
+
+// Stop ends the job's supervisor, which kills the group.
+func (r *ProcessRunner) Stop(_ context.Context, spec Spec) error {
+	r.mu.Lock()
+	cancel := r.cancels[spec.ID]
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return nil
+}
+
+// Gone: a job of this process runs until its supervisor records its end;
+// one of an earlier process died with it.
+func (r *ProcessRunner) Gone(_ context.Context, spec Spec) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, mine := r.cancels[spec.ID]
+	return !mine, nil
+}
+
+// Close kills every job and waits for their records, bounded.
+func (r *ProcessRunner) Close() {
+	r.mu.Lock()
+	r.closed = true
+	for _, c := range r.cancels {
+		c()
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(killGrace + time.Second):
+	}
+}
+
+// Slice is the systemd slice every job unit runs in; `mcpctl unit
+// install` installs it with the slice-wide limits.
+const Slice = "mcp-jobs.slice"
+
+// SystemdClient is what the systemd runner needs of the D-Bus client.
+type SystemdClient interface {
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
+	StartTransientService(ctx context.Context, t systemd.TransientService) error
+	Stop(ctx context.Context, unit string) error
+}
+
+// SystemdRunner runs each job as a transient service in Slice whose main
+// process is `EXE job-exec --dir JOBDIR`.
+type SystemdRunner struct {
+	// Connect opens the client for one operation; ctx bounds the connect.
+	Connect func(ctx context.Context) (SystemdClient, func(), error)
+	// Exe is the backend binary the units run (its real path, so that a
+	// release swap does not change what a running job runs).
+	Exe string
+	// Timeout bounds each D-Bus step.
+	Timeout time.Duration
+}
+
+// Mode is systemd.
+func (*SystemdRunner) Mode() string { return mcpwire.JobModeSystemd }
+
+// UnitName is the unit of job id.
+func UnitName(id string) string { return "mcp-job-" + id + ".service" }
+
+func (r *SystemdRunner) client(ctx context.Context) (SystemdClient, func(), context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	c, closeFn, err := r.Connect(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, nil, toolerr.New(mcpwire.CodeUnavailable, "jobs: systemd is not reachable over D-Bus: %v", err)
+	}
+	return c, closeFn, ctx, cancel, nil
+}
+
+// Check refuses jobs while the slice is not installed.
+func (r *SystemdRunner) Check(ctx context.Context) error {
+	c, closeFn, ctx, cancel, err := r.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer closeFn()
+	st, err := c.Unit(ctx, Slice)
+	if err != nil {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: read %s: %v", Slice, err)
+	}
+	if st.LoadState != "loaded" {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: the slice %s is not installed (LoadState=%s): run `mcpctl unit install` to install it; no job was started", Slice, st.LoadState)
+	}
+	return nil
+}
+
+// Start starts the job's unit and waits until its supervisor runs.
+func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec *Spec) error {
+	c, closeFn, ctx, cancel, err := r.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer closeFn()
+	spec.Unit = UnitName(spec.ID)
+	// Written again with the unit's name before the unit exists: a backend
+	// that reads it later knows which unit to ask about.
+	if err := rewriteSpec(jobDir, *spec); err != nil {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err)
+	}
+	// The supervisor enforces timeoutMs itself and records it; systemd's
+	// runtime limit is the backstop should the supervisor hang.
+	runtime := time.Duration(spec.TimeoutMs)*time.Millisecond + killGrace + 30*time.Second
+	err = c.StartTransientService(ctx, systemd.TransientService{
+		Name:        spec.Unit,
+		Description: "mcp-backend job " + spec.ID,
+		Slice:       Slice,
+		Argv:        []string{r.Exe, "job-exec", "--dir", jobDir},
+		MemoryMax:   uint64(spec.MemoryMax),
+		TasksMax:    uint64(spec.TasksMax),
+		RuntimeMax:  runtime,
+		StopTimeout: killGrace + 3*time.Second,
+	})
+	if err != nil {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: start unit %s: %v", spec.Unit, err)
+	}
+	return nil
+}
+
+func rewriteSpec(jobDir string, s Spec) error {
+	_, env, err := ReadSpec(jobDir)
+	if err != nil {
+		return err
+	}
+	return writeSpec(jobDir, s, env)
+}
+
+// Stop stops the unit: SIGTERM to the supervisor, which ends the group and
+// records the end, then SIGKILL to whatever is left in the cgroup.
+func (r *SystemdRunner) Stop(ctx context.Context, spec Spec) error {
+	c, closeFn, ctx, cancel, err := r.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer closeFn()
+	if err := c.Stop(ctx, spec.Unit); err != nil {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: stop %s: %v", spec.Unit, err)
+	}
+	return nil
+}
+
+// Gone says whether systemd has no running unit for the job any more.
+func (r *SystemdRunner) Gone(ctx context.Context, spec Spec) (bool, error) {
+	if spec.Unit == "" || filepath.Base(spec.Unit) != spec.Unit {
+		return true, nil
+	}
+	c, closeFn, ctx, cancel, err := r.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer cancel()
+	defer closeFn()
+	st, err := c.Unit(ctx, spec.Unit)
+	if err != nil {
+		return false, err
+	}
+	switch st.ActiveState {
+	case "active", "activating", "deactivating", "reloading":
+		return false, nil
+	}
+	return true, nil
+}
+
+// Close leaves every job running: they are not the backend's.
+func (*SystemdRunner) Close() {}

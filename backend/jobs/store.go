@@ -1,0 +1,178 @@
+package jobs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
+)
+
+// FormatVersion is the version of the on-disk layout: <dir>/v1/<id>/ holds
+// spec.json (what to run, written before the job starts), env (its
+// environment, NUL-separated), stdout and stderr (the capped output),
+// exit.json (how it ended, written once by whoever saw the end: the
+// supervisor, or a backend that found the job lost) and cancel (a
+// job.cancel was asked). A later layout gets a new directory; a backend
+// never reads a version it does not know.
+const FormatVersion = 1
+
+const (
+	specFile   = "spec.json"
+	envFile    = "env"
+	stdoutFile = "stdout"
+	stderrFile = "stderr"
+	exitFile   = "exit.json"
+	cancelFile = "cancel"
+)
+
+// Spec is what a job runs and who owns it.
+type Spec struct {
+	Version      int       `json:"version"`
+	ID           string    `json:"id"`
+	Owner        string    `json:"owner"` // caller.Principal.Key()
+	Conversation string    `json:"conversation"`
+	IdemKey      string    `json:"idempotencyKey,omitempty"`
+	Command      string    `json:"command"`
+	Shell        string    `json:"shell"`
+	Cwd          string    `json:"cwd,omitempty"`
+	TimeoutMs    int64     `json:"timeoutMs"`
+	OutputBytes  int64     `json:"outputBytes"`
+	MemoryMax    int64     `json:"memoryMax,omitempty"`
+	TasksMax     int64     `json:"tasksMax,omitempty"`
+	Mode         string    `json:"mode"`
+	Unit         string    `json:"unit,omitempty"`
+	Created      time.Time `json:"created"`
+}
+
+// Exit is how a job ended.
+type Exit struct {
+	Version       int       `json:"version"`
+	State         string    `json:"state"`
+	ExitCode      *int      `json:"exitCode"`
+	Signal        *string   `json:"signal"`
+	Started       time.Time `json:"started"`
+	Ended         time.Time `json:"ended"`
+	OutputLimited bool      `json:"outputLimited,omitempty"`
+	Message       string    `json:"message,omitempty"`
+}
+
+// newID is a job id: 16 random hex digits after "j".
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "j" + hex.EncodeToString(b[:])
+}
+
+// validID says whether id has newID's shape: ids come from clients and
+// become paths.
+func validID(id string) bool {
+	if len(id) != 17 || id[0] != 'j' {
+		return false
+	}
+	_, err := hex.DecodeString(id[1:])
+	return err == nil && strings.ToLower(id) == id
+}
+
+// root is the versioned directory of a state dir.
+func root(dir string) string { return filepath.Join(dir, fmt.Sprintf("v%d", FormatVersion)) }
+
+func writeSpec(jobDir string, s Spec, env []string) error {
+	if err := os.MkdirAll(jobDir, 0o700); err != nil {
+		return err
+	}
+	if err := atomicfs.WriteFile(filepath.Join(jobDir, envFile), []byte(strings.Join(env, "\x00")), 0o600); err != nil {
+		return err
+	}
+	return atomicfs.WriteJSON(filepath.Join(jobDir, specFile), s, 0o600)
+}
+
+// ReadSpec reads a job's spec and environment.
+func ReadSpec(jobDir string) (Spec, []string, error) {
+	var s Spec
+	b, err := os.ReadFile(filepath.Join(jobDir, specFile))
+	if err != nil {
+		return s, nil, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, nil, fmt.Errorf("%s: %w", specFile, err)
+	}
+	if s.Version != FormatVersion {
+		return s, nil, fmt.Errorf("%s: version %d, this build reads %d", specFile, s.Version, FormatVersion)
+	}
+	eb, err := os.ReadFile(filepath.Join(jobDir, envFile))
+	if err != nil {
+		return s, nil, err
+	}
+	var env []string
+	if len(eb) > 0 {
+		env = strings.Split(string(eb), "\x00")
+	}
+	return s, env, nil
+}
+
+// readExit reads exit.json; ok is false while there is none.
+func readExit(jobDir string) (Exit, bool, error) {
+	var e Exit
+	b, err := os.ReadFile(filepath.Join(jobDir, exitFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, false, fmt.Errorf("%s: %w", exitFile, err)
+	}
+	return e, true, nil
+}
+
+// writeExitOnce records how a job ended unless it is recorded already: the
+// supervisor and a backend that judged the job lost never overwrite each
+// other. It reports whether this call wrote it.
+func writeExitOnce(jobDir string, e Exit) (bool, error) {
+	e.Version = FormatVersion
+	b, err := json.Marshal(e)
+	if err != nil {
+		return false, err
+	}
+	tmp, err := os.CreateTemp(jobDir, ".exit-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Close(); err != nil {
+		return false, err
+	}
+	// link(2) fails when the name exists: first writer wins.
+	if err := os.Link(tmp.Name(), filepath.Join(jobDir, exitFile)); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, atomicfs.SyncDir(jobDir)
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}

@@ -1,0 +1,176 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// killGrace is how long a job's group has between SIGTERM and SIGKILL.
+const killGrace = 2 * time.Second
+
+// Supervise runs the job in jobDir to its end and records how it ended: the
+// shell in its own process group, stdin /dev/null, stdout and stderr
+// written to their files under one shared cap, the job's timeout. When ctx
+// ends (SIGTERM from systemd on a stop, the backend's exit in process
+// mode) the group gets SIGTERM, then SIGKILL after killGrace. It is the
+// main of `mcp-backend job-exec` under systemd, and runs in the backend
+// itself without; either way the record does not depend on the backend.
+// ended names the state to record when ctx ended (cancelled, lost); a
+// cancel file in jobDir always makes it cancelled.
+func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
+	spec, env, err := ReadSpec(jobDir)
+	if err != nil {
+		return Exit{}, fmt.Errorf("job-exec: %w", err)
+	}
+	started := time.Now().UTC()
+	rec := func(e Exit) (Exit, error) {
+		e.Started, e.Ended = started, time.Now().UTC()
+		_, err := writeExitOnce(jobDir, e)
+		return e, err
+	}
+	out := &capped{limit: spec.OutputBytes, over: make(chan struct{})}
+	for i, name := range []string{stdoutFile, stderrFile} {
+		f, err := os.OpenFile(filepath.Join(jobDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return rec(Exit{State: mcpwire.JobLost, Message: "open output: " + err.Error()})
+		}
+		defer f.Close()
+		out.files[i] = f
+	}
+	cmd := exec.Command(spec.Shell, "-c", spec.Command)
+	cmd.Dir = spec.Cwd
+	cmd.Env = env
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout = stream{out, 0}
+	cmd.Stderr = stream{out, 1}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A background process may keep the pipes open after the shell exits;
+	// the group kill below ends it, and this bounds the rest.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return rec(Exit{State: mcpwire.JobExited, ExitCode: new(127), Message: "start shell: " + err.Error()})
+	}
+	pgid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		waitNoReap(pgid)
+		close(exited)
+	}()
+	timer := time.NewTimer(time.Duration(spec.TimeoutMs) * time.Millisecond)
+	defer timer.Stop()
+	state := ""
+	select {
+	case <-exited:
+	case <-timer.C:
+		state = mcpwire.JobTimeout
+	case <-out.over:
+		state = mcpwire.JobOutputLimit
+	case <-ctx.Done():
+		state = ended
+	}
+	if state != "" {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(killGrace):
+		}
+	}
+	// The group may outlive its leader: sweep it while the leader's pid,
+	// an unreaped zombie, still holds the group id.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-exited
+	_ = cmd.Wait()
+	if _, err := os.Stat(filepath.Join(jobDir, cancelFile)); err == nil && state != "" {
+		state = mcpwire.JobCancelled
+	}
+	e := Exit{State: state, OutputLimited: out.limited()}
+	if e.OutputLimited && state == "" {
+		state = mcpwire.JobOutputLimit
+		e.State = state
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("SIG%d", int(ws.Signal()))
+		}
+		e.Signal = &name
+		if state == "" {
+			e.State = mcpwire.JobKilled
+		}
+	default:
+		code := ws.ExitStatus()
+		e.ExitCode = &code
+		if state == "" {
+			e.State = mcpwire.JobExited
+		}
+	}
+	return rec(e)
+}
+
+// waitNoReap blocks until pid has exited, leaving it for cmd.Wait.
+func waitNoReap(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// capped writes stdout and stderr to their files under one shared limit;
+// bytes past it are dropped (the pipes keep draining) and over is closed.
+type capped struct {
+	mu     sync.Mutex
+	limit  int64
+	total  int64
+	files  [2]io.Writer
+	over   chan struct{}
+	isOver bool
+}
+
+func (c *capped) limited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.isOver
+}
+
+type stream struct {
+	c *capped
+	i int
+}
+
+func (s stream) Write(p []byte) (int, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := int64(len(p))
+	if room := c.limit - c.total; n > room {
+		n = max(room, 0)
+		if !c.isOver {
+			c.isOver = true
+			close(c.over)
+		}
+	}
+	if n > 0 {
+		if _, err := c.files[s.i].Write(p[:n]); err != nil {
+			return 0, err
+		}
+		c.total += n
+	}
+	return len(p), nil
+}
