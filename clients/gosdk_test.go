@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -39,7 +40,7 @@ func TestGoSDK(t *testing.T) {
 			}
 			defer cs.Close()
 			tools, err := cs.ListTools(ctx, nil)
-			if err != nil || len(tools.Tools) != 9 {
+			if err != nil || len(tools.Tools) != len(mcpwire.ToolNames()) {
 				t.Fatalf("tools/list: %v %v", err, tools)
 			}
 			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo go", "timeoutMs": 5000}})

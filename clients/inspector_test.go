@@ -2,6 +2,7 @@ package clients
 
 import (
 	"encoding/json"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +50,7 @@ func TestInspectorCLI(t *testing.T) {
 			var list struct {
 				Tools []struct{ Name string } `json:"tools"`
 			}
-			if out := inspect("--method", "tools/list"); jsonBody(t, out, &list) != nil || len(list.Tools) != 9 {
+			if out := inspect("--method", "tools/list"); jsonBody(t, out, &list) != nil || len(list.Tools) != len(mcpwire.ToolNames()) {
 				t.Fatalf("tools/list: %.1000s", out)
 			}
 			names := make([]string, 0, len(list.Tools))

@@ -3,6 +3,7 @@ package clients
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,7 +75,7 @@ func TestTypeScriptSDKTools(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			env, _ := tr.env(t, `{}`)
 			rep := runTS(t, "tools", env, nil)
-			if len(rep.Tools) != 9 {
+			if len(rep.Tools) != len(mcpwire.ToolNames()) {
 				t.Fatalf("tools/list: %v", rep.Tools)
 			}
 			for name, got := range rep.Calls {

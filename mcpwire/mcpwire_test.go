@@ -47,6 +47,8 @@ func TestClassOf(t *testing.T) {
 		ToolSystemInfo: ClassControl, ToolProcessList: ClassControl, ToolServiceStatus: ClassControl,
 		ToolProcessKill: ClassControl, ToolServiceControl: ClassControl,
 		ToolShellExec: ClassShell, ToolFileRead: ClassNormal, ToolFileWrite: ClassNormal, ToolFileList: ClassNormal,
+		ToolJobStart: ClassShell, ToolJobWait: ClassWait, ToolJobStatus: ClassNormal, ToolJobOutput: ClassNormal,
+		ToolJobCancel: ClassNormal, ToolJobList: ClassNormal,
 		"unknown.tool": ClassNormal,
 	}
 	for tool, w := range want {
@@ -54,8 +56,8 @@ func TestClassOf(t *testing.T) {
 			t.Errorf("ClassOf(%q) = %s, want %s", tool, got, w)
 		}
 	}
-	if n := len(ToolNames()); n != 9 {
-		t.Fatalf("ToolNames has %d names, want 9", n)
+	if n := len(ToolNames()); n != 15 {
+		t.Fatalf("ToolNames has %d names, want 15", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -242,7 +243,7 @@ func TestOAuthTokensThroughTunnels(t *testing.T) {
 	})
 	t.Run("the operator's static token beside OAuth, via tunnel 0", func(t *testing.T) {
 		status, _, body := mcpCall(t, env.tunnels[0], "/mcp", env.operator, "tools/list", map[string]any{})
-		if status != http.StatusOK || len(toolNames(t, body)) != 9 {
+		if status != http.StatusOK || len(toolNames(t, body)) != len(mcpwire.ToolNames()) {
 			t.Fatalf("tools/list with the static token: %d %s", status, body)
 		}
 		status, _, body = callTool(t, env.tunnels[0], env.operator, "shell.exec", map[string]any{"command": "true"})
@@ -401,7 +402,7 @@ func TestOAuthToolsListFollowsScopes(t *testing.T) {
 		want  []string
 	}{
 		{"mcp:read", []string{"file.list", "file.read", "process.list", "service.status", "system.info"}},
-		{"mcp:exec", []string{"shell.exec"}},
+		{"mcp:exec", []string{"job.cancel", "job.list", "job.output", "job.start", "job.status", "job.wait", "shell.exec"}},
 		{"mcp:read mcp:write", []string{"file.list", "file.read", "file.write", "process.kill", "process.list", "service.control", "service.status", "system.info"}},
 	}
 	for _, tc := range tests {
@@ -454,7 +455,7 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("client said %q: %v", out, err)
 	}
-	if len(got.Tools) != 9 || got.RegisteredClientID == "" || got.Resource != env.resources[1] || got.CodeChallengeMethod != "S256" {
+	if len(got.Tools) != len(mcpwire.ToolNames()) || got.RegisteredClientID == "" || got.Resource != env.resources[1] || got.CodeChallengeMethod != "S256" {
 		t.Fatalf("client result %+v", got)
 	}
 	if len(got.Results) != 2 || got.Results[0].IsError || got.Results[1].IsError || !strings.Contains(string(got.Results[1].StructuredContent), "from-ts") {

@@ -105,6 +105,32 @@ func FuzzToolArguments(f *testing.F) {
 				t.Fatalf("limit %d accepted as %d", in.Limit, limit)
 			}
 		},
+		mcpwire.ToolJobStart: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[JobStartInput](t, tl, mcpwire.ToolJobStart, raw)
+			if !ok {
+				return
+			}
+			if w := in.WaitMs; w != nil && (*w < 0 || *w > maxJobWait.Milliseconds()) {
+				t.Fatalf("waitMs %d accepted", *w)
+			}
+			_, err := shellEnv(in.Env)
+			refused(t, err)
+		},
+		mcpwire.ToolJobStatus: func(t *testing.T, raw []byte) { decodeFor[JobIDInput](t, tl, mcpwire.ToolJobStatus, raw) },
+		mcpwire.ToolJobCancel: func(t *testing.T, raw []byte) { decodeFor[JobIDInput](t, tl, mcpwire.ToolJobCancel, raw) },
+		mcpwire.ToolJobList:   func(t *testing.T, raw []byte) { decodeFor[JobListInput](t, tl, mcpwire.ToolJobList, raw) },
+		mcpwire.ToolJobOutput: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[JobOutputInput](t, tl, mcpwire.ToolJobOutput, raw)
+			if ok && (in.Offset < 0 || in.MaxBytes < 0 || in.MaxBytes > maxJobReadBytes) {
+				t.Fatalf("offset %d maxBytes %d accepted", in.Offset, in.MaxBytes)
+			}
+		},
+		mcpwire.ToolJobWait: func(t *testing.T, raw []byte) {
+			in, ok := decodeFor[JobWaitInput](t, tl, mcpwire.ToolJobWait, raw)
+			if ok && (in.WaitMs != nil && (*in.WaitMs < 0 || *in.WaitMs > maxJobWait.Milliseconds()) || in.StdoutOffset < 0 || in.StderrOffset < 0) {
+				t.Fatalf("wait %s accepted", raw)
+			}
+		},
 	}
 	names := mcpwire.ToolNames()
 	if len(checks) != len(names) {

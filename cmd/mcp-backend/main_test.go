@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"net"
 	"net/http"
 	"os"
@@ -171,7 +172,7 @@ func TestStdioSubprocess(t *testing.T) {
 	}
 	defer cs.Close()
 	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 9 {
+	if err != nil || len(tools.Tools) != len(mcpwire.ToolNames()) {
 		t.Fatalf("tools: %v %v", err, tools)
 	}
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "shell.exec", Arguments: map[string]any{"command": "echo hi"}})
