@@ -28,6 +28,8 @@ const (
 	WatchdogService        = "mcp-watchdog.service"
 	WatchdogTimer          = "mcp-watchdog.timer"
 	PendingRollbackService = "mcpctl-pending-rollback.service"
+	// JobsSlice holds the backend's jobs, each a transient unit of its own.
+	JobsSlice = "mcp-jobs.slice"
 )
 
 // DefaultMCPCtl is where the units expect the mcpctl binary.
@@ -117,6 +119,9 @@ type Guardrails struct {
 	TimeoutStopSec int
 	// SocketBacklog is Backlog= of the sockets; 0 means SocketBacklog.
 	SocketBacklog int
+	// The jobs slice's limits (every job together).
+	JobsMemoryMax string
+	JobsTasksMax  int
 }
 
 // Unit is one rendered unit file.
@@ -197,6 +202,9 @@ func Render(p Params) ([]Unit, error) {
 		Install                                               bool
 		Role, LogRateLimitIntervalSec                         string
 		LogRateLimitBurst                                     int
+		// StateDirectory keeps the jobs' state; production only: the
+		// canary serves no jobs.
+		StateDirectory string
 	}
 	goMemLimit := goMemLimit(cfg.Guardrails.MemoryHigh)
 	serve := func(bin string, s Service) string {
@@ -227,7 +235,14 @@ func Render(p Params) ([]Unit, error) {
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit),
 		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
 		Role: "production", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
+		StateDirectory: strings.TrimSuffix(cfg.Backend.Unit, ".service"),
 	}); err != nil {
+		return nil, err
+	}
+	if err := add(JobsSlice, "jobs.slice.tmpl", false, struct {
+		Header string
+		G      Guardrails
+	}{header, cfg.Guardrails}); err != nil {
 		return nil, err
 	}
 	if p.CanaryBinary != "" {

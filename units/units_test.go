@@ -49,7 +49,7 @@ func TestRenderGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"mcp-backend.socket", "mcp-backend.service", "mcp-backend-canary.socket", "mcp-backend-canary.service",
+		"mcp-backend.socket", "mcp-backend.service", "mcp-jobs.slice", "mcp-backend-canary.socket", "mcp-backend-canary.service",
 		"mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service",
 		"mcp-watchdog.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service",
 	}
@@ -103,7 +103,7 @@ func directives(content []byte) map[string][]string {
 
 func TestRenderContents(t *testing.T) {
 	cfg := goldenConfig(t)
-	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7, SocketBacklog: 1024}
+	cfg.Guardrails = ctlconfig.Guardrails{TasksMax: 300, LimitNOFILE: 4096, MemoryHigh: "1G", MemoryMax: "2G", CPUWeight: 50, TimeoutStopSec: 7, SocketBacklog: 1024, JobsMemoryMax: "3G", JobsTasksMax: 999}
 	us, err := render(params{Config: cfg, MCPCtl: "/opt/bin/mcpctl", MCPCtlConfig: "/etc/x/mcpctl.json", CanaryBinary: "/opt/mcp-backend/releases/v9/mcp-backend"})
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +123,14 @@ func TestRenderContents(t *testing.T) {
 			"Service.Type": "notify", "Service.Restart": "on-failure", "Service.KillMode": "mixed",
 			"Service.WatchdogSec": "10s", "Service.TasksMax": "300", "Service.LimitNOFILE": "4096",
 			"Service.MemoryHigh": "1G", "Service.MemoryMax": "2G", "Service.CPUWeight": "50", "Service.TimeoutStopSec": "7",
-			"Service.ExecStart":    "/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
-			"Unit.StartLimitBurst": "5",
-			"Install.WantedBy":     "multi-user.target",
-			"Unit.After":           "network.target mcp-backend.socket mcpctl-pending-rollback.service",
-			"Unit.Requires":        "mcp-backend.socket",
+			"Service.ExecStart":      "/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
+			"Unit.StartLimitBurst":   "5",
+			"Install.WantedBy":       "multi-user.target",
+			"Unit.After":             "network.target mcp-backend.socket mcpctl-pending-rollback.service",
+			"Unit.Requires":          "mcp-backend.socket",
+			"Service.StateDirectory": "mcp-backend", "Service.StateDirectoryMode": "0700",
 		}, []string{"Unit.BindsTo", "Unit.PartOf", "Service.Sockets"}, true},
+		{"mcp-jobs.slice", want{"Slice.MemoryMax": "3G", "Slice.TasksMax": "999"}, []string{"Install.WantedBy"}, false},
 		{"mcp-backend.socket", want{
 			"Socket.ListenStream": "127.0.0.1:3210", "Socket.Service": "mcp-backend.service",
 			"Socket.Backlog": "1024", "Socket.FreeBind": "yes", "Install.WantedBy": "sockets.target",
@@ -140,7 +142,7 @@ func TestRenderContents(t *testing.T) {
 			"Service.Type": "notify", "Service.TasksMax": "300", "Service.MemoryMax": "2G", "Service.CPUWeight": "50",
 			"Service.ExecStart": "/opt/mcp-backend/releases/v9/mcp-backend serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211",
 			"Unit.Requires":     "mcp-backend-canary.socket", "Unit.After": "network.target mcp-backend-canary.socket",
-		}, []string{"Install.WantedBy"}, false},
+		}, []string{"Install.WantedBy", "Service.StateDirectory"}, false},
 		{"mcp-tunnel-overdeck.service", want{
 			"Service.Restart":   "always",
 			"Service.ExecStart": "/usr/bin/socat TCP-LISTEN:8441,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:3210",
@@ -192,8 +194,8 @@ func TestRenderWithoutCanary(t *testing.T) {
 			t.Fatal("canary rendered without a canary binary")
 		}
 	}
-	if len(us) != 7 {
-		t.Fatalf("%d units, want 7: %v", len(us), names(us))
+	if len(us) != 8 {
+		t.Fatalf("%d units, want 8: %v", len(us), names(us))
 	}
 }
 

@@ -15,9 +15,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 const (
@@ -108,6 +110,23 @@ func newApp(d *deps) *cli.App {
 					err = srv.ServeStdio(c.Context, srv.StdioTransport(d.stdin, d.stdout))
 					stop(err)
 					return err
+				},
+			},
+			{
+				Name:   "job-exec",
+				Usage:  "run one job to its end and record how it ended (the main process of a job's transient unit)",
+				Hidden: true,
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "dir", Usage: "the job's state `DIR`", Required: true}},
+				Action: func(c *cli.Context) error {
+					// SIGTERM (a stop of the unit: job.cancel, the runtime
+					// limit, the host shutting down) ends the group; the
+					// record says cancelled when job.cancel asked.
+					e, err := jobs.Supervise(c.Context, c.String("dir"), mcpwire.JobKilled)
+					if err != nil {
+						return fmt.Errorf("job-exec: %w", err)
+					}
+					fmt.Fprintf(d.stderr, "job-exec: %s\n", e.State)
+					return nil
 				},
 			},
 			{

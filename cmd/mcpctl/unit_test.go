@@ -73,7 +73,7 @@ func TestUnitRender(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if len(list) != 7 || list[0].Name != "mcp-backend.socket" || !list[0].Enable || !strings.Contains(list[0].Content, "ListenStream=") ||
+		if len(list) != 8 || list[0].Name != "mcp-backend.socket" || !list[0].Enable || !strings.Contains(list[0].Content, "ListenStream=") ||
 			list[1].Name != "mcp-backend.service" || !list[1].Enable || !strings.Contains(list[1].Content, "Type=notify") {
 			t.Fatalf("json units: %+v", list)
 		}
@@ -208,7 +208,7 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep := install()
-	if len(rep.Changed) != 7 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
+	if len(rep.Changed) != 8 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
 		t.Fatalf("first install: %+v", rep)
 	}
 	wantEnabled := []string{"mcp-backend.socket", "mcp-backend.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
@@ -234,7 +234,7 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep = install()
-	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 7 {
+	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 8 {
 		t.Fatalf("second install changed something: %+v", rep)
 	}
 

@@ -82,6 +82,11 @@ type Guardrails struct {
 	// SocketBacklog is Backlog= of the backend sockets: the connections
 	// that may wait while the service restarts.
 	SocketBacklog int `json:"socketBacklog"`
+	// JobsMemoryMax and JobsTasksMax bound mcp-jobs.slice, every job
+	// together; each job has its own smaller limits (the backend's
+	// jobs.memoryMaxBytes and jobs.tasksMax).
+	JobsMemoryMax string `json:"jobsMemoryMax"`
+	JobsTasksMax  int    `json:"jobsTasksMax"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string ("120s").
@@ -142,6 +147,7 @@ func Default() *Config {
 		Rollback: Rollback{Deadline: Duration(120 * time.Second)},
 		Guardrails: Guardrails{
 			TasksMax: 512, LimitNOFILE: 65536, MemoryHigh: "6G", MemoryMax: "9G", CPUWeight: 80, TimeoutStopSec: 5, SocketBacklog: units.SocketBacklog,
+			JobsMemoryMax: "4G", JobsTasksMax: 4096,
 		},
 	}
 }
@@ -333,6 +339,14 @@ func (c *Config) Validate() error {
 	}
 	if errHigh == nil && errMax == nil && high > max {
 		add("guardrails.memoryHigh = %q: must not be above guardrails.memoryMax = %q", g.MemoryHigh, g.MemoryMax)
+	}
+	if jm, err := units.ParseSize(g.JobsMemoryMax); err != nil {
+		add("guardrails.jobsMemoryMax = %q: %v", g.JobsMemoryMax, err)
+	} else if jm < MinMemory {
+		add("guardrails.jobsMemoryMax = %q: must be at least 64M (or infinity)", g.JobsMemoryMax)
+	}
+	if g.JobsTasksMax < 16 || g.JobsTasksMax > 4194304 {
+		add("guardrails.jobsTasksMax = %d: must be 16..4194304", g.JobsTasksMax)
 	}
 	return errors.Join(errs...)
 }

@@ -25,7 +25,8 @@ func (c *Config) UnitSpec() (*units.Spec, error) {
 		Canary:      units.Service{Unit: c.Canary.Unit, Listen: c.Canary.Listen, Config: c.Canary.Config},
 		InstallRoot: c.Install.Root,
 		Guardrails: units.Guardrails{TasksMax: g.TasksMax, LimitNOFILE: g.LimitNOFILE, MemoryHigh: g.MemoryHigh,
-			MemoryMax: g.MemoryMax, CPUWeight: g.CPUWeight, TimeoutStopSec: g.TimeoutStopSec, SocketBacklog: g.SocketBacklog},
+			MemoryMax: g.MemoryMax, CPUWeight: g.CPUWeight, TimeoutStopSec: g.TimeoutStopSec, SocketBacklog: g.SocketBacklog,
+			JobsMemoryMax: g.JobsMemoryMax, JobsTasksMax: g.JobsTasksMax},
 	}
 	for _, t := range c.Tunnels {
 		s.Tunnels = append(s.Tunnels, units.Tunnel{Name: t.Name, Unit: t.Unit, Exec: t.Exec})
