@@ -28,8 +28,10 @@ const (
 	WatchdogService        = "mcp-watchdog.service"
 	WatchdogTimer          = "mcp-watchdog.timer"
 	PendingRollbackService = "mcpctl-pending-rollback.service"
-	// JobsSlice holds the backend's jobs, each a transient unit of its own.
-	JobsSlice = "mcp-jobs.slice"
+	// JobsSlice holds the backend's jobs, each a transient unit of its own
+	// named JobUnitPrefix + the job's id + ".service".
+	JobsSlice     = "mcp-jobs.slice"
+	JobUnitPrefix = "mcp-job-"
 )
 
 // DefaultMCPCtl is where the units expect the mcpctl binary.

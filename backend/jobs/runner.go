@@ -11,6 +11,7 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // ProcessRunner runs each job's supervisor as a goroutine of the backend:
@@ -95,7 +96,7 @@ func (r *ProcessRunner) Close() {
 
 // Slice is the systemd slice every job unit runs in; `mcpctl unit
 // install` installs it with the slice-wide limits.
-const Slice = "mcp-jobs.slice"
+const Slice = units.JobsSlice
 
 // SystemdClient is what the systemd runner needs of the D-Bus client.
 type SystemdClient interface {
@@ -120,7 +121,7 @@ type SystemdRunner struct {
 func (*SystemdRunner) Mode() string { return mcpwire.JobModeSystemd }
 
 // UnitName is the unit of job id.
-func UnitName(id string) string { return "mcp-job-" + id + ".service" }
+func UnitName(id string) string { return units.JobUnitPrefix + id + ".service" }
 
 func (r *SystemdRunner) client(ctx context.Context) (SystemdClient, func(), context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
@@ -144,8 +145,10 @@ func (r *SystemdRunner) Check(ctx context.Context) error {
 	if err != nil {
 		return toolerr.New(mcpwire.CodeUnavailable, "jobs: read %s: %v", Slice, err)
 	}
-	if st.LoadState != "loaded" {
-		return toolerr.New(mcpwire.CodeUnavailable, "jobs: the slice %s is not installed (LoadState=%s): run `mcpctl unit install` to install it; no job was started", Slice, st.LoadState)
+	// systemd makes up a slice that has no unit file (loaded, no
+	// fragment): without ours, there would be no slice-wide limits.
+	if st.LoadState != "loaded" || st.FragmentPath == "" {
+		return toolerr.New(mcpwire.CodeUnavailable, "jobs: the slice %s is not installed (LoadState=%s, no unit file): run `mcpctl unit install` to install it; no job was started", Slice, st.LoadState)
 	}
 	return nil
 }

@@ -124,6 +124,18 @@ func humanCutover(w io.Writer, r *deploy.Report, err error) {
 	default:
 		return
 	}
+	if j := r.Jobs; j != nil {
+		switch {
+		case j.Err != "":
+			fmt.Fprintf(w, "jobs: cannot tell: %s\n", j.Err)
+		default:
+			fmt.Fprintf(w, "jobs: %d running before, %d still running", j.RunningBefore, j.StillRunning)
+			if len(j.Ended) > 0 {
+				fmt.Fprintf(w, " (ended meanwhile: %s)", strings.Join(j.Ended, " "))
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	for _, t := range r.Timings {
 		fmt.Fprintf(w, "  %-16s %s\n", t.Step, t.Duration.Round(time.Millisecond))
 	}

@@ -97,6 +97,10 @@ type statusReport struct {
 	// SystemdErr is why systemd could not be reached: unit states, restarts
 	// and the rollback timer are then unknown, the HTTP checks still ran.
 	SystemdErr string `json:"systemdError,omitempty"`
+	// Jobs are the backend's running jobs (their own units, which
+	// cutovers and rollbacks leave running).
+	Jobs    []deploy.JobUnit `json:"jobs"`
+	JobsErr string           `json:"jobsError,omitempty"`
 }
 
 func statusCommand(d *deps) *cli.Command {
@@ -162,6 +166,16 @@ func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *
 		rep.EventsErr = err.Error()
 	}
 	rep.Events = deployEvents(events, statusEvents)
+	rep.Jobs = []deploy.JobUnit{}
+	if l, ok := sd.(deploy.JobLister); ok {
+		if js, err := deploy.RunningJobs(ctx, l); err != nil {
+			rep.JobsErr = err.Error()
+		} else if js != nil {
+			rep.Jobs = js
+		}
+	} else {
+		rep.JobsErr = "unknown: the job units are listed over D-Bus"
+	}
 	return rep
 }
 
@@ -380,6 +394,13 @@ func renderStatus(w io.Writer, st styles, r *statusReport, width int) {
 	}
 	if r.EventsErr != "" {
 		fmt.Fprintln(w, wrap(fmt.Sprintf("  %s %s", st.bad.Render("error:"), r.EventsErr)))
+	}
+	fmt.Fprintf(w, "%s %d running\n", st.title.Render("jobs"), len(r.Jobs))
+	for _, j := range r.Jobs {
+		fmt.Fprintf(w, "  %s %s since %s\n", j.Unit, j.ActiveState, j.Since.UTC().Format(time.RFC3339))
+	}
+	if r.JobsErr != "" {
+		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("error:"), r.JobsErr)
 	}
 }
 

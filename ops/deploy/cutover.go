@@ -50,6 +50,8 @@ type Report struct {
 	Timings         []Timing        `json:"timings"`
 	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
 	Pruned *Pruned `json:"pruned,omitempty"`
+	// Jobs says how many backend jobs ran before and still run after.
+	Jobs *JobsReport `json:"jobs,omitempty"`
 }
 
 // Pruned lists the snapshots and releases a confirmed cutover removed.
@@ -114,6 +116,8 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	if err := c.timed("preflight", func() error { return c.preflight(ctx) }); err != nil {
 		return c.rep, err
 	}
+	c.noteJobs(ctx)
+	defer c.judgeJobs(ctx)
 	if err := c.timed("snapshot+arm", func() error { return c.arm(ctx) }); err != nil {
 		return c.rep, err
 	}
@@ -140,6 +144,7 @@ type cutover struct {
 	unlock func()
 
 	facts Facts  // preflight's observations
+	jobs  []JobUnit // the jobs running before the swap
 	self  string // the mcpctl the armed timer runs
 	snap  string // the snapshot the rollback restores
 	nonce string // the pending marker's

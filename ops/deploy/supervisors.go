@@ -75,6 +75,14 @@ func (s Supervision) runsBackend(c unitstate.ExecCommand) string {
 	return ""
 }
 
+// jobSupervisor reports whether a command is the supervisor of one
+// backend job (`mcp-backend job-exec --dir DIR`, the main process of a
+// job's transient unit): it serves nothing and must survive a cutover.
+// Only a direct exec counts; through a shell anything could follow.
+func jobSupervisor(c unitstate.ExecCommand) bool {
+	return len(c.Argv) >= 2 && filepath.Base(c.Path) == "mcp-backend" && c.Argv[1] == "job-exec"
+}
+
 // runsWatchdog reports whether a command runs `mcpctl ... watchdog`.
 func runsWatchdog(c unitstate.ExecCommand) bool {
 	toks := tokens(c)
@@ -91,7 +99,8 @@ func runsWatchdog(c unitstate.ExecCommand) bool {
 // binary (current's or any release's; only the canary unit may run a
 // release), or another unit running `mcpctl watchdog` besides the watchdog
 // service. Either would fight the cutover: the old build keeps serving, or a
-// second watchdog restarts tunnels the cutover is verifying.
+// second watchdog restarts tunnels the cutover is verifying. A job's
+// supervisor (job-exec) runs a release's binary and is none of these.
 func DuplicateSupervisors(s Supervision) []string {
 	if s.ListErr != nil {
 		return []string{fmt.Sprintf("cannot list systemd units to look for a second supervisor: %v", s.ListErr)}
@@ -110,7 +119,7 @@ func DuplicateSupervisors(s Supervision) []string {
 			continue
 		}
 		for _, c := range svc.Exec {
-			if bin := s.runsBackend(c); bin != "" && svc.Name != s.CanaryUnit {
+			if bin := s.runsBackend(c); bin != "" && svc.Name != s.CanaryUnit && !jobSupervisor(c) {
 				out = append(out, fmt.Sprintf("%s (%s) also runs %s: stop and disable it, production is %s", svc.Name, why, bin, s.BackendUnit))
 				break
 			}

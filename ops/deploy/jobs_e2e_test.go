@@ -1,0 +1,380 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// jobCall posts one tools/call to the backend as subject (openai/subject of
+// an unauthenticated client) and returns the structured result, or the
+// tool error's code and message.
+func jobCall(t testing.TB, url, subject, tool string, args any, out any) (code, msg string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{
+		"name": tool, "arguments": args, "_meta": map[string]any{"openai/subject": subject, "openai/session": "e2e"}}})
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	resp, err := (&http.Client{Timeout: 70 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Result struct {
+			IsError           bool            `json:"isError"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
+			Content           []struct{ Text string }
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: status %d: %.300s", tool, resp.StatusCode, b)
+	}
+	if r.Result.IsError {
+		var env mcpwire.ErrorEnvelope
+		_ = json.Unmarshal([]byte(r.Result.Content[0].Text), &env)
+		return string(env.Error.Code), env.Error.Message
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Result.StructuredContent, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "", ""
+}
+
+func (s *site) job(subject, tool string, args any, out any) {
+	s.t.Helper()
+	if code, msg := jobCall(s.t, s.backend, subject, tool, args, out); code != "" {
+		s.t.Fatalf("%s: %s: %s", tool, code, msg)
+	}
+}
+
+// allOutput reads a stream of a job from offset 0 to its end by job.output.
+func (s *site) allOutput(subject, id, stream string) []byte {
+	s.t.Helper()
+	var all []byte
+	off := int64(0)
+	for {
+		var c mcpwire.JobChunk
+		s.job(subject, mcpwire.ToolJobOutput, map[string]any{"id": id, "stream": stream, "offset": off, "maxBytes": 4096}, &c)
+		b := []byte(c.Data)
+		if c.Encoding == mcpwire.EncodingBase64 {
+			b, _ = base64.StdEncoding.DecodeString(c.Data)
+		}
+		all = append(all, b...)
+		if c.NextOffset == off {
+			return all // the end so far (eof once the job ended)
+		}
+		off = c.NextOffset
+	}
+}
+
+func (s *site) waitJob(subject, id string) mcpwire.JobStatus {
+	s.t.Helper()
+	for range 10 {
+		var w mcpwire.JobWaitResult
+		s.job(subject, mcpwire.ToolJobWait, map[string]any{"id": id, "waitMs": 20000}, &w)
+		if w.Job.Done {
+			return w.Job
+		}
+	}
+	s.t.Fatalf("job %s still running after 10 waits", id)
+	return mcpwire.JobStatus{}
+}
+
+// inContainer runs argv inside the container and returns its stdout.
+func (s *site) inContainer(argv ...string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, out, _, err := s.m.Run(ctx, argv...)
+	if err != nil {
+		s.t.Fatalf("%v: %v", argv, err)
+	}
+	return out
+}
+
+// systemdCgroup is the name=systemd (v1) or unified (v2) line of a
+// container process's /proc/PID/cgroup.
+func (s *site) systemdCgroup(pid int) string {
+	s.t.Helper()
+	out := s.inContainer("cat", fmt.Sprintf("/proc/%d/cgroup", pid))
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, ":name=systemd:") {
+			return l
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "0::") {
+			return l
+		}
+	}
+	s.t.Fatalf("pid %d: no systemd cgroup line in %q", pid, out)
+	return ""
+}
+
+// pidsOf reads the pids a job printed, one a line.
+func pidsOf(t testing.TB, out []byte) []int {
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no pids in %q", out)
+	}
+	return pids
+}
+
+// jobSite is a site whose backend keeps its jobs' state in a bound
+// directory (so it outlives a reboot of the container) and caps each job's
+// output at 100000 bytes.
+func jobSite(t *testing.T) *site {
+	s := newSite(t, 60*time.Second)
+	writeJSON(t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen, "jobs": map[string]any{
+		"stateDir": filepath.Join(s.dir, "jobstate"), "outputBytes": 100000, "totalOutputBytes": 100 << 20,
+		"memoryMaxBytes": 1 << 30, "tasksMax": 256,
+	}})
+	s.restartBackend()
+	return s
+}
+
+func (s *site) restartBackend() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.m.Client.Restart(ctx, s.cfg.Backend.Unit); err != nil {
+		s.t.Fatal(err)
+	}
+	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+}
+
+// gated is a job command that prints a tick every 100 ms until the gate
+// file exists, then "finished" and exits 7.
+func gated(gate string) string {
+	return fmt.Sprintf(`i=0; while [ ! -e %s ]; do echo tick $i; i=$((i+1)); sleep 0.1; done; echo finished; exit 7`, gate)
+}
+
+func openGate(t testing.TB, gate string) {
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJobsInSystemd: jobs as transient units in mcp-jobs.slice of a real
+// systemd, through the real backend over HTTP: the slice check, the
+// job's own cgroup and limits read back over D-Bus, survival of a cutover
+// and a rollback (same InvocationID, complete output read from the new
+// process), an end while no backend runs, cancel of the whole cgroup, the
+// output cap, ownership, and a supervisor killed without a record (lost).
+func TestJobsInSystemd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a container")
+	}
+	s := jobSite(t)
+	ctx := context.Background()
+	const alice = "alice"
+
+	t.Run("slice missing", func(t *testing.T) {
+		s.t = t
+		slice := filepath.Join(s.m.UnitsDir, units.JobsSlice)
+		body, err := os.ReadFile(slice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(slice)
+		if err := s.m.Client.DaemonReload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		code, msg := jobCall(t, s.backend, alice, mcpwire.ToolJobStart, map[string]any{"command": "true"}, nil)
+		if code != string(mcpwire.CodeUnavailable) || !strings.Contains(msg, "mcpctl unit install") {
+			t.Fatalf("without the slice: %s %q", code, msg)
+		}
+		if err := os.WriteFile(slice, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.m.Client.DaemonReload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("own unit, cgroup and limits", func(t *testing.T) {
+		s.t = t
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "echo $$; sleep 600 & echo $!; wait",
+			"memoryMaxBytes": 256 << 20, "tasksMax": 64, "timeoutMs": 900000, "waitMs": 2000}, &st)
+		if st.Job.Mode != mcpwire.JobModeSystemd || st.Job.Unit == "" {
+			t.Fatalf("start: %+v", st.Job)
+		}
+		proctest.Eventually(t, "both pids printed", func() bool { return len(strings.Fields(string(s.allOutput(alice, st.Job.ID, "stdout")))) == 2 })
+		u, err := s.m.Client.Unit(ctx, st.Job.Unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.MemoryMax != 256<<20 || u.TasksMax != 64 || u.Slice != units.JobsSlice || u.RuntimeMax < 900*time.Second || u.ActiveState != "active" {
+			t.Fatalf("unit %s: MemoryMax %d TasksMax %d Slice %q RuntimeMax %s %s", st.Job.Unit, u.MemoryMax, u.TasksMax, u.Slice, u.RuntimeMax, u.ActiveState)
+		}
+		pids := pidsOf(t, s.allOutput(alice, st.Job.ID, "stdout"))
+		for _, pid := range append(pids, int(u.MainPID)) {
+			cg := s.systemdCgroup(pid)
+			if !strings.HasSuffix(cg, "/"+units.JobsSlice+"/"+st.Job.Unit) || strings.Contains(cg, s.cfg.Backend.Unit) {
+				t.Fatalf("pid %d is in %q, want the job's own unit", pid, cg)
+			}
+		}
+		// Cancel stops the whole cgroup, the background sleep included.
+		var c mcpwire.JobStatus
+		s.job(alice, mcpwire.ToolJobCancel, map[string]any{"id": st.Job.ID}, &c)
+		if c.State != mcpwire.JobCancelled {
+			t.Fatalf("cancel: %+v", c)
+		}
+		proctest.Eventually(t, "the job's unit gone", func() bool {
+			gone, err := s.m.Client.Gone(ctx, st.Job.Unit)
+			return err == nil && gone
+		})
+		for _, pid := range pids {
+			if code, _, _, _ := s.m.Run(ctx, "test", "-e", fmt.Sprintf("/proc/%d", pid)); code == 0 {
+				t.Fatalf("pid %d of the cancelled job still runs", pid)
+			}
+		}
+	})
+
+	t.Run("survives cutover and rollback", func(t *testing.T) {
+		s.t = t
+		gate := filepath.Join(s.dir, "gate-cutover")
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st)
+		_, inv := s.unit(st.Job.Unit)
+		s.pass(s.builds["v2"])
+		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		if code != 0 || s.version() != "v2" {
+			t.Fatalf("cutover exit %d:\n%s", code, out)
+		}
+		t.Logf("cutover report:\n%s", out)
+		if !strings.Contains(out, "jobs: 1 running before, 1 still running") {
+			t.Fatalf("the cutover report does not name the running job:\n%s", out)
+		}
+		var mid mcpwire.JobStatus
+		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &mid)
+		if active, now := s.unit(st.Job.Unit); mid.State != mcpwire.JobRunning || active != "active" || now != inv {
+			t.Fatalf("after the cutover: %+v, unit %s invocation %s (was %s)", mid, active, now, inv)
+		}
+		if code, out := s.run("rollback"); code != 0 || s.version() != "v1" {
+			t.Fatalf("rollback exit %d:\n%s", code, out)
+		}
+		if active, now := s.unit(st.Job.Unit); active != "active" || now != inv {
+			t.Fatalf("after the rollback: unit %s invocation %s (was %s)", active, now, inv)
+		}
+		openGate(t, gate)
+		end := s.waitJob(alice, st.Job.ID)
+		if end.State != mcpwire.JobExited || end.ExitCode == nil || *end.ExitCode != 7 {
+			t.Fatalf("end: %+v", end)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(s.allOutput(alice, st.Job.ID, "stdout")), "\n"), "\n")
+		if len(lines) < 3 || lines[len(lines)-1] != "finished" {
+			t.Fatalf("output %q", lines)
+		}
+		for i, l := range lines[:len(lines)-1] {
+			if l != fmt.Sprintf("tick %d", i) {
+				t.Fatalf("line %d is %q: output not complete", i, l)
+			}
+		}
+	})
+
+	t.Run("ends while no backend runs", func(t *testing.T) {
+		s.t = t
+		gate := filepath.Join(s.dir, "gate-stopped")
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := s.m.Client.Stop(cctx, s.cfg.Backend.Unit); err != nil {
+			t.Fatal(err)
+		}
+		openGate(t, gate)
+		proctest.Eventually(t, "the job's unit gone", func() bool {
+			gone, err := s.m.Client.Gone(ctx, st.Job.Unit)
+			return err == nil && gone
+		})
+		if err := s.m.Client.Start(cctx, s.cfg.Backend.Unit); err != nil {
+			t.Fatal(err)
+		}
+		var end mcpwire.JobStatus
+		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &end)
+		if end.State != mcpwire.JobExited || end.ExitCode == nil || *end.ExitCode != 7 {
+			t.Fatalf("after the backend came back: %+v", end)
+		}
+	})
+
+	t.Run("output cap and ownership", func(t *testing.T) {
+		s.t = t
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "yes", "waitMs": 20000}, &st)
+		end := st.Job
+		if !end.Done {
+			end = s.waitJob(alice, st.Job.ID)
+		}
+		if end.State != mcpwire.JobOutputLimit || end.StdoutBytes != 100000 {
+			t.Fatalf("output cap: %+v", end)
+		}
+		if code, _ := jobCall(t, s.backend, "bob", mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, nil); code != string(mcpwire.CodeNotFound) {
+			t.Fatalf("bob sees alice's job: %q", code)
+		}
+		var l mcpwire.JobList
+		s.job("bob", mcpwire.ToolJobList, map[string]any{}, &l)
+		if l.Total != 0 {
+			t.Fatalf("bob lists %+v", l)
+		}
+	})
+
+	t.Run("supervisor killed: lost; reboot: never running", func(t *testing.T) {
+		s.t = t
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "sleep 600"}, &st)
+		u, err := s.m.Client.Unit(ctx, st.Job.Unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.inContainer("kill", "-9", strconv.Itoa(int(u.MainPID)))
+		proctest.Eventually(t, "the killed job lost", func() bool {
+			var js mcpwire.JobStatus
+			s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &js)
+			return js.State == mcpwire.JobLost
+		})
+		var r mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "sleep 600"}, &r)
+		s.m.Reboot(t)
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		for _, u := range []string{s.cfg.Backend.Unit} {
+			if err := s.m.Client.Start(cctx, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+		var after mcpwire.JobStatus
+		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": r.Job.ID}, &after)
+		if !after.Done || (after.State != mcpwire.JobLost && after.State != mcpwire.JobKilled) {
+			t.Fatalf("after the reboot: %+v", after)
+		}
+		t.Logf("after the reboot: %s (%s)", after.State, after.Message)
+	})
+}
