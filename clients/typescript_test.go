@@ -27,6 +27,11 @@ type tsReport struct {
 	SessionBefore   *string           `json:"sessionBefore"`
 	SessionAfter    *string           `json:"sessionAfter"`
 	WrongToken      string            `json:"wrongToken"`
+	Waits           int               `json:"waits"`
+	JobState        string            `json:"jobState"`
+	ExitCode        *int              `json:"exitCode"`
+	Lines           int               `json:"lines"`
+	ElapsedS        float64           `json:"elapsedS"`
 }
 
 // transportCase is one way to reach a backend with a given config.
@@ -208,4 +213,20 @@ func TestTypeScriptSDKOverload(t *testing.T) {
 			t.Logf("24 concurrent sleep 1 over %s: %v", tr.name, rep.Tally)
 		})
 	}
+}
+
+// TestTypeScriptSDKLongJob: with the SDK's default 60 s request timeout, a
+// 90 s command runs to completion over HTTP as a job: started, waited for
+// in calls that each end well before the timeout, its whole output read by
+// offset and its exit code seen.
+func TestTypeScriptSDKLongJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 90 s command")
+	}
+	b := startHTTP(t, `{"jobs":{"mode":"process"}}`)
+	rep := runTS(t, "longjob", []string{"MCP_URL=" + b.url}, nil)
+	if rep.JobState != "exited" || rep.ExitCode == nil || *rep.ExitCode != 5 || rep.Lines != 90 || rep.Waits < 2 {
+		t.Fatalf("long job: %+v", rep)
+	}
+	t.Logf("figures: 90 s job through %d job.wait calls, %.1f s in all", rep.Waits, rep.ElapsedS)
 }

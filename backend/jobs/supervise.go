@@ -96,6 +96,9 @@ func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
 		state = mcpwire.JobCancelled
 	}
 	e := Exit{State: state, OutputLimited: out.limited()}
+	if state == ended {
+		e.Message = "stopped before it ended: its supervisor was told to stop (a stop of its unit, its runtime limit, the host shutting down, or the backend's exit in process mode)"
+	}
 	if e.OutputLimited && state == "" {
 		state = mcpwire.JobOutputLimit
 		e.State = state

@@ -276,3 +276,17 @@ func TestJobWaitHoldsNoSlot(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJobStartHTTP is the cost of one job.start over HTTP through the
+// real server in process mode (the command, true, ends at once).
+func BenchmarkJobStartHTTP(b *testing.B) {
+	bk := jobsBackend(b, func(c *config.Config) {
+		c.Jobs.MaxRunning, c.Jobs.MaxRunningPerConversation, c.Jobs.MaxKept = 1024, 1024, 100000
+	})
+	b.ResetTimer()
+	for b.Loop() {
+		if r := callAs(b, bk, "bench", "c1", mcpwire.ToolJobStart, map[string]any{"command": "true"}); r.errorCode() != "" {
+			b.Fatal(r.errorCode())
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -272,6 +273,13 @@ func TestJobsInSystemd(t *testing.T) {
 		if !strings.Contains(out, "jobs: 1 running before, 1 still running") {
 			t.Fatalf("the cutover report does not name the running job:\n%s", out)
 		}
+		code, out = s.run("--json", "status")
+		var status struct {
+			Jobs []deploy.JobUnit `json:"jobs"`
+		}
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &status); code != 0 || err != nil || len(status.Jobs) != 1 || status.Jobs[0].Unit != st.Job.Unit {
+			t.Fatalf("mcpctl status lists %+v (exit %d, %v), want the job %s", status.Jobs, code, err, st.Job.Unit)
+		}
 		var mid mcpwire.JobStatus
 		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &mid)
 		if active, now := s.unit(st.Job.Unit); mid.State != mcpwire.JobRunning || active != "active" || now != inv {
@@ -343,6 +351,17 @@ func TestJobsInSystemd(t *testing.T) {
 		if l.Total != 0 {
 			t.Fatalf("bob lists %+v", l)
 		}
+	})
+
+	t.Run("start cost", func(t *testing.T) {
+		s.t = t
+		const n = 20
+		t0 := time.Now()
+		for range n {
+			var st mcpwire.JobStartResult
+			s.job("bench", mcpwire.ToolJobStart, map[string]any{"command": "true"}, &st)
+		}
+		t.Logf("figures: job.start over HTTP in systemd mode: %.1f ms each (mean of %d, transient unit started and running when it returns)", float64(time.Since(t0).Microseconds())/1000/n, n)
 	})
 
 	t.Run("supervisor killed: lost; reboot: never running", func(t *testing.T) {

@@ -141,6 +141,21 @@ const scenarios = {
       const r = await call(client, 'shell.exec', { command: 'printf abc' });
       if (r.result?.stdout !== 'abc') problem(`shell.exec stdout ${JSON.stringify(r.result)}`);
     }
+    // The job tools, each validated against its outputSchema.
+    const started = await call(client, 'job.start', { command: 'printf job; sleep 30', idempotencyKey: 'ts-tools' });
+    report.calls['job.start'] = started.ok ? 'ok' : (started.code ?? started.threw);
+    const id = started.result?.job?.id;
+    for (const [name, args] of [
+      ['job.status', { id }],
+      ['job.output', { id, stream: 'stdout', offset: 0 }],
+      ['job.wait', { id, waitMs: 100 }],
+      ['job.list', {}],
+      ['job.cancel', { id }],
+    ]) {
+      const r = await call(client, name, args);
+      report.calls[name] = r.ok ? 'ok' : (r.code ?? r.threw);
+      if (r.threw) problem(`${name} threw ${r.threw}`);
+    }
     victim.kill('SIGKILL');
     await client.close();
   },
@@ -253,6 +268,47 @@ const scenarios = {
     } catch (err) {
       report.wrongToken = `${err.name}: ${err.message}`.slice(0, 200);
     }
+  },
+
+  // A command longer than the SDK's default 60 s request timeout runs to
+  // completion as a job: start, wait (each call well under the timeout)
+  // until done, then every byte of its output and its exit code.
+  async longjob() {
+    const { client } = await connect();
+    const secs = Number(process.env.JOB_SECONDS ?? 90);
+    const t0 = performance.now();
+    const started = await call(client, 'job.start', {
+      command: `for i in $(seq 1 ${secs}); do echo line $i; sleep 1; done; exit 5`,
+      idempotencyKey: 'ts-longjob', waitMs: 5000,
+    });
+    if (!started.ok) throw new Error(`job.start: ${JSON.stringify(started)}`);
+    const id = started.result.job.id;
+    let job = started.result.job;
+    report.waits = 0;
+    while (!job.done) {
+      const w = await call(client, 'job.wait', { id, waitMs: 45000 });
+      if (!w.ok) throw new Error(`job.wait: ${JSON.stringify(w)}`);
+      job = w.result.job;
+      report.waits++;
+    }
+    let text = '';
+    let offset = 0;
+    for (;;) {
+      const o = await call(client, 'job.output', { id, stream: 'stdout', offset, maxBytes: 100 });
+      if (!o.ok) throw new Error(`job.output: ${JSON.stringify(o)}`);
+      if (o.result.encoding !== 'utf8') problem(`encoding ${o.result.encoding}`);
+      text += o.result.data;
+      offset = o.result.nextOffset;
+      if (o.result.eof) break;
+    }
+    report.jobState = job.state;
+    report.exitCode = job.exitCode;
+    report.lines = text.trimEnd().split('\n').length;
+    report.elapsedS = +((performance.now() - t0) / 1000).toFixed(1);
+    const want = Array.from({ length: secs }, (_, i) => `line ${i + 1}`).join('\n') + '\n';
+    if (text !== want) problem(`output ${JSON.stringify(text.slice(0, 200))}... is not the ${secs} lines`);
+    if (job.state !== 'exited' || job.exitCode !== 5) problem(`job ended ${JSON.stringify(job)}`);
+    await client.close();
   },
 
   // Many concurrent calls over the limits: every one settles as a result.
