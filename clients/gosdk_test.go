@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/mcpwire"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // The Go SDK client: tools, an error result with its code, and a cancelled

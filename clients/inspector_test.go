@@ -2,12 +2,13 @@ package clients
 
 import (
 	"encoding/json"
-	"github.com/overdeck/mcp-backend/mcpwire"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // inspectorCLI is MCP Inspector's command-line mode.

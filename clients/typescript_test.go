@@ -3,7 +3,6 @@ package clients
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/overdeck/mcp-backend/mcpwire"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // tsReport is the JSON report of testdata/clients/ts-client.mjs.

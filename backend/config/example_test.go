@@ -13,8 +13,8 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Concurrency != Default().Concurrency || c.Limits != Default().Limits {
-		t.Fatalf("the example's limits differ from the defaults: %+v %+v", c.Concurrency, c.Limits)
+	if c.Concurrency != Default().Concurrency || c.Limits != Default().Limits || c.Jobs != Default().Jobs {
+		t.Fatalf("the example's limits differ from the defaults: %+v %+v %+v", c.Concurrency, c.Limits, c.Jobs)
 	}
 	if c.Auth.OAuth == nil || len(c.Auth.OAuth.Resources) != 2 {
 		t.Fatalf("the example's OAuth section did not parse: %+v", c.Auth)

@@ -278,6 +278,18 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		r.TasksMax = m.lim.TasksMax
 	}
 	owner := c.Principal.Key()
+	// Jobs that ended since the last poll must not count against the caps.
+	m.mu.Lock()
+	var running []*job
+	for _, j := range m.jobs {
+		if j.running() {
+			running = append(running, j)
+		}
+	}
+	m.mu.Unlock()
+	for _, j := range running {
+		m.refresh(j)
+	}
 	m.mu.Lock()
 	if r.IdemKey != "" {
 		for _, j := range m.jobs {
@@ -288,19 +300,19 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 			}
 		}
 	}
-	running, conv := 0, 0
+	nrun, conv := 0, 0
 	for _, j := range m.jobs {
 		if j.running() {
-			running++
+			nrun++
 			if j.spec.Owner == owner && j.spec.Conversation == c.Conversation {
 				conv++
 			}
 		}
 	}
-	if running >= m.lim.MaxRunning {
+	if nrun >= m.lim.MaxRunning {
 		m.mu.Unlock()
 		m.refused.Add(1)
-		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeOverloaded, "jobs: %d jobs are running, the most this backend runs at once (jobs.maxRunning); wait for one to end or cancel one", running)
+		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeOverloaded, "jobs: %d jobs are running, the most this backend runs at once (jobs.maxRunning); wait for one to end or cancel one", nrun)
 	}
 	if conv >= m.lim.MaxRunningPerConversation {
 		m.mu.Unlock()

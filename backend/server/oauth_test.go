@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"github.com/overdeck/mcp-backend/mcpwire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // oauthEnv is the deployment these tests run: a real authorization server,

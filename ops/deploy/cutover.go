@@ -143,11 +143,11 @@ type cutover struct {
 	rep    *Report
 	unlock func()
 
-	facts Facts  // preflight's observations
+	facts Facts     // preflight's observations
 	jobs  []JobUnit // the jobs running before the swap
-	self  string // the mcpctl the armed timer runs
-	snap  string // the snapshot the rollback restores
-	nonce string // the pending marker's
+	self  string    // the mcpctl the armed timer runs
+	snap  string    // the snapshot the rollback restores
+	nonce string    // the pending marker's
 }
 
 // audit records an event of this cutover (best effort: the report and the
