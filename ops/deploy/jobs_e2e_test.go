@@ -260,9 +260,15 @@ func TestJobsInSystemd(t *testing.T) {
 
 	t.Run("survives cutover and rollback", func(t *testing.T) {
 		s.t = t
+		// Through a tunnel, as a hosted client reaches it; the job runs at
+		// least 90 s (the gate opens then, and only after the rollback).
+		url := s.cfg.Tunnels[0].URL
 		gate := filepath.Join(s.dir, "gate-cutover")
 		var st mcpwire.JobStartResult
-		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st)
+		if code, msg := jobCall(t, url, alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st); code != "" {
+			t.Fatalf("job.start through the tunnel: %s %s", code, msg)
+		}
+		started := time.Now()
 		_, inv := s.unit(st.Job.Unit)
 		s.pass(s.builds["v2"])
 		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
@@ -291,9 +297,17 @@ func TestJobsInSystemd(t *testing.T) {
 		if active, now := s.unit(st.Job.Unit); active != "active" || now != inv {
 			t.Fatalf("after the rollback: unit %s invocation %s (was %s)", active, now, inv)
 		}
+		time.Sleep(time.Until(started.Add(90 * time.Second)))
 		openGate(t, gate)
-		end := s.waitJob(alice, st.Job.ID)
-		if end.State != mcpwire.JobExited || end.ExitCode == nil || *end.ExitCode != 7 {
+		var end mcpwire.JobStatus
+		for !end.Done {
+			var w mcpwire.JobWaitResult
+			if code, msg := jobCall(t, url, alice, mcpwire.ToolJobWait, map[string]any{"id": st.Job.ID, "waitMs": 20000}, &w); code != "" {
+				t.Fatalf("job.wait through the tunnel: %s %s", code, msg)
+			}
+			end = w.Job
+		}
+		if end.State != mcpwire.JobExited || end.ExitCode == nil || *end.ExitCode != 7 || end.DurationMs < 90000 {
 			t.Fatalf("end: %+v", end)
 		}
 		lines := strings.Split(strings.TrimSuffix(string(s.allOutput(alice, st.Job.ID, "stdout")), "\n"), "\n")
