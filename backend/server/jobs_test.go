@@ -285,7 +285,7 @@ func BenchmarkJobStartHTTP(b *testing.B) {
 	})
 	b.ResetTimer()
 	for b.Loop() {
-		if r := callAs(b, bk, "bench", "c1", mcpwire.ToolJobStart, map[string]any{"command": "true"}); r.errorCode() != "" {
+		if r := jobCallAs(b, bk, "bench", "c1", mcpwire.ToolJobStart, map[string]any{"command": "true"}); r.errorCode() != "" {
 			b.Fatal(r.errorCode())
 		}
 	}
