@@ -101,6 +101,9 @@ type job struct {
 	spec Spec
 	dir  string
 	exit *Exit
+	// starting: counted against the caps, but its runner is not started
+	// yet: nobody may judge it gone.
+	starting bool
 }
 
 func (j *job) running() bool { return j.exit == nil }
@@ -189,7 +192,7 @@ func (m *Manager) loop() {
 		m.mu.Lock()
 		var running []*job
 		for _, j := range m.jobs {
-			if j.running() {
+			if j.running() && !j.starting {
 				running = append(running, j)
 			}
 		}
@@ -331,7 +334,7 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		MemoryMax: r.MemoryMax, TasksMax: r.TasksMax,
 		Mode: m.Mode(), Created: m.opts.Now().UTC(),
 	}
-	j := &job{spec: spec, dir: filepath.Join(m.dir, spec.ID)}
+	j := &job{spec: spec, dir: filepath.Join(m.dir, spec.ID), starting: true}
 	// Placed before it starts, so the caps count it while it starts.
 	m.jobs[spec.ID] = j
 	m.mu.Unlock()
@@ -350,13 +353,17 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 	if err := writeSpec(j.dir, spec, r.Env); err != nil {
 		return fail(toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err))
 	}
-	if err := m.opts.Runner.Start(ctx, j.dir, &j.spec); err != nil {
+	// The runner names the job's unit in its own copy: others read j.spec
+	// under the lock meanwhile.
+	started := spec
+	if err := m.opts.Runner.Start(ctx, j.dir, &started); err != nil {
 		return fail(err)
 	}
 	m.started.Add(1)
-	m.log.Info("jobs: started", "job", spec.ID, "mode", spec.Mode, "unit", j.spec.Unit, "timeoutMs", spec.TimeoutMs)
+	m.log.Info("jobs: started", "job", spec.ID, "mode", spec.Mode, "unit", started.Unit, "timeoutMs", spec.TimeoutMs)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	j.spec, j.starting = started, false
 	return m.status(j), false, nil
 }
 

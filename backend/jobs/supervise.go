@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -51,7 +53,7 @@ func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
 	}
 	cmd := exec.Command(spec.Shell, "-c", spec.Command)
 	cmd.Dir = spec.Cwd
-	cmd.Env = env
+	cmd.Env = ownUnitEnv(env)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = stream{out, 0}
 	cmd.Stderr = stream{out, 1}
@@ -176,4 +178,25 @@ func (s stream) Write(p []byte) (int, error) {
 		c.total += n
 	}
 	return len(p), nil
+}
+
+// unitVars describe the unit a process runs in: a job's shell gets its own
+// unit's (the supervisor's), not the backend's that the environment was
+// copied from.
+var unitVars = []string{"INVOCATION_ID", "JOURNAL_STREAM", "STATE_DIRECTORY", "CREDENTIALS_DIRECTORY"}
+
+func ownUnitEnv(env []string) []string {
+	out := make([]string, 0, len(env)+len(unitVars))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(unitVars, k) {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range unitVars {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }

@@ -290,3 +290,39 @@ func BenchmarkJobStartHTTP(b *testing.B) {
 		}
 	}
 }
+
+// TestJobsModeAuto: auto picks systemd only under a unit with a state
+// directory; the canary (a unit without one) serves no jobs, and says so
+// through the tools; outside systemd, process.
+func TestJobsModeAuto(t *testing.T) {
+	tests := []struct {
+		name, invocation, stateDir, mode, want string
+	}{
+		{"outside systemd", "", "", config.JobsAuto, config.JobsProcess},
+		{"the canary", "0123", "", config.JobsAuto, config.JobsOff},
+		{"production", "0123", "/var/lib/mcp-backend", config.JobsAuto, config.JobsSystemd},
+		{"asked for", "0123", "", config.JobsProcess, config.JobsProcess},
+		{"off", "", "", config.JobsOff, config.JobsOff},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("INVOCATION_ID", tc.invocation)
+			t.Setenv("STATE_DIRECTORY", tc.stateDir)
+			if got, _ := jobsMode(tc.mode); got != tc.want {
+				t.Fatalf("jobsMode(%s) = %s, want %s", tc.mode, got, tc.want)
+			}
+		})
+	}
+	t.Run("the canary over HTTP", func(t *testing.T) {
+		t.Setenv("INVOCATION_ID", "0123")
+		t.Setenv("STATE_DIRECTORY", "")
+		b := startBackend(t, nil)
+		msg := failsAs(t, b, "alice", mcpwire.ToolJobStart, map[string]any{"command": "true"}, mcpwire.CodeUnavailable)
+		if !strings.Contains(msg, "canary") {
+			t.Fatalf("refusal %q does not say why", msg)
+		}
+		if m := b.metrics(t); m.Jobs == nil || m.Jobs.Mode != mcpwire.JobModeOff {
+			t.Fatalf("metrics jobs %+v", m.Jobs)
+		}
+	})
+}
