@@ -106,15 +106,20 @@ type SystemdClient interface {
 }
 
 // SystemdRunner runs each job as a transient service in Slice whose main
-// process is `EXE job-exec --dir JOBDIR`.
+// process is `EXE job-exec --dir JOBDIR`. It keeps one connection to
+// systemd and opens a new one after a transport failure or a deadline.
 type SystemdRunner struct {
-	// Connect opens the client for one operation; ctx bounds the connect.
+	// Connect opens a client; ctx bounds the connect.
 	Connect func(ctx context.Context) (SystemdClient, func(), error)
 	// Exe is the backend binary the units run (its real path, so that a
 	// release swap does not change what a running job runs).
 	Exe string
 	// Timeout bounds each D-Bus step.
 	Timeout time.Duration
+
+	mu     sync.Mutex
+	conn   SystemdClient
+	closer func()
 }
 
 // Mode is systemd.
@@ -123,25 +128,52 @@ func (*SystemdRunner) Mode() string { return mcpwire.JobModeSystemd }
 // UnitName is the unit of job id.
 func UnitName(id string) string { return units.JobUnitPrefix + id + ".service" }
 
-func (r *SystemdRunner) client(ctx context.Context) (SystemdClient, func(), context.Context, context.CancelFunc, error) {
+// client returns the shared connection (opened on first use) and a
+// context bounded by Timeout; done reports the call's error so that a
+// broken connection is dropped (a D-Bus error reply leaves it in use).
+func (r *SystemdRunner) client(ctx context.Context) (SystemdClient, func(error), context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
-	c, closeFn, err := r.Connect(ctx)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, nil, toolerr.New(mcpwire.CodeUnavailable, "jobs: systemd is not reachable over D-Bus: %v", err)
+	r.mu.Lock()
+	c := r.conn
+	r.mu.Unlock()
+	if c == nil {
+		nc, closeFn, err := r.Connect(ctx)
+		if err != nil {
+			cancel()
+			return nil, nil, nil, nil, toolerr.New(mcpwire.CodeUnavailable, "jobs: systemd is not reachable over D-Bus: %v", err)
+		}
+		r.mu.Lock()
+		if r.conn == nil {
+			r.conn, r.closer = nc, closeFn
+		} else {
+			closeFn()
+		}
+		c = r.conn
+		r.mu.Unlock()
 	}
-	return c, closeFn, ctx, cancel, nil
+	done := func(err error) {
+		if err == nil || systemd.ErrorName(err) != "" {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.conn == c {
+			r.closer()
+			r.conn, r.closer = nil, nil
+		}
+	}
+	return c, done, ctx, cancel, nil
 }
 
 // Check refuses jobs while the slice is not installed.
 func (r *SystemdRunner) Check(ctx context.Context) error {
-	c, closeFn, ctx, cancel, err := r.client(ctx)
+	c, done, ctx, cancel, err := r.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	defer closeFn()
 	st, err := c.Unit(ctx, Slice)
+	done(err)
 	if err != nil {
 		return toolerr.New(mcpwire.CodeUnavailable, "jobs: read %s: %v", Slice, err)
 	}
@@ -155,12 +187,11 @@ func (r *SystemdRunner) Check(ctx context.Context) error {
 
 // Start starts the job's unit and waits until its supervisor runs.
 func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec *Spec) error {
-	c, closeFn, ctx, cancel, err := r.client(ctx)
+	c, done, ctx, cancel, err := r.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	defer closeFn()
 	spec.Unit = UnitName(spec.ID)
 	// Written again with the unit's name before the unit exists: a backend
 	// that reads it later knows which unit to ask about.
@@ -180,6 +211,7 @@ func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec *Spec) er
 		RuntimeMax:  runtime,
 		StopTimeout: killGrace + 3*time.Second,
 	})
+	done(err)
 	if err != nil {
 		return toolerr.New(mcpwire.CodeUnavailable, "jobs: start unit %s: %v", spec.Unit, err)
 	}
@@ -197,13 +229,14 @@ func rewriteSpec(jobDir string, s Spec) error {
 // Stop stops the unit: SIGTERM to the supervisor, which ends the group and
 // records the end, then SIGKILL to whatever is left in the cgroup.
 func (r *SystemdRunner) Stop(ctx context.Context, spec Spec) error {
-	c, closeFn, ctx, cancel, err := r.client(ctx)
+	c, done, ctx, cancel, err := r.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	defer closeFn()
-	if err := c.Stop(ctx, spec.Unit); err != nil {
+	err = c.Stop(ctx, spec.Unit)
+	done(err)
+	if err != nil {
 		return toolerr.New(mcpwire.CodeUnavailable, "jobs: stop %s: %v", spec.Unit, err)
 	}
 	return nil
@@ -214,13 +247,13 @@ func (r *SystemdRunner) Gone(ctx context.Context, spec Spec) (bool, error) {
 	if spec.Unit == "" || filepath.Base(spec.Unit) != spec.Unit {
 		return true, nil
 	}
-	c, closeFn, ctx, cancel, err := r.client(ctx)
+	c, done, ctx, cancel, err := r.client(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer cancel()
-	defer closeFn()
 	st, err := c.Unit(ctx, spec.Unit)
+	done(err)
 	if err != nil {
 		return false, err
 	}
@@ -231,5 +264,13 @@ func (r *SystemdRunner) Gone(ctx context.Context, spec Spec) (bool, error) {
 	return true, nil
 }
 
-// Close leaves every job running: they are not the backend's.
-func (*SystemdRunner) Close() {}
+// Close closes the connection and leaves every job running: they are not
+// the backend's.
+func (r *SystemdRunner) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn != nil {
+		r.closer()
+		r.conn, r.closer = nil, nil
+	}
+}
