@@ -47,11 +47,13 @@ type Limits struct {
 // systemd, a goroutine of the backend without.
 type Runner interface {
 	Mode() string
+	// Unit names the unit job id will run in ("" without units).
+	Unit(id string) string
 	// Check says whether jobs can run at all (the slice is installed).
 	Check(ctx context.Context) error
 	// Start starts the supervisor of the job in jobDir; it returns once
 	// the job runs (or failed to start).
-	Start(ctx context.Context, jobDir string, spec *Spec) error
+	Start(ctx context.Context, jobDir string, spec Spec) error
 	// Stop stops the job's whole process tree.
 	Stop(ctx context.Context, spec Spec) error
 	// Gone says whether the job's supervisor is known not to run any more
@@ -334,6 +336,7 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		MemoryMax: r.MemoryMax, TasksMax: r.TasksMax,
 		Mode: m.Mode(), Created: m.opts.Now().UTC(),
 	}
+	spec.Unit = m.opts.Runner.Unit(spec.ID)
 	j := &job{spec: spec, dir: filepath.Join(m.dir, spec.ID), starting: true}
 	// Placed before it starts, so the caps count it while it starts.
 	m.jobs[spec.ID] = j
@@ -353,17 +356,14 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 	if err := writeSpec(j.dir, spec, r.Env); err != nil {
 		return fail(toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err))
 	}
-	// The runner names the job's unit in its own copy: others read j.spec
-	// under the lock meanwhile.
-	started := spec
-	if err := m.opts.Runner.Start(ctx, j.dir, &started); err != nil {
+	if err := m.opts.Runner.Start(ctx, j.dir, spec); err != nil {
 		return fail(err)
 	}
 	m.started.Add(1)
-	m.log.Info("jobs: started", "job", spec.ID, "mode", spec.Mode, "unit", started.Unit, "timeoutMs", spec.TimeoutMs)
+	m.log.Info("jobs: started", "job", spec.ID, "mode", spec.Mode, "unit", spec.Unit, "timeoutMs", spec.TimeoutMs)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	j.spec, j.starting = started, false
+	j.starting = false
 	return m.status(j), false, nil
 }
 

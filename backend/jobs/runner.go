@@ -32,11 +32,14 @@ func NewProcessRunner() *ProcessRunner {
 // Mode is process.
 func (*ProcessRunner) Mode() string { return mcpwire.JobModeProcess }
 
+// Unit is "": a process-mode job has no unit.
+func (*ProcessRunner) Unit(string) string { return "" }
+
 // Check always passes.
 func (*ProcessRunner) Check(context.Context) error { return nil }
 
 // Start runs the supervisor in a goroutine.
-func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec *Spec) error {
+func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec Spec) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -125,6 +128,10 @@ type SystemdRunner struct {
 // Mode is systemd.
 func (*SystemdRunner) Mode() string { return mcpwire.JobModeSystemd }
 
+// Unit is the job's unit, named before it starts: the spec written before
+// the unit exists tells any later backend which unit to ask about.
+func (*SystemdRunner) Unit(id string) string { return UnitName(id) }
+
 // UnitName is the unit of job id.
 func UnitName(id string) string { return units.JobUnitPrefix + id + ".service" }
 
@@ -186,18 +193,12 @@ func (r *SystemdRunner) Check(ctx context.Context) error {
 }
 
 // Start starts the job's unit and waits until its supervisor runs.
-func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec *Spec) error {
+func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec Spec) error {
 	c, done, ctx, cancel, err := r.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	spec.Unit = UnitName(spec.ID)
-	// Written again with the unit's name before the unit exists: a backend
-	// that reads it later knows which unit to ask about.
-	if err := rewriteSpec(jobDir, *spec); err != nil {
-		return toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err)
-	}
 	// The supervisor enforces timeoutMs itself and records it; systemd's
 	// runtime limit is the backstop should the supervisor hang.
 	runtime := time.Duration(spec.TimeoutMs)*time.Millisecond + killGrace + 30*time.Second
@@ -216,14 +217,6 @@ func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec *Spec) er
 		return toolerr.New(mcpwire.CodeUnavailable, "jobs: start unit %s: %v", spec.Unit, err)
 	}
 	return nil
-}
-
-func rewriteSpec(jobDir string, s Spec) error {
-	_, env, err := ReadSpec(jobDir)
-	if err != nil {
-		return err
-	}
-	return writeSpec(jobDir, s, env)
 }
 
 // Stop stops the unit: SIGTERM to the supervisor, which ends the group and
