@@ -116,8 +116,12 @@ func newApp(d *deps) *cli.App {
 				Name:   "job-exec",
 				Usage:  "run one job to its end and record how it ended (the main process of a job's transient unit)",
 				Hidden: true,
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "dir", Usage: "the job's state `DIR`", Required: true}},
+				// --dir is checked in Action, so a stray argument is named first.
+				Flags: []cli.Flag{&cli.StringFlag{Name: "dir", Usage: "the job's state `DIR` (required)"}},
 				Action: func(c *cli.Context) error {
+					if c.String("dir") == "" {
+						return &exitError{exitUsage, errors.New("job-exec: --dir is required: the job's state directory")}
+					}
 					// SIGTERM (a stop of the unit: job.cancel, the runtime
 					// limit, the host shutting down) ends the group; the
 					// record says cancelled when job.cancel asked.
