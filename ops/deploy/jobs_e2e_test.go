@@ -291,7 +291,7 @@ func TestJobsInSystemd(t *testing.T) {
 		if active, now := s.unit(st.Job.Unit); mid.State != mcpwire.JobRunning || active != "active" || now != inv {
 			t.Fatalf("after the cutover: %+v, unit %s invocation %s (was %s)", mid, active, now, inv)
 		}
-		if code, out := s.run("rollback"); code != 0 || s.version() != "v1" {
+		if code, out := s.run("rollback", "--last"); code != 0 || s.version() != "v1" {
 			t.Fatalf("rollback exit %d:\n%s", code, out)
 		}
 		if active, now := s.unit(st.Job.Unit); active != "active" || now != inv {
