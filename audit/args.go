@@ -53,7 +53,7 @@ func Arguments(tool string, raw json.RawMessage) []Field {
 		}
 	}
 	switch tool {
-	case mcpwire.ToolShellExec:
+	case mcpwire.ToolShellExec, mcpwire.ToolJobStart:
 		cmd := str("command")
 		add(FieldCommand, Bound(cmd, CommandBytes))
 		add(FieldCommandBytes, strconv.Itoa(len(cmd)))
@@ -66,7 +66,7 @@ func Arguments(tool string, raw json.RawMessage) []Field {
 		}
 		sort.Strings(names)
 		add(FieldEnvNames, Bound(strings.Join(names, " "), ValueBytes))
-		keep("timeoutMs")
+		keep("timeoutMs", "waitMs", "memoryMax", "tasksMax")
 	case mcpwire.ToolFileWrite:
 		add(FieldPath, Bound(str("path"), ValueBytes))
 		content := []byte(str("content"))
@@ -96,7 +96,10 @@ func Arguments(tool string, raw json.RawMessage) []Field {
 		add(FieldAction, Bound(str("action"), 32))
 	case mcpwire.ToolProcessList:
 		keep("name", "user", "limit")
-	case mcpwire.ToolSystemInfo:
+	case mcpwire.ToolJobStatus, mcpwire.ToolJobOutput, mcpwire.ToolJobWait, mcpwire.ToolJobCancel:
+		add(FieldJobID, Bound(str("id"), 64))
+		keep("stream", "offset", "maxBytes", "waitMs")
+	case mcpwire.ToolSystemInfo, mcpwire.ToolJobList:
 	default:
 		names := make([]string, 0, len(in))
 		for k := range in {

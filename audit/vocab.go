@@ -26,6 +26,9 @@ const (
 	// MsgDeploy is one of mcpctl's deploy events (install, canary,
 	// cutover, rollback, ...), the same event as in its audit.jsonl.
 	MsgDeploy = "1410a75d763043cba8af43a6ba76ae50"
+	// MsgJobEnd is a job's end (exited, killed, lost, ...), written once by
+	// the first backend process that sees it, even one started after.
+	MsgJobEnd = "3f0c4b7e2a5d49e1b6c8d07f91a2e354"
 )
 
 // Field names. Journal fields are upper case; the JSON-lines file uses the
@@ -74,6 +77,8 @@ const (
 	FieldTargetPID     = "MCP_TARGET_PID"     // process.kill target
 	FieldTargetStart   = "MCP_TARGET_START"   // its start time, clock ticks since boot (/proc/PID/stat)
 	FieldTargetComm    = "MCP_TARGET_COMM"    // its command name at the time of the call
+	FieldJobID         = "MCP_JOB_ID"         // the job a job.* call started or touched; a job.end record's job
+	FieldJobState      = "MCP_JOB_STATE"      // a job.end record's state (exited, killed, timed_out, output_limit, lost, ...)
 
 	// Admission and outcome.
 	FieldQueuedMs    = "MCP_QUEUED_MS"
@@ -111,6 +116,7 @@ const (
 	EventProcessStart = "process.start"
 	EventProcessStop  = "process.stop"
 	EventDeploy       = "deploy"
+	EventJobEnd       = "job.end"
 )
 
 // MessageID returns the MESSAGE_ID of an event.
@@ -126,6 +132,8 @@ func MessageID(event string) string {
 		return MsgProcess
 	case EventDeploy:
 		return MsgDeploy
+	case EventJobEnd:
+		return MsgJobEnd
 	}
 	return ""
 }

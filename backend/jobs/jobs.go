@@ -76,6 +76,11 @@ type Options struct {
 	// Poll is how often running jobs are checked for their end; 200 ms
 	// when zero.
 	Poll time.Duration
+	// OnEnd is told once of every job's end (the audit trail's job.end
+	// record), by whichever process first sees it: a job that ended while
+	// no backend ran is told by the next one to open the directory. Called
+	// without the manager's lock.
+	OnEnd func(spec Spec, st mcpwire.JobStatus)
 }
 
 // Manager owns the jobs of one state directory.
@@ -153,10 +158,32 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	for _, j := range m.jobs {
 		if j.running() {
 			m.checkGone(ctx, j)
+		} else {
+			m.told(j)
 		}
 	}
 	go m.loop()
 	return m, nil
+}
+
+// toldFile marks a job whose end OnEnd was told of.
+const toldFile = "end-told"
+
+// told tells OnEnd of j's end unless a process did already.
+func (m *Manager) told(j *job) {
+	if m.opts.OnEnd == nil {
+		return
+	}
+	p := filepath.Join(j.dir, toldFile)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // told already (or the directory is gone)
+	}
+	f.Close()
+	m.mu.Lock()
+	st := m.status(j)
+	m.mu.Unlock()
+	m.opts.OnEnd(j.spec, st)
 }
 
 // Mode is the runner's mode.
@@ -221,11 +248,15 @@ func (m *Manager) refresh(j *job) bool {
 		return false
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if j.exit == nil {
+	ended := j.exit == nil
+	if ended {
 		j.exit = &ex
 		close(m.changed)
 		m.changed = make(chan struct{})
+	}
+	m.mu.Unlock()
+	if ended {
+		m.told(j)
 	}
 	return true
 }

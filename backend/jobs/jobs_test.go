@@ -199,3 +199,37 @@ func BenchmarkStartProcessMode(b *testing.B) {
 		}
 	}
 }
+
+// TestOnEndToldOnce: every job's end is told exactly once, by the process
+// that sees it first: a job that ended under one manager is not told
+// again by the next one to open the directory, and one that ended while no
+// manager watched is told by the next one.
+func TestOnEndToldOnce(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	told := map[string]int{}
+	onEnd := func(spec Spec, st mcpwire.JobStatus) {
+		mu.Lock()
+		told[spec.ID+" "+st.State]++
+		mu.Unlock()
+	}
+	openTold := func() *Manager {
+		m, err := Open(context.Background(), Options{Dir: dir, Shell: "/bin/sh", Limits: testLimits(), Runner: NewProcessRunner(), Poll: 10 * time.Millisecond, OnEnd: onEnd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m1 := openTold()
+	a := start(t, m1, who("a"), "exit 3")
+	finish(t, m1, who("a"), a.ID)
+	b := start(t, m1, who("a"), "sleep 30")
+	m1.Close() // b ends with the process: lost
+	m2 := openTold()
+	defer m2.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if told[a.ID+" "+mcpwire.JobExited] != 1 || told[b.ID+" "+mcpwire.JobLost] != 1 || len(told) != 2 {
+		t.Fatalf("told %v, want each job's end once", told)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/admission"
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -199,6 +200,11 @@ func (c *callAudit) end(res mcp.Result, err error, abandoned bool, dur time.Dura
 			r.Add(audit.FieldExitCode, jsonScalar(raw, `"exitCode":`))
 			r.Add(audit.FieldExitSignal, jsonScalar(raw, `"signal":`))
 		}
+		if isJobCall(c.tool) {
+			// The job the call started or touched (job.start's is known
+			// only now; the others name theirs in the start record too).
+			r.Add(audit.FieldJobID, jsonScalar(raw, `"id":`))
+		}
 	}
 	r.Message = fmt.Sprintf("tool call %s end: %s %s in %d ms", c.id, c.tool, out, dur.Milliseconds())
 	c.log.Emit(r)
@@ -339,4 +345,42 @@ func (s *Server) httpCaller(r *http.Request, body []byte) caller.Caller {
 func (s *Server) auditMetrics() mcpwire.AuditMetrics {
 	l := s.audit.log
 	return mcpwire.AuditMetrics{Sink: s.audit.sink, Written: l.Written(), Dropped: l.Dropped(), Pending: int64(l.Pending())}
+}
+
+// isJobCall reports whether tool acts on one job (job.list acts on none).
+func isJobCall(tool string) bool {
+	switch tool {
+	case mcpwire.ToolJobStart, mcpwire.ToolJobStatus, mcpwire.ToolJobOutput, mcpwire.ToolJobWait, mcpwire.ToolJobCancel:
+		return true
+	}
+	return false
+}
+
+// auditJobEnd writes a job's job.end record: whose job (principal and
+// conversation as the start record named them), how it ended.
+func (s *Server) auditJobEnd(spec jobs.Spec, st mcpwire.JobStatus) {
+	l := s.audit.log
+	if l == nil {
+		return
+	}
+	r := audit.Record{Event: audit.EventJobEnd}
+	kind, id, _ := strings.Cut(spec.Owner, ":")
+	r.Add(audit.FieldPrincipalKind, kind)
+	r.Add(audit.FieldPrincipal, id)
+	r.Add(audit.FieldConversation, spec.Conversation)
+	r.Add(audit.FieldRole, s.audit.role)
+	r.Add(audit.FieldJobID, spec.ID)
+	r.Add(audit.FieldJobState, st.State)
+	r.Add(audit.FieldUnit, spec.Unit)
+	if st.ExitCode != nil {
+		r.AddInt(audit.FieldExitCode, int64(*st.ExitCode))
+	}
+	if st.Signal != nil {
+		r.Add(audit.FieldExitSignal, *st.Signal)
+	}
+	r.AddInt(audit.FieldDurationMs, st.DurationMs)
+	r.AddInt(audit.FieldOutputBytes, st.StdoutBytes+st.StderrBytes)
+	r.Add(audit.FieldCommand, audit.Bound(spec.Command, audit.CommandBytes))
+	r.Message = fmt.Sprintf("job %s ended: %s", spec.ID, st.State)
+	l.Emit(r)
 }

@@ -399,3 +399,60 @@ func BenchmarkToolCallAudit(b *testing.B) {
 		b.ReportMetric(float64(bk.srv.Audit().Dropped()), "dropped")
 	})
 }
+
+// TestAuditJobRecords: the calls of a job's life name it (job.start's end
+// record, the other job tools' start and end records), and its end is a
+// job.end record of its own with whose it was and how it ended.
+func TestAuditJobRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	b := jobsBackend(t, func(c *config.Config) { c.Audit.Sink, c.Audit.File = config.AuditFile, path })
+	r := jobCallAs(t, b, "alice", "conv-1", "job.start", map[string]any{"command": "echo hi; exit 5", "waitMs": 0})
+	var started struct {
+		Job mcpwire.JobStatus `json:"job"`
+	}
+	if err := json.Unmarshal(r.Result.StructuredContent, &started); err != nil || started.Job.ID == "" {
+		t.Fatalf("job.start: %v %s", err, r.Result.StructuredContent)
+	}
+	st := started.Job
+	jobCallAs(t, b, "alice", "conv-1", "job.wait", map[string]any{"id": st.ID, "waitMs": 20000})
+	jobCallAs(t, b, "alice", "conv-1", "job.status", map[string]any{"id": st.ID})
+	var recs []map[string]string
+	proctest.Eventually(t, "the job.end record", func() bool {
+		recs = auditRecords(t, path)
+		for _, r := range recs {
+			if r[audit.FieldMessageID] == audit.MsgJobEnd {
+				return true
+			}
+		}
+		return false
+	})
+	starts, ends := callPairs(t, recs)
+	named := map[string]int{} // tool/record -> records naming the job
+	for id, e := range ends {
+		if e[audit.FieldJobID] == st.ID {
+			named[e[audit.FieldTool]+" end"]++
+		}
+		if starts[id][audit.FieldJobID] == st.ID {
+			named[starts[id][audit.FieldTool]+" start"]++
+		}
+	}
+	for _, want := range []string{"job.start end", "job.wait start", "job.wait end", "job.status start", "job.status end"} {
+		if named[want] != 1 {
+			t.Errorf("%s records naming the job: %d, want 1 (all: %v)", want, named[want], named)
+		}
+	}
+	n := 0
+	for _, r := range recs {
+		if r[audit.FieldMessageID] != audit.MsgJobEnd {
+			continue
+		}
+		n++
+		if r[audit.FieldJobID] != st.ID || r[audit.FieldJobState] != mcpwire.JobExited || r[audit.FieldExitCode] != "5" ||
+			r[audit.FieldPrincipalKind] != "asserted" || r[audit.FieldPrincipal] != "alice" || r[audit.FieldConversation] == "" || r[audit.FieldConversation] == "conv-1" {
+			t.Errorf("job.end record %v", r)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d job.end records, want 1", n)
+	}
+}

@@ -39,6 +39,10 @@ func filePolicy(cfg config.Config, getenv func(string) string) *filepolicy.Polic
 		}
 	}
 	o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: mcpctlStateDir, Rule: "the mcpctl state directory"})
+	if d := cfg.Jobs.StateDir; d != "" {
+		// Other principals' job output: job.output serves it to its owner.
+		o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "jobs.stateDir"})
+	}
 	// The backend's memory holds its token; no process's memory is a file
 	// for these tools to read.
 	for _, p := range []string{"/proc/*/mem", "/proc/*/task/*/mem", "/proc/kcore"} {

@@ -55,7 +55,7 @@ func jobsMode(mode string) (string, string) {
 	return config.JobsSystemd, ""
 }
 
-func openJobs(cfg config.Config, log *slog.Logger) (jobsSetup, error) {
+func openJobs(cfg config.Config, log *slog.Logger, onEnd func(jobs.Spec, mcpwire.JobStatus)) (jobsSetup, error) {
 	var js jobsSetup
 	mode, why := jobsMode(cfg.Jobs.Mode)
 	if mode == config.JobsOff {
@@ -104,7 +104,7 @@ func openJobs(cfg config.Config, log *slog.Logger) (jobsSetup, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := jobs.Open(ctx, jobs.Options{Dir: dir, Shell: cfg.Shell.Path, Limits: jobLimits(cfg.Jobs), Runner: runner, Logger: log})
+	m, err := jobs.Open(ctx, jobs.Options{Dir: dir, Shell: cfg.Shell.Path, Limits: jobLimits(cfg.Jobs), Runner: runner, Logger: log, OnEnd: onEnd})
 	if err != nil {
 		return js, err
 	}

@@ -144,7 +144,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.audit = a
-	js, err := openJobs(cfg, log)
+	js, err := openJobs(cfg, log, s.auditJobEnd)
 	if err != nil {
 		return nil, err
 	}
