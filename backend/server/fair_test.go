@@ -130,7 +130,9 @@ func withinMargin(got, want []float64, margin float64) bool {
 // one flow: what a FIFO controller sees), comes out proportional to the
 // clients and fails the same check.
 func TestFairShareOverHTTP(t *testing.T) {
-	const margin = 0.1
+	// The negative control is off by about 0.29; measured runs, on a 2-core
+	// machine with other work, within 0.09.
+	const margin = 0.12
 	clients := []int{6, 2, 1}
 	want := []float64{1.5 / 4, 1.5 / 4, 1.0 / 4}
 	start := func(t *testing.T) *backend {
