@@ -423,11 +423,13 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		if got, want := endedBy[p.name]["NOT_FOUND"], o["NOT_FOUND"]; got != want {
 			t.Errorf("%s: %d ended NOT_FOUND, the client saw %d", p.name, got, want)
 		}
-		if got, want := refusedBy[p.name]["OVERLOADED"], o["OVERLOADED"]; got != want {
-			t.Errorf("%s: %d OVERLOADED in the aggregates, the client saw %d", p.name, got, want)
-		}
-		if got, want := endedBy[p.name]["CANCELLED"]+refusedBy[p.name]["cancelled"], o["cancelled"]; got != want {
-			t.Errorf("%s: %d cancelled in the journal, the client gave up on %d", p.name, got, want)
+		// A call the client gave up on may still be refused by the server
+		// (its queue wait ending, its place displaced) at the moment the
+		// client left: the client counts it cancelled, the journal
+		// OVERLOADED. So the two add up exactly, and each is bounded.
+		over, canc := refusedBy[p.name]["OVERLOADED"], endedBy[p.name]["CANCELLED"]+refusedBy[p.name]["cancelled"]
+		if over+canc != o["OVERLOADED"]+o["cancelled"] || over < o["OVERLOADED"] || canc > o["cancelled"] {
+			t.Errorf("%s: %d OVERLOADED and %d cancelled in the journal, the client saw %d OVERLOADED and gave up on %d", p.name, over, canc, o["OVERLOADED"], o["cancelled"])
 		}
 	}
 	if got := refusedBy["unauthenticated"]["401"]; got != 100 {
@@ -467,8 +469,10 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		if p.name != "operator:operator" && row.Calls != admitted[p.name] {
 			t.Errorf("%s: summary %d calls, %d admitted", p.name, row.Calls, admitted[p.name])
 		}
-		if want := o["OVERLOADED"] + refusedBy[p.name]["cancelled"]; row.Refusals != want {
-			t.Errorf("%s: summary %d refusals, the clients saw %d OVERLOADED and %d left the queue", p.name, row.Refusals, o["OVERLOADED"], refusedBy[p.name]["cancelled"])
+		// The summary counts the journal's refusals: what the client saw
+		// OVERLOADED or gave up on while queued (see above).
+		if want := refusedBy[p.name]["OVERLOADED"] + refusedBy[p.name]["cancelled"]; row.Refusals != want || row.Refusals < o["OVERLOADED"] || row.Refusals > o["OVERLOADED"]+o["cancelled"] {
+			t.Errorf("%s: summary %d refusals, the journal has %d, the clients saw %d OVERLOADED and gave up on %d", p.name, row.Refusals, want, o["OVERLOADED"], o["cancelled"])
 		}
 	}
 	// Filters are journal matches: one tool, one principal, one outcome.
