@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,19 +21,7 @@ import (
 func TestStdioAuditFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.jsonl")
-	cmd := exec.Command(binary, "stdio", "--config", writeConfig(t, fmt.Sprintf(`{"audit":{"sink":"file","file":%q}}`, path)))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	cmd, in, out := startStdio(t, writeConfig(t, fmt.Sprintf(`{"audit":{"sink":"file","file":%q}}`, path)))
 	lines := bufio.NewScanner(out)
 	lines.Buffer(nil, 16<<20)
 	await := func(id string) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,12 +13,11 @@ import (
 	"time"
 )
 
-// TestStdioMalformedLineKeepsSession: over the real binary's stdio, a
-// malformed line and a line with an id that cannot round-trip are each
-// answered with a JSON-RPC error, while the session and a call in flight
-// go on: the call's result arrives and later calls are served.
-func TestStdioMalformedLineKeepsSession(t *testing.T) {
-	cmd := exec.Command(binary, "stdio", "--config", writeConfig(t, `{}`))
+// startStdio runs the real binary's stdio with config cfg, and returns it
+// with its stdin and stdout; the test's end closes stdin and kills it.
+func startStdio(t testing.TB, cfg string) (*exec.Cmd, io.WriteCloser, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(binary, "stdio", "--config", cfg)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +30,15 @@ func TestStdioMalformedLineKeepsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	return cmd, in, out
+}
+
+// TestStdioMalformedLineKeepsSession: over the real binary's stdio, a
+// malformed line and a line with an id that cannot round-trip are each
+// answered with a JSON-RPC error, while the session and a call in flight
+// go on: the call's result arrives and later calls are served.
+func TestStdioMalformedLineKeepsSession(t *testing.T) {
+	_, in, out := startStdio(t, writeConfig(t, `{}`))
 
 	type reply struct {
 		ID     json.RawMessage `json:"id"`
