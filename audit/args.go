@@ -6,11 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/overdeck/mcp-backend/internal/procfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -133,19 +133,10 @@ func TargetOf(pid string) (Target, bool) {
 	if _, err := strconv.ParseUint(pid, 10, 31); err != nil {
 		return Target{}, false
 	}
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
+	n, _ := strconv.Atoi(pid)
+	st, ok := procfs.Read(n)
+	if !ok {
 		return Target{}, false
 	}
-	// pid (comm) state ppid ...: comm may hold spaces and parentheses, so
-	// it ends at the last ')'; starttime is field 22.
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return Target{}, false
-	}
-	rest := strings.Fields(string(b[end+1:]))
-	if len(rest) < 20 {
-		return Target{}, false
-	}
-	return Target{Start: rest[19], Comm: string(b[open+1 : end])}, true
+	return Target{Start: strconv.FormatInt(st.StartTicks, 10), Comm: st.Comm}, true
 }

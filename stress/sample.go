@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/procfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -42,21 +43,15 @@ type ProcSampler struct {
 // Sample reads /proc/PID/stat and /proc/PID/status.
 func (p *ProcSampler) Sample(context.Context) (UnitSample, error) {
 	s := UnitSample{At: time.Now()}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-	if err != nil {
-		return s, fmt.Errorf("sample pid %d: %w", p.PID, err)
+	st, ok := procfs.Read(p.PID)
+	if !ok {
+		return s, fmt.Errorf("sample pid %d: no such process", p.PID)
 	}
-	// Fields after the parenthesised comm; starttime is field 22 overall.
-	i := strings.LastIndexByte(string(stat), ')')
-	f := strings.Fields(string(stat[i+1:]))
-	if i < 0 || len(f) < 20 {
-		return s, fmt.Errorf("sample pid %d: malformed /proc stat", p.PID)
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return s, fmt.Errorf("sample pid %d: process is dead (state %s)", p.PID, f[0])
+	if st.State == "Z" || st.State == "X" {
+		return s, fmt.Errorf("sample pid %d: process is dead (state %s)", p.PID, st.State)
 	}
 	s.MainPID = uint32(p.PID)
-	s.InvocationID = "pid" + strconv.Itoa(p.PID) + "-start" + f[19]
+	s.InvocationID = "pid" + strconv.Itoa(p.PID) + "-start" + strconv.FormatInt(st.StartTicks, 10)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
 	if err != nil {
 		return s, fmt.Errorf("sample pid %d: %w", p.PID, err)

@@ -19,12 +19,9 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/internal/procfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
-
-// clockTicks is USER_HZ, the unit of CPU times in /proc/PID/stat; it is 100
-// on every Linux architecture Go supports.
-const clockTicks = 100
 
 // ProcessListInput is the input of process.list.
 type ProcessListInput struct {
@@ -174,16 +171,12 @@ func (t *Tools) scanProcesses(ctx context.Context, name string, wantUID, limit i
 // readProcess reads one process from /proc; false when it is gone.
 func readProcess(pid int, boot time.Time) (ProcessInfo, bool) {
 	dir := "/proc/" + strconv.Itoa(pid)
-	stat, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return ProcessInfo{}, false
-	}
-	p, ok := parseStat(stat)
+	p, ok := readStat(pid)
 	if !ok {
 		return ProcessInfo{}, false
 	}
 	if !boot.IsZero() && p.startTicks > 0 {
-		p.StartTime = boot.Add(time.Duration(p.startTicks) * time.Second / clockTicks).UTC().Format(time.RFC3339)
+		p.StartTime = boot.Add(time.Duration(p.startTicks) * time.Second / procfs.ClockTicks).UTC().Format(time.RFC3339)
 	}
 	p.UID = -1
 	if status, err := os.ReadFile(dir + "/status"); err == nil {
@@ -210,43 +203,35 @@ type statInfo struct {
 
 // readStat reads and parses /proc/PID/stat; false when it is gone.
 func readStat(pid int) (statInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, ok := procfs.Read(pid)
+	if !ok {
 		return statInfo{}, false
 	}
-	return parseStat(b)
+	return fromStat(st), true
 }
 
-// parseStat parses /proc/PID/stat. The name is in parentheses and may itself
-// contain spaces and parentheses, so the fields start after the last ')'.
+// parseStat parses the text of /proc/PID/stat.
 func parseStat(b []byte) (statInfo, bool) {
+	st, ok := procfs.Parse(b)
+	if !ok {
+		return statInfo{}, false
+	}
+	return fromStat(st), true
+}
+
+func fromStat(st procfs.Stat) statInfo {
 	var s statInfo
-	open := bytes.IndexByte(b, '(')
-	end := bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return s, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
-	if err != nil {
-		return s, false
-	}
-	s.PID = pid
-	s.Name = strings.ToValidUTF8(string(b[open+1:end]), "\uFFFD")
-	f := strings.Fields(string(b[end+1:]))
-	// f[0] is field 3 (state) of proc(5); field N is f[N-3].
-	if len(f) < 22 {
-		return s, false
-	}
-	num := func(n int) int64 { v, _ := strconv.ParseInt(f[n-3], 10, 64); return v }
-	s.State = f[0]
-	s.PPID = int(num(4))
-	s.PGID = int(num(5))
-	s.CPUTimeMs = (num(14) + num(15)) * 1000 / clockTicks
-	s.Threads = int(num(20))
-	s.startTicks = num(22)
-	s.flags, _ = strconv.ParseUint(f[9-3], 10, 64)
-	s.RSSBytes = num(24) * int64(os.Getpagesize())
-	return s, true
+	s.PID = st.PID
+	s.Name = strings.ToValidUTF8(st.Comm, "\uFFFD")
+	s.State = st.State
+	s.PPID = st.PPID
+	s.PGID = st.PGID
+	s.CPUTimeMs = (st.UTime + st.STime) * 1000 / procfs.ClockTicks
+	s.Threads = st.Threads
+	s.startTicks = st.StartTicks
+	s.flags = st.Flags
+	s.RSSBytes = st.RSSPages * int64(os.Getpagesize())
+	return s
 }
 
 // effectiveUID reads the effective uid from /proc/PID/status ("Uid: r e s f").
