@@ -4,6 +4,7 @@
 package atomicfs
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -191,4 +192,31 @@ func endsMidLine(path string) (bool, error) {
 		return false, fmt.Errorf("append %s: %w", path, err)
 	}
 	return b[0] != '\n', nil
+}
+
+// ReadLines calls fn with each non-blank line of what AppendLine wrote to
+// path, numbered from 1 and without its newline, up to maxLine bytes a line.
+// A file that does not exist has no lines. What a torn or unreadable line
+// means is the caller's policy: fn returns an error to stop.
+func ReadLines(path string, maxLine int, fn func(n int, line []byte) error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if err := fn(n, line); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }

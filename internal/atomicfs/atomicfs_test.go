@@ -3,6 +3,7 @@ package atomicfs
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,3 +118,40 @@ func TestSymlinkNeverMissing(t *testing.T) {
 		t.Fatalf("link -> %q, want b", got)
 	}
 }
+
+func TestReadLines(t *testing.T) {
+	tests := []struct {
+		name    string
+		content *string // nil: no file
+		want    []string
+		wantErr bool
+	}{
+		{name: "no file"},
+		{name: "blank lines skipped, numbers kept", content: ptr("a\n\n  \nb\n"), want: []string{"1:a", "4:b"}},
+		{name: "torn tail still read", content: ptr("a\n{\"x\":"), want: []string{"1:a", "2:{\"x\":"}},
+		{name: "line over the bound", content: ptr(strings.Repeat("x", 100) + "\n"), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "log.jsonl")
+			if tt.content != nil {
+				if err := os.WriteFile(path, []byte(*tt.content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			err := ReadLines(path, 64, func(n int, line []byte) error {
+				got = append(got, strconv.Itoa(n)+":"+string(line))
+				return nil
+			})
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Fatalf("lines = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -1,11 +1,9 @@
 package fleet
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -85,34 +83,23 @@ func (l *RunLog) Append(e Event) error {
 // Read returns every event; a torn last line (a writer killed mid-write)
 // is skipped, any other unreadable line is an error.
 func (l *RunLog) Read() ([]Event, error) {
-	f, err := os.Open(l.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("run log: %w", err)
-	}
-	defer f.Close()
-	var out []Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var bad error
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	var (
+		out []Event
+		bad error
+	)
+	err := atomicfs.ReadLines(l.Path, 4<<20, func(n int, line []byte) error {
 		if bad != nil {
-			return nil, bad
+			return bad
 		}
 		var e Event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
+		if err := json.Unmarshal(line, &e); err != nil {
 			bad = fmt.Errorf("run log %s line %d: %w", l.Path, n, err)
-			continue
+			return nil
 		}
 		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("run log: %w", err)
 	}
 	return out, nil

@@ -1,15 +1,13 @@
 package state
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
 )
 
 // Verdict kinds.
@@ -64,26 +62,15 @@ func (d Dir) RecordVerdict(v Verdict) error {
 // crash is skipped: it can only lose a record, which makes a cutover refuse,
 // never pass.
 func (d Dir) Verdicts() ([]Verdict, error) {
-	stateDir := string(d)
-	f, err := os.Open(filepath.Join(stateDir, VerdictsFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("verdicts: %w", err)
-	}
-	defer f.Close()
 	var out []Verdict
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
+	err := atomicfs.ReadLines(filepath.Join(string(d), VerdictsFile), 1<<20, func(_ int, line []byte) error {
 		var v Verdict
-		if json.Unmarshal(sc.Bytes(), &v) != nil || v.validate() != nil {
-			continue
+		if json.Unmarshal(line, &v) == nil && v.validate() == nil {
+			out = append(out, v)
 		}
-		out = append(out, v)
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("verdicts: %w", err)
 	}
 	return out, nil
