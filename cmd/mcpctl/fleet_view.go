@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
-
 	"github.com/overdeck/mcp-backend/ops/fleet"
 )
 
@@ -181,7 +178,7 @@ func (v *fleetView) table() string {
 		}
 		rows = append(rows, []string{r.Host, r.Wave, from + " -> " + v.to, r.Canary, r.Stress, r.Cutover, r.Verify, took, v.outcome(r.Result, res)})
 	}
-	return renderTable(v.out, []string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
+	return v.out.table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
 }
 
 func (v *fleetView) outcome(o fleet.Outcome, s string) string {
@@ -192,31 +189,6 @@ func (v *fleetView) outcome(o fleet.Outcome, s string) string {
 		return v.out.st.dim.Render(s)
 	}
 	return v.out.st.bad.Render(s)
-}
-
-// renderTable draws a lipgloss table: rounded borders on a colour
-// terminal, space-separated columns otherwise (easy to grep).
-func renderTable(o *output, headers []string, rows [][]string) string {
-	t := table.New().Headers(headers...).Rows(rows...)
-	if !o.color {
-		out := t.Border(lipgloss.HiddenBorder()).BorderTop(false).BorderBottom(false).
-			BorderLeft(false).BorderRight(false).BorderHeader(false).
-			StyleFunc(func(_, _ int) lipgloss.Style { return o.r.NewStyle().PaddingRight(1) }).String()
-		lines := strings.Split(out, "\n")
-		for i, l := range lines {
-			lines[i] = strings.TrimRight(l, " ")
-		}
-		return strings.Join(lines, "\n")
-	}
-	header := o.r.NewStyle().Bold(true).Padding(0, 1)
-	cell := o.r.NewStyle().Padding(0, 1)
-	return t.Border(lipgloss.RoundedBorder()).BorderStyle(o.r.NewStyle().Foreground(lipgloss.Color("8"))).
-		StyleFunc(func(row, _ int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return header
-			}
-			return cell
-		}).String()
 }
 
 func shortDigest(d string) string {
@@ -247,7 +219,7 @@ func (v *fleetView) renderPlan(w io.Writer, st styles, p *fleet.Plan) {
 		}
 		rows = append(rows, []string{h.Host, fmt.Sprint(h.Wave), dash(h.From), shortDigest(h.Digest), what})
 	}
-	fmt.Fprintln(w, renderTable(v.out, []string{"host", "wave", "version", "digest", "plan"}, rows))
+	fmt.Fprintln(w, v.out.table([]string{"host", "wave", "version", "digest", "plan"}, rows))
 }
 
 func dash(s string) string {
@@ -285,7 +257,7 @@ func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleetStatusView) {
 		}
 		rows = append(rows, []string{h.Host, h.Address, dash(f.Version), shortDigest(f.Digest), health, pending, tun, shortDigest(f.MachineID), dash(string(h.LastRun))})
 	}
-	fmt.Fprintln(w, renderTable(v.out, []string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
+	fmt.Fprintln(w, v.out.table([]string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
 	if rs := rep.LastRun; rs != nil {
 		end := "not ended (resume it: mcpctl fleet resume)"
 		if rs.End != nil {

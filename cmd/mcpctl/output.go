@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
 	"github.com/muesli/termenv"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -140,4 +142,29 @@ func hasFlag(cmd *cli.Command, name string) bool {
 		}
 	}
 	return false
+}
+
+// table draws a lipgloss table: rounded borders on a colour terminal,
+// space-separated columns otherwise (easy to read and to grep).
+func (o *output) table(headers []string, rows [][]string) string {
+	t := table.New().Headers(headers...).Rows(rows...)
+	if !o.color || o.r.ColorProfile() == termenv.Ascii {
+		out := t.Border(lipgloss.HiddenBorder()).BorderTop(false).BorderBottom(false).
+			BorderLeft(false).BorderRight(false).BorderHeader(false).
+			StyleFunc(func(_, _ int) lipgloss.Style { return o.r.NewStyle().PaddingRight(1) }).String()
+		lines := strings.Split(out, "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+		return strings.Join(lines, "\n")
+	}
+	header := o.r.NewStyle().Bold(true).Padding(0, 1)
+	cell := o.r.NewStyle().Padding(0, 1)
+	return t.Border(lipgloss.RoundedBorder()).BorderStyle(o.r.NewStyle().Foreground(lipgloss.Color("8"))).
+		StyleFunc(func(row, _ int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return header
+			}
+			return cell
+		}).String()
 }

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
-	"github.com/muesli/termenv"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
@@ -203,7 +201,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = slices.Delete(rows[i], 1, 2)
 		}
 	}
-	fmt.Fprintln(v.w, v.table(headers, rows))
+	fmt.Fprintln(v.w, v.out.table(headers, rows))
 	return nil
 }
 
@@ -285,7 +283,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 		}
 		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), sum})
 	}
-	fmt.Fprintln(v.w, v.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
+	fmt.Fprintln(v.w, v.out.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
 	for _, s := range m.Sets {
 		fmt.Fprintf(v.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
 	}
@@ -416,13 +414,12 @@ type snapView struct {
 	json bool
 	wide bool
 	r    *lipgloss.Renderer
+	out  *output
 }
 
 func newSnapView(d *deps) *snapView {
-	return &snapView{w: d.out.w, json: d.out.json, wide: d.out.wide, r: d.out.r}
+	return &snapView{w: d.out.w, json: d.out.json, wide: d.out.wide, r: d.out.r, out: d.out}
 }
-
-func (v *snapView) plain() bool { return v.r.ColorProfile() == termenv.Ascii }
 
 func (v *snapView) writeJSON(x any) error {
 	enc := json.NewEncoder(v.w)
@@ -438,30 +435,6 @@ func (v *snapView) ok(s string) string   { return v.style("2").Render(s) }
 func (v *snapView) warn(s string) string { return v.style("3").Render(s) }
 func (v *snapView) bad(s string) string  { return v.style("1").Render(s) }
 func (v *snapView) bold(s string) string { return v.r.NewStyle().Bold(true).Render(s) }
-
-func (v *snapView) table(headers []string, rows [][]string) string {
-	t := table.New().Headers(headers...).Rows(rows...)
-	if v.plain() {
-		// Columns separated by spaces: easy to read and to grep.
-		out := t.Border(lipgloss.HiddenBorder()).BorderTop(false).BorderBottom(false).
-			BorderLeft(false).BorderRight(false).BorderHeader(false).
-			StyleFunc(func(_, _ int) lipgloss.Style { return v.r.NewStyle().PaddingRight(1) }).String()
-		lines := strings.Split(out, "\n")
-		for i, l := range lines {
-			lines[i] = strings.TrimRight(l, " ")
-		}
-		return strings.Join(lines, "\n")
-	}
-	header := v.r.NewStyle().Bold(true).Padding(0, 1)
-	cell := v.r.NewStyle().Padding(0, 1)
-	return t.Border(lipgloss.RoundedBorder()).BorderStyle(v.r.NewStyle().Foreground(lipgloss.Color("8"))).
-		StyleFunc(func(row, _ int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return header
-			}
-			return cell
-		}).String()
-}
 
 func snapVersion(v string) string {
 	if v == "" {
