@@ -56,10 +56,14 @@ type Runner interface {
 	Start(ctx context.Context, jobDir string, spec Spec) error
 	// Stop stops the job's whole process tree.
 	Stop(ctx context.Context, spec Spec) error
-	// Gone says whether the job's supervisor is known not to run any more
-	// (a unit systemd no longer has, a process mode job of an earlier
-	// process).
-	Gone(ctx context.Context, spec Spec) (bool, error)
+	// Ended says whether the job's supervisor is known not to run any
+	// more (a unit systemd no longer has, a process mode job that returned
+	// or is of an earlier process) and, when it is, how the job ended:
+	// what the supervisor reaped (ok false: it left no record, the job is
+	// lost). While the supervisor runs the job runs, whatever files say.
+	// poll marks the manager's periodic check; other calls may be
+	// answered from what is cheap to know.
+	Ended(ctx context.Context, jobDir string, spec Spec, poll bool) (ex Exit, ok, ended bool, err error)
 	// Close ends what must end with the backend (process mode).
 	Close()
 }
@@ -149,18 +153,12 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 			m.log.Warn("jobs: unreadable job left alone", "job", e.Name(), "err", err)
 			continue
 		}
-		j := &job{spec: spec, dir: d}
-		if ex, ok, err := readExit(d); err == nil && ok {
-			j.exit = &ex
-		}
-		m.jobs[spec.ID] = j
+		m.jobs[spec.ID] = &job{spec: spec, dir: d}
 	}
+	// A record on disk is believed only once the runner says the job's
+	// supervisor is gone: a job may have written one itself.
 	for _, j := range m.jobs {
-		if j.running() {
-			m.checkGone(ctx, j)
-		} else {
-			m.told(j)
-		}
+		m.refreshCtx(ctx, j, true)
 	}
 	go m.loop()
 	return m, nil
@@ -204,8 +202,8 @@ func (m *Manager) Close() {
 	})
 }
 
-// loop notices jobs ending: their exit.json appears (written by the
-// supervisor), or their runner is gone without one.
+// loop notices jobs ending: their supervisor returned (process mode) or
+// their unit is gone (systemd).
 func (m *Manager) loop() {
 	defer close(m.loopDone)
 	tick := time.NewTicker(m.opts.Poll)
@@ -227,61 +225,58 @@ func (m *Manager) loop() {
 		}
 		m.mu.Unlock()
 		for _, j := range running {
-			if m.refresh(j) {
-				continue
-			}
-			// Asking the runner costs a D-Bus call: once a second.
-			if n%5 == 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				m.checkGone(ctx, j)
-				cancel()
-			}
+			// Asking systemd costs a D-Bus call: once a second, or when
+			// the supervisor may have written its record.
+			m.refreshCtx(context.Background(), j, n%5 == 0)
 		}
 		m.prune()
 	}
 }
 
-// refresh reads j's exit record; true when j has ended.
+// refresh asks the runner whether j has ended; true when it has.
 func (m *Manager) refresh(j *job) bool {
-	ex, ok, err := readExit(j.dir)
-	if err != nil || !ok {
+	return m.refreshCtx(context.Background(), j, false)
+}
+
+func (m *Manager) refreshCtx(ctx context.Context, j *job, poll bool) bool {
+	m.mu.Lock()
+	ended, starting := !j.running(), j.starting
+	m.mu.Unlock()
+	if ended {
+		return true
+	}
+	if starting {
+		return false // its runner is not started yet: nobody may judge it gone
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ex, ok, gone, err := m.opts.Runner.Ended(ctx, j.dir, j.spec, poll)
+	if err != nil || !gone {
 		return false
 	}
+	if !ok {
+		msg := "the job's supervisor is gone without a record (the host rebooted, or it was killed)"
+		if m.Mode() == mcpwire.JobModeProcess {
+			msg = "the backend process that ran it ended"
+		}
+		ex = Exit{Version: FormatVersion, State: mcpwire.JobLost, Started: j.spec.Created, Ended: m.opts.Now().UTC(), Message: msg}
+		if err := WriteExit(j.dir, ex); err != nil {
+			m.log.Warn("jobs: record lost job", "job", j.spec.ID, "err", err)
+		}
+		m.log.Info("jobs: job lost", "job", j.spec.ID)
+	}
 	m.mu.Lock()
-	ended := j.exit == nil
-	if ended {
+	first := j.exit == nil
+	if first {
 		j.exit = &ex
 		close(m.changed)
 		m.changed = make(chan struct{})
 	}
 	m.mu.Unlock()
-	if ended {
+	if first {
 		m.told(j)
 	}
 	return true
-}
-
-// checkGone marks j lost when its runner is gone and it left no record.
-func (m *Manager) checkGone(ctx context.Context, j *job) {
-	gone, err := m.opts.Runner.Gone(ctx, j.spec)
-	if err != nil || !gone {
-		return
-	}
-	// The supervisor writes its record before it exits: read again after
-	// seeing it gone.
-	if m.refresh(j) {
-		return
-	}
-	msg := "the job's supervisor is gone without a record (the host rebooted, or it was killed)"
-	if m.Mode() == mcpwire.JobModeProcess {
-		msg = "the backend process that ran it ended"
-	}
-	now := m.opts.Now().UTC()
-	if _, err := writeExitOnce(j.dir, Exit{State: mcpwire.JobLost, Started: j.spec.Created, Ended: now, Message: msg}); err != nil {
-		m.log.Warn("jobs: record lost job", "job", j.spec.ID, "err", err)
-	}
-	m.refresh(j)
-	m.log.Info("jobs: job lost", "job", j.spec.ID)
 }
 
 // StartRequest is what job.start asks for.

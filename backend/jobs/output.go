@@ -23,8 +23,9 @@ const (
 
 // Output reads up to max bytes of stream from offset. The chunk is the
 // exact bytes: as text when they are valid UTF-8 (a rune cut at the end
-// is left for the next chunk), base64 otherwise; its JSON encoding stays
-// within encBudget bytes.
+// is left for the next chunk; a rune longer than max is sent whole),
+// base64 otherwise; its JSON encoding stays within encBudget bytes. A
+// chunk before the end is never empty.
 func (m *Manager) Output(c caller.Caller, id, stream string, offset, max int64, encBudget int) (mcpwire.JobChunk, error) {
 	m.mu.Lock()
 	j, err := m.lookupLocked(c, id)
@@ -82,8 +83,21 @@ func readChunk(dir, stream string, offset, max int64, encBudget int, done bool) 
 	// A rune cut by the chunk's end completes in the next chunk.
 	if cut := incompleteTail(buf); cut > 0 && offset+int64(k) < ch.Total {
 		text = buf[:len(buf)-cut]
+		if len(text) == 0 {
+			// maxBytes is smaller than the character at offset: the
+			// chunk is that whole character, so a client paging by
+			// nextOffset always moves on.
+			w := make([]byte, min(utf8.UTFMax, ch.Total-offset))
+			if k, _ := f.ReadAt(w, offset); k > 0 {
+				if r, size := utf8.DecodeRune(w[:k]); r != utf8.RuneError || size > 1 {
+					buf, text = w[:size], w[:size]
+				}
+			}
+		}
 	}
-	if utf8.Valid(text) && (encBudget <= 0 || jsonsize.Max(string(text)) <= encBudget) {
+	// Never an empty chunk before the end: bytes that are no whole
+	// character go as base64.
+	if len(text) > 0 && utf8.Valid(text) && (encBudget <= 0 || jsonsize.Max(string(text)) <= encBudget) || len(buf) == 0 {
 		ch.Data = string(text)
 		ch.NextOffset = offset + int64(len(text))
 	} else {

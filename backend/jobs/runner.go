@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/systemd"
@@ -15,18 +16,21 @@ import (
 )
 
 // ProcessRunner runs each job's supervisor as a goroutine of the backend:
-// the job is a process group of the backend and ends with it.
+// the job is a process group of the backend and ends with it. How a job
+// ended is what its supervisor reaped, kept in memory: nothing on disk
+// decides it while this process runs.
 type ProcessRunner struct {
-	mu      sync.Mutex
-	cancels map[string]context.CancelFunc
-	wg      sync.WaitGroup
-	closed  bool
-	self    int // the pid that started them: jobs of another pid are gone
+	mu        sync.Mutex
+	cancels   map[string]context.CancelFunc
+	cancelled map[string]bool // job.cancel asked (else a stop is the backend's exit)
+	results   map[string]Exit // ended, not yet handed to the manager
+	wg        sync.WaitGroup
+	closed    bool
 }
 
 // NewProcessRunner returns a runner for process mode.
 func NewProcessRunner() *ProcessRunner {
-	return &ProcessRunner{cancels: map[string]context.CancelFunc{}, self: os.Getpid()}
+	return &ProcessRunner{cancels: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, results: map[string]Exit{}}
 }
 
 // Mode is process.
@@ -50,13 +54,23 @@ func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec Spec) error
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer func() {
+		stopped := func() string {
 			r.mu.Lock()
-			delete(r.cancels, spec.ID)
-			r.mu.Unlock()
-			cancel()
-		}()
-		_, _ = Supervise(ctx, jobDir, mcpwire.JobLost)
+			defer r.mu.Unlock()
+			if r.cancelled[spec.ID] {
+				return mcpwire.JobCancelled
+			}
+			return mcpwire.JobLost
+		}
+		ex, _ := Supervise(ctx, jobDir, stopped)
+		// On disk for a later process; this one keeps what it reaped.
+		_ = WriteExit(jobDir, ex)
+		r.mu.Lock()
+		r.results[spec.ID] = ex
+		delete(r.cancels, spec.ID)
+		delete(r.cancelled, spec.ID)
+		r.mu.Unlock()
+		cancel()
 	}()
 	return nil
 }
@@ -65,6 +79,9 @@ func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec Spec) error
 func (r *ProcessRunner) Stop(_ context.Context, spec Spec) error {
 	r.mu.Lock()
 	cancel := r.cancels[spec.ID]
+	if cancel != nil {
+		r.cancelled[spec.ID] = true
+	}
 	r.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -72,13 +89,25 @@ func (r *ProcessRunner) Stop(_ context.Context, spec Spec) error {
 	return nil
 }
 
-// Gone: a job of this process runs until its supervisor records its end;
-// one of an earlier process died with it.
-func (r *ProcessRunner) Gone(_ context.Context, spec Spec) (bool, error) {
+// Ended: a job of this process has ended once its supervisor returned,
+// with what it reaped; one of an earlier process died with it, and its
+// record is the one that process wrote, if any.
+func (r *ProcessRunner) Ended(_ context.Context, jobDir string, spec Spec, _ bool) (Exit, bool, bool, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, mine := r.cancels[spec.ID]
-	return !mine, nil
+	ex, done := r.results[spec.ID]
+	_, running := r.cancels[spec.ID]
+	if done {
+		delete(r.results, spec.ID)
+	}
+	r.mu.Unlock()
+	switch {
+	case done:
+		return ex, true, true, nil
+	case running:
+		return Exit{}, false, false, nil
+	}
+	ex, ok, err := readExit(jobDir)
+	return ex, ok && err == nil, true, nil
 }
 
 // Close kills every job and waits for their records, bounded.
@@ -93,7 +122,7 @@ func (r *ProcessRunner) Close() {
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(killGrace + time.Second):
+	case <-time.After(killGrace + procgroup.PipeWaitDelay + 3*time.Second):
 	}
 }
 
@@ -235,8 +264,27 @@ func (r *SystemdRunner) Stop(ctx context.Context, spec Spec) error {
 	return nil
 }
 
-// Gone says whether systemd has no running unit for the job any more.
-func (r *SystemdRunner) Gone(ctx context.Context, spec Spec) (bool, error) {
+// Ended says whether the job's unit is gone and, when it is, reads the
+// record its supervisor wrote before it exited. While the unit is active
+// the job runs, whatever its directory holds; once systemd has it inactive
+// its cgroup is empty, so nothing of the job can write any more. Without
+// poll, a directory without a record costs no D-Bus call.
+func (r *SystemdRunner) Ended(ctx context.Context, jobDir string, spec Spec, poll bool) (Exit, bool, bool, error) {
+	if !poll {
+		if _, err := os.Lstat(filepath.Join(jobDir, exitFile)); err != nil {
+			return Exit{}, false, false, nil
+		}
+	}
+	gone, err := r.gone(ctx, spec)
+	if err != nil || !gone {
+		return Exit{}, false, false, err
+	}
+	ex, ok, err := readExit(jobDir)
+	return ex, ok && err == nil, true, nil
+}
+
+// gone says whether systemd has no running unit for the job any more.
+func (r *SystemdRunner) gone(ctx context.Context, spec Spec) (bool, error) {
 	if spec.Unit == "" || filepath.Base(spec.Unit) != spec.Unit {
 		return true, nil
 	}

@@ -18,9 +18,11 @@ import (
 // FormatVersion is the version of the on-disk layout: <dir>/v1/<id>/ holds
 // spec.json (what to run, written before the job starts), env (its
 // environment, NUL-separated), stdout and stderr (the capped output),
-// exit.json (how it ended, written once by whoever saw the end: the
-// supervisor, or a backend that found the job lost) and cancel (a
-// job.cancel was asked). A later layout gets a new directory; a backend
+// exit.json (how it ended, written by the supervisor after the job's whole
+// tree is dead, or by a backend that found the supervisor gone without
+// one; read only once the supervisor is known to be gone), cancel (a
+// job.cancel was asked) and end-told (the audit trail was told of the
+// end). A later layout gets a new directory; a backend
 // never reads a version it does not know.
 const FormatVersion = 1
 
@@ -121,7 +123,11 @@ func ReadSpec(jobDir string) (Spec, []string, error) {
 // readExit reads exit.json; ok is false while there is none.
 func readExit(jobDir string) (Exit, bool, error) {
 	var e Exit
-	b, err := os.ReadFile(filepath.Join(jobDir, exitFile))
+	p := filepath.Join(jobDir, exitFile)
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		return e, false, fmt.Errorf("%s: not a regular file", exitFile)
+	}
+	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return e, false, nil
 	}
@@ -134,39 +140,20 @@ func readExit(jobDir string) (Exit, bool, error) {
 	return e, true, nil
 }
 
-// writeExitOnce records how a job ended unless it is recorded already: the
-// supervisor and a backend that judged the job lost never overwrite each
-// other. It reports whether this call wrote it.
-func writeExitOnce(jobDir string, e Exit) (bool, error) {
+// WriteExit records how a job ended, replacing whatever exit.json holds:
+// only the job's supervisor (once the job's whole tree is dead) and a
+// backend that found the supervisor gone without a record write it, and a
+// file the job put there before is not a record.
+func WriteExit(jobDir string, e Exit) error {
 	e.Version = FormatVersion
-	b, err := json.Marshal(e)
-	if err != nil {
-		return false, err
-	}
-	tmp, err := os.CreateTemp(jobDir, ".exit-*")
-	if err != nil {
-		return false, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return false, err
-	}
-	// link(2) fails when the name exists: first writer wins.
-	if err := os.Link(tmp.Name(), filepath.Join(jobDir, exitFile)); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
+	p := filepath.Join(jobDir, exitFile)
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		// A directory or a link put there is not renamed over.
+		if err := os.RemoveAll(p); err != nil {
+			return err
 		}
-		return false, err
 	}
-	return true, atomicfs.SyncDir(jobDir)
+	return atomicfs.WriteJSON(p, e, 0o600)
 }
 
 func fileSize(path string) int64 {

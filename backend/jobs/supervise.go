@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,31 +15,33 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
-// killGrace is how long a job's group has between SIGTERM and SIGKILL.
-const killGrace = 2 * time.Second
+// killGrace is how long a job's group has between SIGTERM and SIGKILL:
+// shell.exec's.
+const killGrace = procgroup.KillGrace
 
-// Supervise runs the job in jobDir to its end and records how it ended: the
-// shell in its own process group, stdin /dev/null, stdout and stderr
-// written to their files under one shared cap, the job's timeout. When ctx
-// ends (SIGTERM from systemd on a stop, the backend's exit in process
-// mode) the group gets SIGTERM, then SIGKILL after killGrace. It is the
-// main of `mcp-backend job-exec` under systemd, and runs in the backend
-// itself without; either way the record does not depend on the backend.
-// ended names the state to record when ctx ended (cancelled, lost); a
-// cancel file in jobDir always makes it cancelled.
-func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
+// Supervise runs the job in jobDir to its end and returns how it ended,
+// from the status it reaped: the shell in its own process group
+// (procgroup: the group and the descendants that left it end with it),
+// stdin /dev/null, stdout and stderr written to their files under one
+// shared cap, the job's timeout. When ctx ends (SIGTERM from systemd on a
+// stop, job.cancel or the backend's exit in process mode) the group gets
+// SIGTERM, then SIGKILL after killGrace; stopped then names the state to
+// record (cancelled, killed, lost). It is the main of `mcp-backend
+// job-exec` under systemd, which writes the record (WriteExit), and runs
+// in the backend itself without, which keeps it.
+func Supervise(ctx context.Context, jobDir string, stopped func() string) (Exit, error) {
 	spec, env, err := ReadSpec(jobDir)
 	if err != nil {
 		return Exit{}, fmt.Errorf("job-exec: %w", err)
 	}
 	started := time.Now().UTC()
 	rec := func(e Exit) (Exit, error) {
-		e.Started, e.Ended = started, time.Now().UTC()
-		_, err := writeExitOnce(jobDir, e)
-		return e, err
+		e.Version, e.Started, e.Ended = FormatVersion, started, time.Now().UTC()
+		return e, nil
 	}
 	out := &capped{limit: spec.OutputBytes, over: make(chan struct{})}
 	for i, name := range []string{stdoutFile, stderrFile} {
@@ -57,48 +58,28 @@ func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = stream{out, 0}
 	cmd.Stderr = stream{out, 1}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background process may keep the pipes open after the shell exits;
-	// the group kill below ends it, and this bounds the rest.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	g, err := procgroup.Start(cmd)
+	if err != nil {
 		return rec(Exit{State: mcpwire.JobExited, ExitCode: new(127), Message: "start shell: " + err.Error()})
 	}
-	pgid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() {
-		waitNoReap(pgid)
-		close(exited)
-	}()
 	timer := time.NewTimer(time.Duration(spec.TimeoutMs) * time.Millisecond)
 	defer timer.Stop()
 	state := ""
 	select {
-	case <-exited:
+	case <-g.Exited():
 	case <-timer.C:
 		state = mcpwire.JobTimeout
 	case <-out.over:
 		state = mcpwire.JobOutputLimit
 	case <-ctx.Done():
-		state = ended
+		state = stopped()
 	}
 	if state != "" {
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(killGrace):
-		}
+		g.Terminate()
 	}
-	// The group may outlive its leader: sweep it while the leader's pid,
-	// an unreaped zombie, still holds the group id.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	<-exited
-	_ = cmd.Wait()
-	if _, err := os.Stat(filepath.Join(jobDir, cancelFile)); err == nil && state != "" {
-		state = mcpwire.JobCancelled
-	}
+	_, _ = g.Finish()
 	e := Exit{State: state, OutputLimited: out.limited()}
-	if state == ended {
+	if state == mcpwire.JobLost || state == mcpwire.JobKilled {
 		e.Message = "stopped before it ended: its supervisor was told to stop (a stop of its unit, its runtime limit, the host shutting down, or the backend's exit in process mode)"
 	}
 	if e.OutputLimited && state == "" {
@@ -124,17 +105,6 @@ func Supervise(ctx context.Context, jobDir string, ended string) (Exit, error) {
 		}
 	}
 	return rec(e)
-}
-
-// waitNoReap blocks until pid has exited, leaving it for cmd.Wait.
-func waitNoReap(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			return
-		}
-	}
 }
 
 // capped writes stdout and stderr to their files under one shared limit;
@@ -199,4 +169,22 @@ func ownUnitEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// Exec is `mcp-backend job-exec`: Supervise the job in jobDir, then write
+// its record, replacing anything the job put in its place. A stop
+// (SIGTERM from systemd: job.cancel, the runtime limit, the host shutting
+// down) is cancelled when job.cancel asked, killed otherwise.
+func Exec(ctx context.Context, jobDir string) (Exit, error) {
+	stopped := func() string {
+		if _, err := os.Stat(filepath.Join(jobDir, cancelFile)); err == nil {
+			return mcpwire.JobCancelled
+		}
+		return mcpwire.JobKilled
+	}
+	e, err := Supervise(ctx, jobDir, stopped)
+	if err != nil {
+		return e, err
+	}
+	return e, WriteExit(jobDir, e)
 }

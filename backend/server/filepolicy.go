@@ -13,11 +13,19 @@ import (
 // audit by default (mcpctl.json stateDir); files.deny names another one.
 const mcpctlStateDir = "/var/lib/mcpctl"
 
+// mcpctlFleetDir is the fleet's directory on a host by default (the fleet
+// inventory's fleetDir): its steps/<id>.json are how a host tells the
+// controller a step ran, and blobs/ what it runs; files.deny names
+// another one.
+const mcpctlFleetDir = "/var/lib/mcpctl-fleet"
+
 // filePolicy is what the file tools may touch: never the backend's own
 // secrets (what it reads to authenticate and its state), and only what the
 // config's files policy allows. getenv reads the directories systemd
-// gives the unit (StateDirectory=, LoadCredential=).
-func filePolicy(cfg config.Config, getenv func(string) string) *filepolicy.Policy {
+// gives the unit (StateDirectory=, LoadCredential=); jobsDir is the jobs'
+// state directory in use ("" when jobs are off), the temporary one of
+// process mode included.
+func filePolicy(cfg config.Config, getenv func(string) string, jobsDir string) *filepolicy.Policy {
 	o := filepolicy.Options{Roots: cfg.Files.Roots, Deny: cfg.Files.Deny}
 	if f := cfg.Auth.BearerTokenFile; f != "" {
 		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: f, Rule: "auth.bearerTokenFile"})
@@ -38,10 +46,15 @@ func filePolicy(cfg config.Config, getenv func(string) string) *filepolicy.Polic
 			}
 		}
 	}
-	o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: mcpctlStateDir, Rule: "the mcpctl state directory"})
-	if d := cfg.Jobs.StateDir; d != "" {
-		// Other principals' job output: job.output serves it to its owner.
-		o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "jobs.stateDir"})
+	o.SecretDirs = append(o.SecretDirs,
+		filepolicy.Secret{Path: mcpctlStateDir, Rule: "the mcpctl state directory"},
+		filepolicy.Secret{Path: mcpctlFleetDir, Rule: "the mcpctl fleet directory"})
+	for _, d := range []string{cfg.Jobs.StateDir, jobsDir} {
+		// Jobs' output and environments (job.output serves them to their
+		// owner) and their records, which only supervisors write.
+		if d != "" {
+			o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "jobs.stateDir"})
+		}
 	}
 	// The backend's memory holds its token; no process's memory is a file
 	// for these tools to read.

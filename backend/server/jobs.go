@@ -25,6 +25,7 @@ type jobsSetup struct {
 	mgr     *jobs.Manager
 	off     string // why jobs are off
 	tempDir string // process mode's private state, removed at Close
+	dir     string // the state directory in use: a file-tool secret
 }
 
 // jobLimits turns the config into the manager's limits.
@@ -108,7 +109,7 @@ func openJobs(cfg config.Config, log *slog.Logger, onEnd func(jobs.Spec, mcpwire
 	if err != nil {
 		return js, err
 	}
-	js.mgr = m
+	js.mgr, js.dir = m, dir
 	log.Info("jobs on", "mode", m.Mode(), "dir", dir, "running", m.Metrics().Running)
 	return js, nil
 }

@@ -160,7 +160,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		MaxTimeout:     time.Duration(cfg.Shell.MaxTimeoutMs) * time.Millisecond,
 		Logger:         log,
 		Admission:      func() any { return s.adm.Snapshot() },
-		Files:          filePolicy(cfg, osGetenv),
+		Files:          filePolicy(cfg, osGetenv, js.dir),
 	})
 	s.stoppingCtx, s.stopping = context.WithCancel(context.Background())
 	s.abandonCtx, s.abandon = context.WithCancel(context.Background())

@@ -9,25 +9,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
+	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/mcpwire"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
-)
-
-const (
-	sigTERM = syscall.SIGTERM
-	sigKILL = syscall.SIGKILL
 )
 
 // ShellExecInput is the input of shell.exec.
@@ -50,7 +44,7 @@ func shellExecDescription(o Options) string {
 		"background processes still running when the shell exits are killed too, including ones that left the group (setsid, set -m) "+
 		"as long as they keep the environment, so this cannot start daemons (use service.control). "+
 		"Output that is not valid UTF-8 has the invalid bytes replaced by U+FFFD.",
-		o.ShellPath, o.DefaultTimeout.Milliseconds(), o.MaxTimeout.Milliseconds(), o.OutputBytes, killGrace)
+		o.ShellPath, o.DefaultTimeout.Milliseconds(), o.MaxTimeout.Milliseconds(), o.OutputBytes, procgroup.KillGrace)
 }
 
 // endReason says why the supervisor stopped waiting for the shell.
@@ -90,17 +84,10 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	out := newCapture(t.opts.OutputBytes, t.encodedBudget())
 	cmd := exec.Command(t.opts.ShellPath, "-c", in.Command)
 	cmd.Dir = in.Cwd
-	// A marker every descendant inherits: processes that leave the group
-	// (setsid, job control) are still found by it and killed with it.
-	marker := execMarker()
-	cmd.Env = append(env, marker)
+	cmd.Env = env
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = out.stream(&out.stdout)
 	cmd.Stderr = out.stream(&out.stderr)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// An orphan that escaped the group (setsid) may keep a pipe open: after
-	// the shell has exited, Wait closes the pipes after this delay.
-	cmd.WaitDelay = pipeWaitDelay
 
 	if err := t.beginExec(); err != nil {
 		return res, err
@@ -108,32 +95,20 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	defer t.running.Done()
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	g, err := procgroup.Start(cmd)
+	if err != nil {
 		return res, startError(t.opts.ShellPath, err)
 	}
-	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group id is the leader's pid
-	// Every descendant starts at or after the leader: the marker kill only
-	// waits for processes that young (0 if unreadable: then for any).
-	leader, _ := readStat(pgid)
-	since := leader.startTicks
+	pgid := g.Pgid()
 	if !t.track(pgid) {
-		killGroup(pgid, sigKILL) // Close ran between beginExec and Start
+		procgroup.KillGroup(pgid, syscall.SIGKILL) // Close ran between beginExec and Start
 	}
-
-	// exited is closed once the leader has exited, without reaping it: while
-	// the leader is an unreaped zombie its pid, and so the group id, cannot
-	// be reused, which makes the final group SIGKILL safe.
-	exited := make(chan struct{})
-	go func() {
-		waitExitedNoReap(pgid)
-		close(exited)
-	}()
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	reason := endExited
 	select {
-	case <-exited:
+	case <-g.Exited():
 	case <-timer.C:
 		reason = endTimeout
 	case <-out.limited:
@@ -144,22 +119,13 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 		reason = endClosed
 	}
 	if reason != endExited && reason != endClosed {
-		killGroup(pgid, sigTERM)
-		grace := time.NewTimer(killGrace)
-		select {
-		case <-exited:
-		case <-grace.C:
-		}
-		grace.Stop()
+		g.Terminate()
 	}
-	// Always sweep the group: descendants may linger after the leader exits.
-	killGroup(pgid, sigKILL)
-	if left := killMarked(marker, since); left > 0 {
-		t.log.Warn("tools: marked descendants still running after the group kill", "processes", left, "rounds", killMarkedRounds)
+	left, waitErr := g.Finish() // reaps the leader; pipes drained or closed after WaitDelay
+	if left > 0 {
+		t.log.Warn("tools: marked descendants still running after the group kill", "processes", left)
 	}
-	<-exited
 	t.untrack(pgid)
-	waitErr := cmd.Wait() // reaps the leader; pipes drained or closed after WaitDelay
 	res.DurationMs = time.Since(start).Milliseconds()
 
 	switch reason {
@@ -215,149 +181,9 @@ func (t *Tools) untrack(pgid int) {
 	t.mu.Unlock()
 }
 
-// killGroup signals every process of the group; ESRCH (group gone) is fine.
-func killGroup(pgid int, sig syscall.Signal) {
-	if pgid <= 1 {
-		return // never signal -1 (everything) or our own group by accident
-	}
-	_ = syscall.Kill(-pgid, sig)
-}
-
-// waitExitedNoReap blocks until process pid has exited, leaving it a zombie
-// for cmd.Wait to reap.
-func waitExitedNoReap(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		return // exited, or ECHILD: nothing left to wait for
-	}
-}
-
 var systemdOnly = map[string]bool{
 	"NOTIFY_SOCKET": true, "WATCHDOG_USEC": true, "WATCHDOG_PID": true,
 	"LISTEN_FDS": true, "LISTEN_PID": true, "LISTEN_FDNAMES": true,
-}
-
-// execMarkerVar names the environment variable that marks a command's
-// descendants. A client-supplied value for it is overwritten.
-const execMarkerVar = "MCP_BACKEND_EXEC"
-
-var execSeq atomic.Uint64
-
-// execMarker returns a NAME=VALUE unique to one command in this process.
-func execMarker() string {
-	return fmt.Sprintf("%s=%d.%d", execMarkerVar, selfPID, execSeq.Add(1))
-}
-
-// killMarkedRounds bounds how often killMarked rescans /proc. A marked
-// process can fork between the listing of /proc and its own kill; every
-// round kills what the last one missed, and a process that is SIGKILLed
-// forks no more, so the rounds run out only under a pid flood.
-const killMarkedRounds = 200
-
-// execWindowWait bounds how long killMarked waits for processes that show
-// no environment (see killMarked). Leaving execve takes microseconds; only
-// a process started without any environment (env -i) that left the group
-// makes the wait run out, and then it cannot be told apart anyway.
-const execWindowWait = 2 * time.Second
-
-// killMarked SIGKILLs every process whose environment carries marker: the
-// command's descendants that escaped its process group. One pass is not
-// enough: a marked process may fork after /proc was listed, so the scan
-// repeats until two passes in a row find no marked process. A process in
-// the middle of execve shows an empty environment until the new program's
-// stack is set up, and on a loaded machine it can be preempted there for
-// longer than two passes: while a pass finds such a process (a user
-// process started no earlier than the command, since, with no
-// environment), it does not count as clean. It reads /proc/PID/environ of
-// every process, a few milliseconds per pass. It returns how many marked
-// processes the last pass still found (0 when all are gone).
-func killMarked(marker string, since int64) int {
-	needle := []byte(marker + "\x00")
-	deadline := time.Now().Add(execWindowWait)
-	left, clean := 0, 0
-	for rounds := 0; rounds < killMarkedRounds; {
-		found, unsure := killMarkedOnce(needle, since)
-		left = found
-		if found == 0 && unsure > 0 && time.Now().Before(deadline) {
-			// Only processes in mid-execve may remain: give them the CPU
-			// this loop would take from them, then look again.
-			clean = 0
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		rounds++
-		if found > 0 {
-			clean = 0
-			continue
-		}
-		if clean++; clean == 2 {
-			return 0
-		}
-	}
-	return left
-}
-
-// killMarkedOnce kills the marked processes of one /proc listing and
-// returns how many it found, and how many could not be told apart (no
-// environment yet, see killMarked). A process already dying (SIGKILLed,
-// memory not yet released) is found again: the next round sees it gone.
-func killMarkedOnce(needle []byte, since int64) (found, unsure int) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, 0
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 || pid == selfPID {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue // gone
-		}
-		if len(env) == 0 {
-			if inExecWindow(pid, since) {
-				unsure++
-			}
-			continue
-		}
-		if !bytes.Contains(env, needle) {
-			continue
-		}
-		found++
-		// Through a pidfd, and the marker read again once it is held: a
-		// pid that exited and was reused between the read and the kill is
-		// never signalled.
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		if hasMarker(pid, needle) {
-			_ = unix.PidfdSendSignal(fd, sigKILL, nil, 0)
-		}
-		unix.Close(fd)
-	}
-	return found, unsure
-}
-
-// pfKthread is PF_KTHREAD of /proc/PID/stat's flags: a kernel thread.
-const pfKthread = 0x00200000
-
-// inExecWindow says whether a process that shows no environment may be a
-// process in the middle of execve, started at or after since: a live user
-// process, not a kernel thread or a zombie (they show none either).
-func inExecWindow(pid int, since int64) bool {
-	st, ok := readStat(pid)
-	return ok && st.flags&pfKthread == 0 && st.State != "Z" && st.State != "X" && st.startTicks >= since
-}
-
-func hasMarker(pid int, needle []byte) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	return err == nil && bytes.Contains(b, needle)
 }
 
 // shellEnv is the backend's environment plus extra; later entries win.

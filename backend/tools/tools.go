@@ -13,12 +13,14 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/backend/jobs"
+	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 )
@@ -32,9 +34,7 @@ const (
 	defaultTimeout        = 60 * time.Second
 	defaultMaxTimeout     = 600 * time.Second
 	defaultFileTimeout    = 30 * time.Second
-	killGrace             = 500 * time.Millisecond // SIGTERM -> SIGKILL
-	pipeWaitDelay         = time.Second            // how long an orphan may hold a pipe after the shell exits
-	closeWait             = time.Second            // how long Close waits for killed groups to be reaped: drain (2 s) + this stays well inside TimeoutStopSec=5
+	closeWait             = time.Second // how long Close waits for killed groups to be reaped: drain (2 s) + this stays well inside TimeoutStopSec=5
 	serviceJobDeadline    = 60 * time.Second
 	defaultDBusTimeout    = 10 * time.Second // a local systemd answers in milliseconds; systemctl waits 25 s
 	defaultProcessLimit   = 200
@@ -185,7 +185,7 @@ func (t *Tools) Close() {
 		t.closed = true
 		close(t.closing)
 		for pgid := range t.groups {
-			killGroup(pgid, sigKILL)
+			procgroup.KillGroup(pgid, syscall.SIGKILL)
 		}
 		t.mu.Unlock()
 

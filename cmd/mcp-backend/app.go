@@ -19,7 +19,6 @@ import (
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
-	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 const (
@@ -125,7 +124,7 @@ func newApp(d *deps) *cli.App {
 					// SIGTERM (a stop of the unit: job.cancel, the runtime
 					// limit, the host shutting down) ends the group; the
 					// record says cancelled when job.cancel asked.
-					e, err := jobs.Supervise(c.Context, c.String("dir"), mcpwire.JobKilled)
+					e, err := jobs.Exec(c.Context, c.String("dir"))
 					if err != nil {
 						return fmt.Errorf("job-exec: %w", err)
 					}

@@ -1,4 +1,4 @@
-package tools
+package procgroup
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/procfs"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 )
 
@@ -18,11 +19,11 @@ import (
 // environment may be mid-execve; an older one, a kernel thread and a
 // zombie are not.
 func TestInExecWindowOfRealProcesses(t *testing.T) {
-	me, ok := readStat(os.Getpid())
+	me, ok := procfs.Read(os.Getpid())
 	if !ok {
 		t.Fatal("no /proc stat of this process")
 	}
-	self := me.startTicks
+	self := me.StartTicks
 	cmd := exec.Command("sleep", "60")
 	cmd.Env = []string{} // shows no environment, as a process mid-execve does
 	if err := cmd.Start(); err != nil {
@@ -30,8 +31,8 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	child := cmd.Process.Pid
-	st, ok := readStat(child)
-	childStart := st.startTicks
+	st, ok := procfs.Read(child)
+	childStart := st.StartTicks
 	if !ok || childStart < self {
 		t.Fatalf("child start %d (ok %v) before this process's %d", childStart, ok, self)
 	}
@@ -47,7 +48,7 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 	_ = cmd.Process.Kill()
 	// Not reaped yet: a zombie.
 	proctest.Eventually(t, "the killed child is a zombie", func() bool {
-		st, ok := readStat(child)
+		st, ok := procfs.Read(child)
 		return ok && st.State == "Z"
 	})
 	if inExecWindow(child, 0) {
@@ -57,8 +58,8 @@ func TestInExecWindowOfRealProcesses(t *testing.T) {
 
 func isKthread(t testing.TB, pid int) bool {
 	t.Helper()
-	st, ok := readStat(pid)
-	return ok && st.flags&pfKthread != 0
+	st, ok := procfs.Read(pid)
+	return ok && st.Flags&pfKthread != 0
 }
 
 // TestKillMarkedWaitsForAProcessInMidExecve: a process that shows no
@@ -70,16 +71,16 @@ func isKthread(t testing.TB, pid int) bool {
 // clean passes only, the scan ended before the release and the marked
 // process lived on: the survivors of TestForkingSpawnerLeavesNoSurvivors.)
 func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
-	me, ok := readStat(os.Getpid())
+	me, ok := procfs.Read(os.Getpid())
 	if !ok {
 		t.Fatal("no /proc stat of this process")
 	}
-	since := me.startTicks
+	since := me.StartTicks
 	fifo := filepath.Join(t.TempDir(), "release")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	marker := fmt.Sprintf("%s=test.%d", execMarkerVar, os.Getpid())
+	marker := fmt.Sprintf("%s=test.%d", MarkerVar, os.Getpid())
 	// The shell exports the marker itself: an env(1) in between would show
 	// an environment without it (the shell passes PWD), a phase a process
 	// in mid-execve never has.
@@ -115,10 +116,10 @@ func TestKillMarkedWaitsForAProcessInMidExecve(t *testing.T) {
 // BenchmarkKillMarkedNothingLeft: what the marker kill adds to every
 // shell.exec whose descendants are all gone (two clean passes over /proc).
 func BenchmarkKillMarkedNothingLeft(b *testing.B) {
-	me, _ := readStat(os.Getpid())
-	marker := fmt.Sprintf("%s=bench.%d", execMarkerVar, os.Getpid())
+	me, _ := procfs.Read(os.Getpid())
+	marker := fmt.Sprintf("%s=bench.%d", MarkerVar, os.Getpid())
 	for b.Loop() {
-		if n := killMarked(marker, me.startTicks); n != 0 {
+		if n := killMarked(marker, me.StartTicks); n != 0 {
 			b.Fatalf("%d marked processes", n)
 		}
 	}
