@@ -131,6 +131,10 @@ func TestValidate(t *testing.T) {
 		{"audit file tiny rotation", `{"audit":{"fileMaxBytes":10}}`, `audit.fileMaxBytes = 10: must be 4096..1099511627776`},
 		{"audit keep negative", `{"audit":{"fileKeep":-1}}`, `audit.fileKeep = -1: must be 0..100`},
 		{"audit buffer zero", `{"audit":{"bufferRecords":0}}`, `audit.bufferRecords = 0: must be 1..1048576`},
+		{"jobs per principal zero", `{"jobs":{"maxRunningPerPrincipal":0}}`, `jobs.maxRunningPerPrincipal = 0: must be 1..1024`},
+		{"jobs per principal huge", `{"jobs":{"maxRunningPerPrincipal":5000}}`, `jobs.maxRunningPerPrincipal = 5000: must be 1..1024`},
+		{"waiters per principal zero", `{"jobs":{"maxWaitersPerPrincipal":0}}`, `jobs.maxWaitersPerPrincipal = 0: must be 1..4096`},
+		{"waiters per principal negative", `{"jobs":{"maxWaitersPerPrincipal":-1}}`, `jobs.maxWaitersPerPrincipal = -1: must be 1..4096`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,6 +161,7 @@ func TestValidate(t *testing.T) {
 		`{"concurrency":{"queueWaitMs":3600000},"shell":{"defaultTimeoutMs":86400000,"maxTimeoutMs":86400000}}`,
 		`{"limits":{"outputBytes":67108864,"responseBytes":134217728}}`,
 		`{"auth":{"bearerTokenFile":"/etc/mcp-backend/token"}}`,
+		`{"jobs":{"maxRunning":4,"maxRunningPerConversation":2,"maxWaiters":4}}`, // per-principal defaults above the caps
 		`{"files":{"roots":["/srv","/var/log"],"deny":["/srv/*/secret","/**/.ssh/id_*"]}}`,
 	} {
 		c, err := Parse(strings.NewReader(ok))

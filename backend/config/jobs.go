@@ -20,6 +20,7 @@ type Jobs struct {
 	// systemd, a private temporary directory in process mode.
 	StateDir                  string `json:"stateDir"`
 	MaxRunning                int    `json:"maxRunning"`
+	MaxRunningPerPrincipal    int    `json:"maxRunningPerPrincipal"`
 	MaxRunningPerConversation int    `json:"maxRunningPerConversation"`
 	MaxKept                   int    `json:"maxKept"`
 	KeepForMs                 int64  `json:"keepForMs"`
@@ -30,15 +31,18 @@ type Jobs struct {
 	MemoryMaxBytes            int64  `json:"memoryMaxBytes"`
 	TasksMax                  int64  `json:"tasksMax"`
 	MaxWaiters                int    `json:"maxWaiters"`
+	MaxWaitersPerPrincipal    int    `json:"maxWaitersPerPrincipal"`
 }
 
-// DefaultJobs are the jobs defaults: 16 running (4 per conversation),
+// DefaultJobs are the jobs defaults: 16 running (8 per principal, 4 per
+// conversation), 64 waiters (16 per principal),
 // 64 MiB of output each and 2 GiB in all, an hour by default and six at
 // most, 2 GiB and 512 tasks per job.
 func DefaultJobs() Jobs {
 	return Jobs{
 		Mode:                      JobsAuto,
 		MaxRunning:                16,
+		MaxRunningPerPrincipal:    8,
 		MaxRunningPerConversation: 4,
 		MaxKept:                   200,
 		KeepForMs:                 int64(24 * time.Hour / time.Millisecond),
@@ -49,6 +53,7 @@ func DefaultJobs() Jobs {
 		MemoryMaxBytes:            2 << 30,
 		TasksMax:                  512,
 		MaxWaiters:                64,
+		MaxWaitersPerPrincipal:    16,
 	}
 }
 
@@ -78,6 +83,9 @@ func (j Jobs) validate() []error {
 		v, lo, hi int64
 	}{
 		{"maxRunning", int64(j.MaxRunning), 1, 1024},
+		// Above maxRunning (maxWaiters) a per-principal figure means no
+		// bound of its own: a config that lowers the cap alone stays valid.
+		{"maxRunningPerPrincipal", int64(j.MaxRunningPerPrincipal), 1, 1024},
 		{"maxRunningPerConversation", int64(j.MaxRunningPerConversation), 1, int64(max(j.MaxRunning, 1))},
 		{"maxKept", int64(j.MaxKept), 1, 100000},
 		{"keepForMs", j.KeepForMs, 1000, maxJobsKeepMs},
@@ -88,6 +96,7 @@ func (j Jobs) validate() []error {
 		{"memoryMaxBytes", j.MemoryMaxBytes, 1 << 20, 1 << 50},
 		{"tasksMax", j.TasksMax, 1, 1 << 22},
 		{"maxWaiters", int64(j.MaxWaiters), 1, 4096},
+		{"maxWaitersPerPrincipal", int64(j.MaxWaitersPerPrincipal), 1, 4096},
 	}
 	for _, c := range ints {
 		if c.v < c.lo || c.v > c.hi {

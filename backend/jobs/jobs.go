@@ -6,8 +6,9 @@
 // through a cutover, a rollback or a crash of the backend, and records its
 // own end; any later backend finds it in the state directory. Without
 // systemd the same supervisor runs inside the backend and jobs end with it.
-// Jobs are bounded: running jobs process-wide and per conversation, kept
-// jobs in count and age, output per job and in total.
+// Jobs are bounded: running jobs process-wide, shared fairly among
+// principals and their conversations (share.go), kept jobs in count and
+// age, output per job and in total.
 package jobs
 
 import (
@@ -31,6 +32,7 @@ import (
 // Limits bound the jobs of one backend.
 type Limits struct {
 	MaxRunning                int           // running jobs, process-wide
+	MaxRunningPerPrincipal    int           // running jobs of one principal, all its conversations
 	MaxRunningPerConversation int           // running jobs of one conversation (of one principal)
 	MaxKept                   int           // finished jobs kept; the oldest go first
 	KeepFor                   time.Duration // a finished job is kept this long after it ended
@@ -41,6 +43,7 @@ type Limits struct {
 	MemoryMax                 int64 // bytes per job (systemd mode)
 	TasksMax                  int64 // processes and threads per job (systemd mode)
 	MaxWaiters                int   // job.wait calls waiting at once
+	MaxWaitersPerPrincipal    int   // job.wait calls of one principal waiting at once
 }
 
 // Runner starts and stops the supervisor of a job: a transient unit under
@@ -97,7 +100,9 @@ type Manager struct {
 	mu      sync.Mutex
 	jobs    map[string]*job
 	changed chan struct{} // closed and replaced whenever a job ends
-	waiters int
+	waiters map[flow]int  // job.wait calls waiting, per flow
+	running *pool         // the shares of running jobs
+	waiting *pool         // the shares of job.wait places
 
 	started, refused atomic.Int64
 
@@ -133,7 +138,11 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts: opts, lim: opts.Limits, log: opts.Logger, dir: root(opts.Dir),
-		jobs: map[string]*job{}, changed: make(chan struct{}),
+		jobs: map[string]*job{}, changed: make(chan struct{}), waiters: map[flow]int{},
+		running: newPool("running jobs", "jobs.maxRunning", "jobs.maxRunningPerPrincipal", "jobs.maxRunningPerConversation",
+			opts.Limits.MaxRunning, opts.Limits.MaxRunningPerPrincipal, opts.Limits.MaxRunningPerConversation),
+		waiting: newPool("job.wait calls waiting", "jobs.maxWaiters", "jobs.maxWaitersPerPrincipal", "",
+			opts.Limits.MaxWaiters, opts.Limits.MaxWaitersPerPrincipal, 0),
 		draining: make(chan struct{}), stop: make(chan struct{}), loopDone: make(chan struct{}),
 	}
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
@@ -331,24 +340,16 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 			}
 		}
 	}
-	nrun, conv := 0, 0
+	held := map[flow]int{}
 	for _, j := range m.jobs {
 		if j.running() {
-			nrun++
-			if j.spec.Owner == owner && j.spec.Conversation == c.Conversation {
-				conv++
-			}
+			held[flow{j.spec.Owner, j.spec.Conversation}]++
 		}
 	}
-	if nrun >= m.lim.MaxRunning {
+	if why := m.running.admit(held, flowOf(c), m.opts.Now()); why != "" {
 		m.mu.Unlock()
 		m.refused.Add(1)
-		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeOverloaded, "jobs: %d jobs are running, the most this backend runs at once (jobs.maxRunning); wait for one to end or cancel one", nrun)
-	}
-	if conv >= m.lim.MaxRunningPerConversation {
-		m.mu.Unlock()
-		m.refused.Add(1)
-		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeOverloaded, "jobs: this conversation has %d jobs running, the most one conversation may (jobs.maxRunningPerConversation); wait for one to end (job.wait) or cancel one", conv)
+		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeOverloaded, "jobs: %s; wait for one to end (job.wait) or cancel one", why)
 	}
 	if err := m.makeRoomLocked(); err != nil {
 		m.mu.Unlock()
@@ -544,19 +545,24 @@ func (m *Manager) Running() []mcpwire.JobStatus {
 // shutdown).
 func (m *Manager) Wait(ctx context.Context, c caller.Caller, id string, deadline time.Time) (st mcpwire.JobStatus, why string, err error) {
 	m.mu.Lock()
+	f := flowOf(c)
 	j, err := m.lookupLocked(c, id)
-	if err == nil && m.waiters >= m.lim.MaxWaiters {
-		err = toolerr.New(mcpwire.CodeOverloaded, "jobs: %d job.wait calls are waiting, the most at once (jobs.maxWaiters); poll with job.status or retry", m.waiters)
+	if err == nil {
+		if why := m.waiting.admit(m.waiters, f, m.opts.Now()); why != "" {
+			err = toolerr.New(mcpwire.CodeOverloaded, "jobs: %s; poll with job.status or retry", why)
+		}
 	}
 	if err != nil {
 		m.mu.Unlock()
 		return st, "", err
 	}
-	m.waiters++
+	m.waiters[f]++
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.waiters--
+		if m.waiters[f]--; m.waiters[f] <= 0 {
+			delete(m.waiters, f)
+		}
 		m.mu.Unlock()
 	}()
 	return m.await(ctx, j, deadline)
@@ -637,5 +643,9 @@ func (m *Manager) Dir(id string) string { return filepath.Join(m.dir, id) }
 func (m *Manager) Waiters() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.waiters
+	n := 0
+	for _, w := range m.waiters {
+		n += w
+	}
+	return n
 }

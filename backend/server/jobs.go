@@ -32,11 +32,11 @@ type jobsSetup struct {
 func jobLimits(j config.Jobs) jobs.Limits {
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	return jobs.Limits{
-		MaxRunning: j.MaxRunning, MaxRunningPerConversation: j.MaxRunningPerConversation,
+		MaxRunning: j.MaxRunning, MaxRunningPerPrincipal: j.MaxRunningPerPrincipal, MaxRunningPerConversation: j.MaxRunningPerConversation,
 		MaxKept: j.MaxKept, KeepFor: ms(j.KeepForMs),
 		OutputBytes: j.OutputBytes, TotalOutputBytes: j.TotalOutputBytes,
 		DefaultTimeout: ms(j.DefaultTimeoutMs), MaxTimeout: ms(j.MaxTimeoutMs),
-		MemoryMax: j.MemoryMaxBytes, TasksMax: j.TasksMax, MaxWaiters: j.MaxWaiters,
+		MemoryMax: j.MemoryMaxBytes, TasksMax: j.TasksMax, MaxWaiters: j.MaxWaiters, MaxWaitersPerPrincipal: j.MaxWaitersPerPrincipal,
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -248,6 +249,96 @@ func TestFleetDirIsASecret(t *testing.T) {
 	if !existed {
 		if _, err := os.Lstat(mcpctlFleetDir); !os.IsNotExist(err) {
 			t.Fatalf("%s exists after refused writes (%v)", mcpctlFleetDir, err)
+		}
+	}
+}
+
+// TestJobPlacesSharedPerPrincipal: one principal minting a conversation
+// per job.start takes at most its share of the running jobs
+// (jobs.maxRunningPerPrincipal); other principals still get places, one
+// in a conversation of its own through the reserve kept for principals
+// that hold none.
+func TestJobPlacesSharedPerPrincipal(t *testing.T) {
+	b := jobsBackend(t, func(c *config.Config) {
+		c.Jobs.MaxRunning, c.Jobs.MaxRunningPerPrincipal, c.Jobs.MaxRunningPerConversation = 6, 3, 1
+	})
+	start := func(subject, conv string) string {
+		return jobCallAs(t, b, subject, conv, mcpwire.ToolJobStart, map[string]any{"command": "sleep 300"}).errorCode()
+	}
+	got := 0
+	for i := range 10 {
+		switch code := start("mallory", fmt.Sprintf("minted-%d", i)); code {
+		case "":
+			got++
+		case string(mcpwire.CodeOverloaded):
+		default:
+			t.Fatalf("start %d: %s", i, code)
+		}
+	}
+	if got != 3 {
+		t.Fatalf("a principal minting conversations got %d of 6 places, want its 3", got)
+	}
+	for _, f := range []struct{ subject, conv string }{{"bob", "b1"}, {"bob", "b2"}, {"carol", "c1"}} {
+		if code := start(f.subject, f.conv); code != "" {
+			t.Fatalf("%s in %s refused (%s) while mallory holds her share", f.subject, f.conv, code)
+		}
+	}
+	if m := b.metrics(t); m.Jobs.Running != 6 {
+		t.Fatalf("jobs.running %d, want 6", m.Jobs.Running)
+	}
+}
+
+// TestJobWaitPlacesSharedPerPrincipal: one principal's job.wait calls,
+// from as many conversations as it likes, leave a place for another
+// principal's job.wait.
+func TestJobWaitPlacesSharedPerPrincipal(t *testing.T) {
+	b := jobsBackend(t, func(c *config.Config) { c.Jobs.MaxWaiters = 4 })
+	mine := okAs[mcpwire.JobStartResult](t, b, "mallory", mcpwire.ToolJobStart, map[string]any{"command": "sleep 300"}).Job.ID
+	theirs := okAs[mcpwire.JobStartResult](t, b, "bob", mcpwire.ToolJobStart, map[string]any{"command": "sleep 300"}).Job.ID
+	const tries = 8
+	codes := make(chan string, tries)
+	for i := range tries {
+		go func() {
+			// Not jobCallAs: no t.Fatal off the test's goroutine.
+			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rpcID.Add(1), "method": "tools/call", "params": map[string]any{
+				"name": mcpwire.ToolJobWait, "arguments": map[string]any{"id": mine, "waitMs": 45000},
+				"_meta": map[string]any{"openai/subject": "mallory", "openai/session": fmt.Sprintf("w%d", i)}}})
+			st, resp, err := post(context.Background(), b.url+"/mcp", body)
+			if err != nil || st != 200 {
+				codes <- fmt.Sprintf("HTTP %d %v", st, err)
+				return
+			}
+			codes <- parseReplyQuiet(resp)
+		}()
+	}
+	// The refused ones answer at once; the rest wait.
+	refused := 0
+	proctest.Eventually(t, "mallory's waits placed or refused", func() bool {
+		for {
+			select {
+			case c := <-codes:
+				if c != string(mcpwire.CodeOverloaded) {
+					t.Errorf("a wait ended with %q while the job runs", c)
+				}
+				refused++
+				continue
+			default:
+			}
+			return refused+b.srv.jobs.mgr.Waiters() == tries
+		}
+	})
+	if held := tries - refused; held != 3 {
+		t.Fatalf("mallory holds %d of 4 wait places, want 3 (one kept for others)", held)
+	}
+	var w mcpwire.JobWaitResult
+	r := jobCallAs(t, b, "bob", "b1", mcpwire.ToolJobWait, map[string]any{"id": theirs, "waitMs": 100})
+	if r.errorCode() != "" || json.Unmarshal(r.Result.StructuredContent, &w) != nil || w.WaitEnded != "timeout" {
+		t.Fatalf("bob's wait beside mallory's: %s %+v", r.errorCode(), w)
+	}
+	okAs[mcpwire.JobStatus](t, b, "mallory", mcpwire.ToolJobCancel, map[string]any{"id": mine})
+	for range tries - refused {
+		if c := <-codes; c != "" {
+			t.Fatalf("a placed wait ended with %q", c)
 		}
 	}
 }
