@@ -16,6 +16,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/fleet"
 )
 
 // TestJobStateOutOfReachOfFileTools: the jobs' state directory in use,
@@ -340,5 +341,13 @@ func TestJobWaitPlacesSharedPerPrincipal(t *testing.T) {
 		if c := <-codes; c != "" {
 			t.Fatalf("a placed wait ended with %q", c)
 		}
+	}
+}
+
+// TestFleetDirIsTheInventoryDefault: the directory refused is the one the
+// fleet uses by default.
+func TestFleetDirIsTheInventoryDefault(t *testing.T) {
+	if d := fleet.Default().Defaults.FleetDir; d != mcpctlFleetDir {
+		t.Fatalf("the fleet's default directory is %s, the file policy refuses %s", d, mcpctlFleetDir)
 	}
 }

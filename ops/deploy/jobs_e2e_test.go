@@ -384,6 +384,35 @@ func TestJobsInSystemd(t *testing.T) {
 		t.Logf("figures: job.start over HTTP in systemd mode: %.1f ms each (mean of %d, transient unit started and running when it returns)", float64(took.Microseconds())/1000/n, n)
 	})
 
+	// The job writes exit.json into its own directory (its supervisor's
+	// --dir) saying it exited 0 long ago: the unit is active, so it runs
+	// until job.cancel stops it, and the record is then the supervisor's.
+	t.Run("a record the job writes is not its end", func(t *testing.T) {
+		s.t = t
+		const planted = `{"version":1,"state":"exited","exitCode":0,"started":"2020-01-01T00:00:00Z","ended":"2020-01-01T00:00:01Z"}`
+		cmd := `d=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--dir$/{n;p;}'); printf '%s' '` + planted + `' > "$d/exit.json" && echo planted; exec sleep 600`
+		var st mcpwire.JobStartResult
+		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": cmd}, &st)
+		proctest.Eventually(t, "the job planted its record", func() bool {
+			return strings.Contains(string(s.allOutput(alice, st.Job.ID, "stdout")), "planted")
+		})
+		// Past the once-a-second check of every running job's unit.
+		time.Sleep(2 * time.Second)
+		var js mcpwire.JobStatus
+		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &js)
+		if js.Done || js.State != mcpwire.JobRunning {
+			t.Fatalf("status after the job wrote its own record: %+v", js)
+		}
+		s.job(alice, mcpwire.ToolJobCancel, map[string]any{"id": st.Job.ID}, &js)
+		if js.State != mcpwire.JobCancelled {
+			t.Fatalf("cancel: %+v", js)
+		}
+		rec, err := os.ReadFile(filepath.Join(s.dir, "jobstate", "v1", st.Job.ID, "exit.json"))
+		if err != nil || !strings.Contains(string(rec), `"cancelled"`) {
+			t.Fatalf("record on disk %s (%v), want the supervisor's", rec, err)
+		}
+	})
+
 	t.Run("supervisor killed: lost; reboot: never running", func(t *testing.T) {
 		s.t = t
 		var st mcpwire.JobStartResult
