@@ -122,7 +122,7 @@ func (r *ProcessRunner) Close() {
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(killGrace + procgroup.PipeWaitDelay + 3*time.Second):
+	case <-time.After(killGrace + procgroup.PipeWaitDelay + time.Second):
 	}
 }
 
