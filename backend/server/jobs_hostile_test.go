@@ -153,7 +153,7 @@ func TestJobEscapeesEndWithTheJob(t *testing.T) {
 			k, v, _ := strings.Cut(mark, "=")
 			args := map[string]any{"command": "setsid sleep 1000 & sleep 1000", "env": map[string]string{k: v}}
 			if end == "timeout" {
-				args["timeoutMs"] = 1500
+				args["timeoutMs"] = 5000 // long enough to see its processes first
 			}
 			st := okAs[mcpwire.JobStartResult](t, b, "alice", mcpwire.ToolJobStart, args)
 			proctest.Eventually(t, "the job's shell and both sleeps", func() bool { return len(marked(mark)) == 3 })
