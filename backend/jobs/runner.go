@@ -62,7 +62,7 @@ func (r *ProcessRunner) Start(_ context.Context, jobDir string, spec Spec) error
 			}
 			return mcpwire.JobLost
 		}
-		ex, _ := Supervise(ctx, jobDir, stopped)
+		ex, _ := Supervise(ctx, jobDir, stopped, Hide{})
 		// On disk for a later process; this one keeps what it reaped.
 		_ = WriteExit(jobDir, ex)
 		r.mu.Lock()

@@ -33,7 +33,7 @@ const killGrace = procgroup.KillGrace
 // record (cancelled, killed, lost). It is the main of `mcp-backend
 // job-exec` under systemd, which writes the record (WriteExit), and runs
 // in the backend itself without, which keeps it.
-func Supervise(ctx context.Context, jobDir string, stopped func() string) (Exit, error) {
+func Supervise(ctx context.Context, jobDir string, stopped func() string, hide Hide) (Exit, error) {
 	spec, env, err := ReadSpec(jobDir)
 	if err != nil {
 		return Exit{}, fmt.Errorf("job-exec: %w", err)
@@ -53,6 +53,12 @@ func Supervise(ctx context.Context, jobDir string, stopped func() string) (Exit,
 		out.files[i] = f
 	}
 	cmd := exec.Command(spec.Shell, "-c", spec.Command)
+	if hide.Self != "" {
+		// The shell starts in a mount namespace of its own, where
+		// HideAndExec covers the state directory before it runs.
+		cmd = exec.Command(hide.Self, "job-shell", "--hide", hide.Dir, "--", spec.Shell, "-c", spec.Command)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	}
 	cmd.Dir = spec.Cwd
 	cmd.Env = ownUnitEnv(env)
 	cmd.Stdin = nil // /dev/null
@@ -171,18 +177,46 @@ func ownUnitEnv(env []string) []string {
 	return out
 }
 
-// Exec is `mcp-backend job-exec`: Supervise the job in jobDir, then write
+// Hide runs a job's shell through `Self job-shell --hide Dir`, in a mount
+// namespace of its own where Dir (the jobs' state directory) is an empty
+// read-only directory. The zero Hide runs the shell directly.
+type Hide struct{ Self, Dir string }
+
+// HideAndExec is `mcp-backend job-shell`: in the mount namespace its
+// supervisor unshared for it, cover dir with an empty read-only tmpfs and
+// exec argv. The namespace's mounts are made private first, so the cover
+// never reaches the host's namespace.
+func HideAndExec(dir string, argv []string) error {
+	if len(argv) == 0 || !filepath.IsAbs(argv[0]) || !filepath.IsAbs(dir) {
+		return fmt.Errorf("job-shell: want an absolute --hide DIR and an absolute program after --")
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("job-shell: make mounts private: %w", err)
+	}
+	if err := unix.Mount("mcp-job-hidden", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=000"); err != nil {
+		return fmt.Errorf("job-shell: cover %s: %w", dir, err)
+	}
+	return unix.Exec(argv[0], argv, os.Environ())
+}
+
+// Exec is `mcp-backend job-exec`: Supervise the job in jobDir (its shell
+// through self's job-shell, with the state directory hidden), then write
 // its record, replacing anything the job put in its place. A stop
 // (SIGTERM from systemd: job.cancel, the runtime limit, the host shutting
 // down) is cancelled when job.cancel asked, killed otherwise.
-func Exec(ctx context.Context, jobDir string) (Exit, error) {
+func Exec(ctx context.Context, jobDir, self string) (Exit, error) {
 	stopped := func() string {
 		if _, err := os.Stat(filepath.Join(jobDir, cancelFile)); err == nil {
 			return mcpwire.JobCancelled
 		}
 		return mcpwire.JobKilled
 	}
-	e, err := Supervise(ctx, jobDir, stopped)
+	abs, err := filepath.Abs(jobDir)
+	if err != nil {
+		return Exit{}, fmt.Errorf("job-exec: %w", err)
+	}
+	// <stateDir>/v1/<id>: hide the whole state directory.
+	e, err := Supervise(ctx, jobDir, stopped, Hide{Self: self, Dir: filepath.Dir(filepath.Dir(abs))})
 	if err != nil {
 		return e, err
 	}

@@ -124,11 +124,28 @@ func newApp(d *deps) *cli.App {
 					// SIGTERM (a stop of the unit: job.cancel, the runtime
 					// limit, the host shutting down) ends the group; the
 					// record says cancelled when job.cancel asked.
-					e, err := jobs.Exec(c.Context, c.String("dir"))
+					self, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("job-exec: own executable: %w", err)
+					}
+					e, err := jobs.Exec(c.Context, c.String("dir"), self)
 					if err != nil {
 						return fmt.Errorf("job-exec: %w", err)
 					}
 					fmt.Fprintf(d.stderr, "job-exec: %s\n", e.State)
+					return nil
+				},
+			},
+			{
+				Name:      "job-shell",
+				Usage:     "cover --hide DIR and exec the job's shell (started by job-exec in a mount namespace of its own)",
+				ArgsUsage: "-- PROGRAM ARGS...",
+				Hidden:    true,
+				Flags:     []cli.Flag{&cli.StringFlag{Name: "hide", Usage: "the `DIR` to cover (required)"}},
+				Action: func(c *cli.Context) error {
+					if err := jobs.HideAndExec(c.String("hide"), c.Args().Slice()); err != nil {
+						return &exitError{exitUsage, err}
+					}
 					return nil
 				},
 			},

@@ -384,24 +384,34 @@ func TestJobsInSystemd(t *testing.T) {
 		t.Logf("figures: job.start over HTTP in systemd mode: %.1f ms each (mean of %d, transient unit started and running when it returns)", float64(took.Microseconds())/1000/n, n)
 	})
 
-	// The job writes exit.json into its own directory (its supervisor's
-	// --dir) saying it exited 0 long ago: the unit is active, so it runs
-	// until job.cancel stops it, and the record is then the supervisor's.
-	t.Run("a record the job writes is not its end", func(t *testing.T) {
+	// The job looks for its directory (its supervisor's --dir) to write
+	// exit.json saying it exited 0 long ago: its shell runs where the
+	// state directory is an empty read-only directory, so it finds
+	// nothing and cannot write; it runs until job.cancel stops it, and
+	// the record is the supervisor's.
+	t.Run("the job's shell does not see the state directory", func(t *testing.T) {
 		s.t = t
 		const planted = `{"version":1,"state":"exited","exitCode":0,"started":"2020-01-01T00:00:00Z","ended":"2020-01-01T00:00:01Z"}`
-		cmd := `d=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--dir$/{n;p;}'); printf '%s' '` + planted + `' > "$d/exit.json" && echo planted; exec sleep 600`
+		cmd := `d=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--dir$/{n;p;}'); ` +
+			`if printf '%s' '` + planted + `' > "$d/exit.json"; then echo planted; else echo refused; fi; ` +
+			`echo "entries $(ls -A "$(dirname "$(dirname "$d")")" | wc -l)"; exec sleep 600`
 		var st mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": cmd}, &st)
-		proctest.Eventually(t, "the job planted its record", func() bool {
-			return strings.Contains(string(s.allOutput(alice, st.Job.ID, "stdout")), "planted")
+		var out string
+		proctest.Eventually(t, "the job tried", func() bool {
+			out = string(s.allOutput(alice, st.Job.ID, "stdout"))
+			return strings.Contains(out, "entries")
 		})
-		// Past the once-a-second check of every running job's unit.
-		time.Sleep(2 * time.Second)
+		if !strings.Contains(out, "refused") || !strings.Contains(out, "entries 0") {
+			t.Fatalf("the job's shell saw or wrote the state directory: %q", out)
+		}
+		if _, err := os.Stat(filepath.Join(s.dir, "jobstate", "v1", st.Job.ID, "exit.json")); !os.IsNotExist(err) {
+			t.Fatalf("exit.json while the job runs (%v)", err)
+		}
 		var js mcpwire.JobStatus
 		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &js)
 		if js.Done || js.State != mcpwire.JobRunning {
-			t.Fatalf("status after the job wrote its own record: %+v", js)
+			t.Fatalf("status: %+v", js)
 		}
 		s.job(alice, mcpwire.ToolJobCancel, map[string]any{"id": st.Job.ID}, &js)
 		if js.State != mcpwire.JobCancelled {
