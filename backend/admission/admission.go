@@ -201,13 +201,13 @@ func queuedTotal(s uint64) int { return field(s, shQControl) + field(s, shQNorma
 // share it.
 type Controller struct {
 	lim   Limits
-	now   func() time.Time
+	clock Clock
 	state atomic.Uint64 // the packed gauges; written under mu
 
 	mu     sync.Mutex // guards everything below and every change of state
 	flows  flowTable
 	drain  drainMeter
-	redo   *time.Timer // re-dispatch when a flow's remembered demand lapses
+	redo   Timer // re-dispatch when a flow's remembered demand lapses
 	redoAt time.Time
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
@@ -219,8 +219,17 @@ type Controller struct {
 // Option adjusts a Controller at construction.
 type Option func(*Controller)
 
-// WithClock sets the clock service is measured with (tests).
-func WithClock(now func() time.Time) Option { return func(c *Controller) { c.now = now } }
+// WithClock sets the clock service is measured with (tests); timers stay
+// real. WithEventClock replaces the timers too.
+func WithClock(now func() time.Time) Option {
+	return func(c *Controller) { c.clock = systemClock{now: now} }
+}
+
+// WithEventClock sets the clock the controller reads and sets its timers
+// on: a test clock makes the dispatcher deterministic.
+func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = clk } }
+
+func (c *Controller) now() time.Time { return c.clock.Now() }
 
 // New returns a controller for lim. It panics on invalid limits: config
 // validation runs before it.
@@ -228,7 +237,7 @@ func New(lim Limits, opts ...Option) *Controller {
 	if err := lim.Validate(); err != nil {
 		panic(err)
 	}
-	c := &Controller{lim: lim.withDefaults(), now: time.Now}
+	c := &Controller{lim: lim.withDefaults(), clock: systemClock{now: time.Now}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -268,18 +277,7 @@ func (p *Permit) Release() {
 }
 
 // canStart reports whether an operation of kind k fits in state s.
-func (c *Controller) canStart(s uint64, k Kind) bool {
-	if field(s, shTotal) >= c.lim.MaxActive {
-		return false
-	}
-	if k == Control {
-		return true
-	}
-	if field(s, shNonControl) >= c.lim.MaxNonControl() {
-		return false
-	}
-	return k != Shell || field(s, shShell) < c.lim.MaxShell
-}
+func (c *Controller) canStart(s uint64, k Kind) bool { return c.flows.fits(usageOf(s), k) }
 
 func (c *Controller) notePeaks(s uint64) {
 	setMax(&c.peakActive, int64(field(s, shTotal)))
@@ -298,7 +296,7 @@ func (c *Controller) notePeaks(s uint64) {
 // lets a new arrival that may start do so at once without overtaking anyone.
 func (c *Controller) dispatch(now time.Time) {
 	for queuedTotal(c.state.Load()) > 0 {
-		w := c.flows.pick(c, now)
+		w := c.flows.pick(usageOf(c.state.Load()), now)
 		if w == nil {
 			break
 		}
@@ -329,7 +327,7 @@ func (c *Controller) armRedo(now time.Time) {
 	c.redoAt = at
 	d := at.Sub(now) + time.Millisecond
 	if c.redo == nil {
-		c.redo = time.AfterFunc(d, c.redispatch)
+		c.redo = c.clock.AfterFunc(d, c.redispatch)
 		return
 	}
 	c.redo.Reset(d)
@@ -342,6 +340,13 @@ func (c *Controller) redispatch() {
 	now := c.now()
 	c.flows.stale = true
 	c.dispatch(now)
+}
+
+// mayStartNow reports whether w fits the caps and its flow's shares as
+// things stand. Caller holds mu.
+func (c *Controller) mayStartNow(w *waiter, now time.Time) bool {
+	u := usageOf(c.state.Load())
+	return c.flows.fits(u, w.kind) && c.flows.mayStart(u, w, now)
 }
 
 // Acquire waits for a slot of kind k for the anonymous flow.
@@ -374,7 +379,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
 	// The arrival's demand counts in the shares it is judged by.
 	c.flows.enqueue(w, now)
-	if c.canStart(c.state.Load(), k) && c.flows.mayStart(c, w, now) {
+	if c.mayStartNow(w, now) {
 		// After dispatch no queued waiter may start, so starting now
 		// overtakes no one.
 		n := c.state.Load() + takeDelta[k]
@@ -426,7 +431,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	c.dispatch(now) // a place given up may have raised another flow's share
 	c.mu.Unlock()
 
-	timer := time.NewTimer(c.lim.QueueWait)
+	timer, expired := c.clock.NewTimer(c.lim.QueueWait)
 	defer timer.Stop()
 	var failure error
 	select {
@@ -441,7 +446,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		return &Permit{c: c, kind: k, conv: conv}, nil
 	case <-ctx.Done():
 		failure = ErrCancelled
-	case <-timer.C:
+	case <-expired:
 		failure = ErrQueueTimeout
 	}
 
@@ -556,7 +561,7 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
 	c.flows.enqueue(w, now)
 	defer c.flows.dequeue(w, now)
-	if c.canStart(c.state.Load(), k) && c.flows.mayStart(c, w, now) {
+	if c.mayStartNow(w, now) {
 		return nil
 	}
 	victim, scope := c.flows.victim(w, now)

@@ -475,15 +475,44 @@ func (t *flowTable) convShares(p *flowState, now time.Time) {
 	}
 }
 
-// mayStart reports whether w's flow may start w now under its shares (the
-// caller checks the global caps).
-func (t *flowTable) mayStart(c *Controller, w *waiter, now time.Time) bool {
+// usage is a snapshot of the slots held and the places queued: the
+// dispatcher decides over it, not over the controller's live word.
+type usage struct {
+	total                 int           // slots held, of every kind
+	used                  [numPools]int // slots held per pool (control: by control work)
+	queuedControl, queued int           // places held by control and by other work
+}
+
+func usageOf(s uint64) usage {
+	return usage{
+		total:         field(s, shTotal),
+		used:          [numPools]int{field(s, shTotal) - field(s, shNonControl), field(s, shNonControl), field(s, shShell)},
+		queuedControl: field(s, shQControl),
+		queued:        field(s, shQNormal),
+	}
+}
+
+// fits reports whether an operation of kind k fits the global caps.
+func (t *flowTable) fits(u usage, k Kind) bool {
+	if u.total >= t.lim.MaxActive {
+		return false
+	}
+	if k == Control {
+		return true
+	}
+	if u.used[poolNonControl] >= t.lim.MaxNonControl() {
+		return false
+	}
+	return k != Shell || u.used[poolShell] < t.lim.MaxShell
+}
+
+// mayStart reports whether w's flow may start w now under its shares, with
+// u held (the caller checks the global caps).
+func (t *flowTable) mayStart(u usage, w *waiter, now time.Time) bool {
 	if t.stale {
 		t.computeShares(now)
 	}
 	conv, p := w.conv, w.conv.principal
-	s := c.state.Load()
-	used := [numPools]int{field(s, shTotal) - field(s, shNonControl), field(s, shNonControl), field(s, shShell)}
 	for _, pool := range poolsOf(w.kind) {
 		n, h := t.capacity[pool], t.reserve[pool]
 		// A conversation holding nothing in the pool is always under its
@@ -499,8 +528,8 @@ func (t *flowTable) mayStart(c *Controller, w *waiter, now time.Time) bool {
 			}
 		}
 		pa, ps := float64(p.active[pool]), p.share[pool]
-		inShare := pa < ps && (used[pool] < n-h || p.active[pool] == 0)
-		newcomer := conv.active[pool] == 0 && pa < ps+float64(h) && used[pool] < n
+		inShare := pa < ps && (u.used[pool] < n-h || p.active[pool] == 0)
+		newcomer := conv.active[pool] == 0 && pa < ps+float64(h) && u.used[pool] < n
 		if !inShare && !newcomer {
 			return false
 		}
@@ -508,19 +537,18 @@ func (t *flowTable) mayStart(c *Controller, w *waiter, now time.Time) bool {
 	return true
 }
 
-// pick returns the next waiter to grant: control first; the least-served
-// principal, then conversation, with a waiter that may start; its oldest
-// such waiter (ties go to the oldest). nil when none may start.
-func (t *flowTable) pick(c *Controller, now time.Time) *waiter {
-	s := c.state.Load()
+// pick returns the next waiter to grant with u held: control first; the
+// least-served principal, then conversation, with a waiter that may start;
+// its oldest such waiter (ties go to the oldest). nil when none may start.
+func (t *flowTable) pick(u usage, now time.Time) *waiter {
 	for _, control := range []bool{true, false} {
-		if control && field(s, shQControl) == 0 || !control && field(s, shQNormal) == 0 {
+		if control && u.queuedControl == 0 || !control && u.queued == 0 {
 			continue
 		}
 		var best *waiter
 		var bestServed float64
 		for p := range t.waiting {
-			w := t.pickIn(c, p, control, s, now)
+			w := t.pickIn(p, control, u, now)
 			if w == nil {
 				continue
 			}
@@ -537,7 +565,7 @@ func (t *flowTable) pick(c *Controller, now time.Time) *waiter {
 
 // pickIn is principal p's candidate: the oldest startable waiter of its
 // least-served conversation that has one.
-func (t *flowTable) pickIn(c *Controller, p *flowState, control bool, s uint64, now time.Time) *waiter {
+func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *waiter {
 	var best *waiter
 	var bestServed float64
 	for conv := range p.waitConvs {
@@ -546,7 +574,7 @@ func (t *flowTable) pickIn(c *Controller, p *flowState, control bool, s uint64, 
 			continue
 		}
 		for w := conv.head; w != nil; w = w.next {
-			if (w.kind == Control) != control || !c.canStart(s, w.kind) || !t.mayStart(c, w, now) {
+			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w, now) {
 				continue
 			}
 			if best == nil || cs < bestServed || w.at.Before(best.at) {
