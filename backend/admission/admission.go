@@ -202,10 +202,12 @@ func queuedTotal(s uint64) int { return field(s, shQControl) + field(s, shQNorma
 type Controller struct {
 	lim   Limits
 	clock Clock
+	start time.Time // the clock's time at New
 	state atomic.Uint64 // the packed gauges; written under mu
 
 	mu     sync.Mutex // guards everything below and every change of state
 	flows  flowTable
+	spare  []*Permit // released permits, handed out again
 	drain  drainMeter
 	redo   Timer // re-dispatch when a flow's remembered demand lapses
 	redoAt time.Time
@@ -229,7 +231,8 @@ func WithClock(now func() time.Time) Option {
 // on: a test clock makes the dispatcher deterministic.
 func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = clk } }
 
-func (c *Controller) now() time.Time { return c.clock.Now() }
+// now is the clock's time, read as the time since the controller's start.
+func (c *Controller) now() time.Time { return c.start.Add(c.clock.Since(c.start)) }
 
 // New returns a controller for lim. It panics on invalid limits: config
 // validation runs before it.
@@ -237,10 +240,11 @@ func New(lim Limits, opts ...Option) *Controller {
 	if err := lim.Validate(); err != nil {
 		panic(err)
 	}
-	c := &Controller{lim: lim.withDefaults(), clock: systemClock{now: time.Now}}
+	c := &Controller{lim: lim.withDefaults(), clock: systemClock{}}
 	for _, o := range opts {
 		o(c)
 	}
+	c.start = c.clock.Now()
 	c.flows.init(c.lim)
 	return c
 }
@@ -248,7 +252,10 @@ func New(lim Limits, opts ...Option) *Controller {
 // Limits returns the configured limits.
 func (c *Controller) Limits() Limits { return c.lim }
 
-// Permit is a granted slot. Release it exactly once.
+// Permit is a granted slot. Release it exactly once, and do not use it
+// after: the controller hands it out again (so the hot path allocates
+// nothing), and a Release of a permit handed out again would free its new
+// holder's slot. A second Release before that panics.
 type Permit struct {
 	c        *Controller
 	kind     Kind
@@ -269,10 +276,12 @@ func (p *Permit) Release() {
 	c.completed.Add(1)
 	c.mu.Lock()
 	now := c.now()
+	c.flows.expire(now)
 	c.state.Add(-takeDelta[p.kind])
 	c.flows.finish(p.conv, p.kind, now)
 	c.drain.note(p.kind, now)
 	c.dispatch(now)
+	c.recycle(p)
 	c.mu.Unlock()
 }
 
@@ -311,7 +320,8 @@ func (c *Controller) grant(w *waiter, now time.Time) {
 	n := c.state.Load() - queuedDelta(w.kind) + takeDelta[w.kind]
 	c.state.Store(n)
 	c.notePeaks(n)
-	c.flows.start(w, now)
+	c.flows.unlink(w)
+	c.flows.start(w.conv, w.kind, now)
 	w.granted = true
 	close(w.ready)
 }
@@ -320,7 +330,7 @@ func (c *Controller) grant(w *waiter, now time.Time) {
 // while waiters are held back by it; nothing else would wake them if no
 // call ends meanwhile. Caller holds mu.
 func (c *Controller) armRedo(now time.Time) {
-	at := c.flows.lapse
+	at := c.flows.lapse()
 	if at.IsZero() || queuedTotal(c.state.Load()) == 0 || (!c.redoAt.IsZero() && !at.Before(c.redoAt)) {
 		return
 	}
@@ -338,15 +348,37 @@ func (c *Controller) redispatch() {
 	defer c.mu.Unlock()
 	c.redoAt = time.Time{}
 	now := c.now()
-	c.flows.stale = true
+	c.flows.expire(now)
 	c.dispatch(now)
 }
 
-// mayStartNow reports whether w fits the caps and its flow's shares as
-// things stand. Caller holds mu.
-func (c *Controller) mayStartNow(w *waiter, now time.Time) bool {
+// mayStartNow reports whether an operation of kind k of conv, its demand
+// counted, fits the caps and its flow's shares as things stand. Caller
+// holds mu.
+func (c *Controller) mayStartNow(conv *flowState, k Kind) bool {
 	u := usageOf(c.state.Load())
-	return c.flows.fits(u, w.kind) && c.flows.mayStart(u, w, now)
+	return c.flows.fits(u, k) && c.flows.mayStart(u, conv, k)
+}
+
+// permit hands out a permit for a slot of kind k of conv. Caller holds mu.
+func (c *Controller) permit(k Kind, conv *flowState) *Permit {
+	var p *Permit
+	if n := len(c.spare); n > 0 {
+		p, c.spare = c.spare[n-1], c.spare[:n-1]
+		p.released.Store(false)
+	} else {
+		p = &Permit{c: c}
+	}
+	p.kind, p.conv = k, conv
+	return p
+}
+
+// recycle keeps a released permit to hand out again. Caller holds mu.
+func (c *Controller) recycle(p *Permit) {
+	p.conv = nil
+	if len(c.spare) < c.lim.MaxActive {
+		c.spare = append(c.spare, p)
+	}
 }
 
 // Acquire waits for a slot of kind k for the anonymous flow.
@@ -375,24 +407,26 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		return nil, ErrStopped
 	}
 	now := c.now()
+	c.flows.expire(now)
 	conv := c.flows.get(f, now)
-	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
 	// The arrival's demand counts in the shares it is judged by.
-	c.flows.enqueue(w, now)
-	if c.mayStartNow(w, now) {
+	c.flows.arrive(conv, k, now)
+	if c.mayStartNow(conv, k) {
 		// After dispatch no queued waiter may start, so starting now
 		// overtakes no one.
 		n := c.state.Load() + takeDelta[k]
 		c.state.Store(n)
 		c.notePeaks(n)
-		c.flows.start(w, now)
+		c.flows.start(conv, k, now)
+		p := c.permit(k, conv)
 		c.mu.Unlock()
 		c.accepted.Add(1)
-		return &Permit{c: c, kind: k, conv: conv}, nil
+		return p, nil
 	}
+	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
 	s := c.state.Load()
 	if queuedTotal(s) >= c.lim.MaxQueue {
-		victim, scope := c.flows.victim(w, now)
+		victim, scope := c.flows.victim(conv, k)
 		if victim == nil && k == Control {
 			// Control work is never refused because normal work filled
 			// the queue: it takes the place of the youngest normal
@@ -407,7 +441,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			c.displaced.Add(1)
 		}
 		if victim == nil {
-			c.flows.dequeue(w, now)
+			c.flows.dequeue(w)
 			r := c.refusal(ErrQueueFull, scope, conv, k, now)
 			c.dispatch(now) // the arrival's demand is gone again
 			c.mu.Unlock()
@@ -415,7 +449,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, r
 		}
 		c.state.Store(s - queuedDelta(victim.kind))
-		c.flows.dequeue(victim, now)
+		c.flows.dequeue(victim)
 		vscope := ScopeConversation
 		if victim.conv.principal != conv.principal {
 			vscope = ScopePrincipal
@@ -443,7 +477,10 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, ErrStopped
 		}
 		c.accepted.Add(1)
-		return &Permit{c: c, kind: k, conv: conv}, nil
+		c.mu.Lock()
+		p := c.permit(k, conv)
+		c.mu.Unlock()
+		return p, nil
 	case <-ctx.Done():
 		failure = ErrCancelled
 	case <-expired:
@@ -452,6 +489,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 
 	c.mu.Lock()
 	now = c.now()
+	c.flows.expire(now)
 	switch {
 	case w.evicted != nil:
 		// The eviction raced the cancellation or timeout: it already left
@@ -468,7 +506,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.flows.finish(conv, k, now)
 	default:
 		c.state.Add(-queuedDelta(k))
-		c.flows.dequeue(w, now)
+		c.flows.dequeue(w)
 	}
 	var r *Refusal
 	if failure == ErrQueueTimeout {
@@ -527,10 +565,10 @@ func (c *Controller) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped.Store(true)
-	now := c.now()
+	c.flows.expire(c.now())
 	for _, w := range c.flows.allWaiters() {
 		c.state.Add(-queuedDelta(w.kind))
-		c.flows.dequeue(w, now)
+		c.flows.dequeue(w)
 		w.stopped = true
 		close(w.ready)
 		c.cancelled.Add(1)
@@ -557,14 +595,14 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
+	c.flows.expire(now)
 	conv := c.flows.get(f, now)
-	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
-	c.flows.enqueue(w, now)
-	defer c.flows.dequeue(w, now)
-	if c.mayStartNow(w, now) {
+	c.flows.arrive(conv, k, now)
+	defer c.flows.leave(conv, k)
+	if c.mayStartNow(conv, k) {
 		return nil
 	}
-	victim, scope := c.flows.victim(w, now)
+	victim, scope := c.flows.victim(conv, k)
 	if victim != nil || (k == Control && c.flows.normalVictim() != nil) {
 		return nil
 	}

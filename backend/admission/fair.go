@@ -3,7 +3,7 @@ package admission
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"hash/fnv"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,19 +84,114 @@ type waiter struct {
 	prev, next *waiter
 }
 
+// flowList is an intrusive list of flows through one pair of links.
+type flowList struct{ head, tail *flowState }
+
+type flowLinks struct {
+	prev, next *flowState
+	in         bool
+}
+
+func (l *flowList) push(f *flowState, links func(*flowState) *flowLinks) {
+	k := links(f)
+	k.prev, k.next, k.in = l.tail, nil, true
+	if l.tail != nil {
+		links(l.tail).next = f
+	} else {
+		l.head = f
+	}
+	l.tail = f
+}
+
+func (l *flowList) remove(f *flowState, links func(*flowState) *flowLinks) {
+	k := links(f)
+	if !k.in {
+		return
+	}
+	if k.prev != nil {
+		links(k.prev).next = k.next
+	} else {
+		l.head = k.next
+	}
+	if k.next != nil {
+		links(k.next).prev = k.prev
+	} else {
+		l.tail = k.prev
+	}
+	k.prev, k.next, k.in = nil, nil, false
+}
+
+func busyLinks(f *flowState) *flowLinks  { return &f.busyL }
+func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
+
+// demandCount counts flows by effective demand in one pool: how many
+// demand each value (clamped to the pool's capacity: no share exceeds it),
+// and how many demand anything. The water level of a capacity over the
+// flows is computed from it in O(capacity), whatever the number of flows.
+type demandCount struct {
+	n     []int32 // n[v]: flows demanding v (the last, v or more)
+	some  int     // flows demanding at least 1
+	level float64 // the water level as of the last computation
+	x     float64 // ... of this capacity
+	dirty bool    // a count changed since
+}
+
+func (d *demandCount) init(capacity int) { d.n, d.dirty = make([]int32, capacity+1), true }
+
+func (d *demandCount) move(from, to int) {
+	top := len(d.n) - 1
+	if from > 0 {
+		d.n[min(from, top)]--
+		d.some--
+	}
+	if to > 0 {
+		d.n[min(to, top)]++
+		d.some++
+	}
+	d.dirty = true
+}
+
+// levelOf is the water level of capacity x over the flows counted: every
+// flow gets min(its demand, level) (max-min fairness); +Inf when all are
+// met. The result is what waterfill gives the flows it caps.
+func (d *demandCount) levelOf(x float64) float64 {
+	if !d.dirty && x == d.x {
+		return d.level
+	}
+	d.dirty, d.x, d.level = false, x, math.Inf(1)
+	below, n := 0.0, d.some // demands under v, flows demanding v or more
+	for v := 1; v < len(d.n) && n > 0; v++ {
+		if below+float64(n)*float64(v) >= x {
+			d.level = (x - below) / float64(n)
+			break
+		}
+		below += float64(v) * float64(d.n[v])
+		n -= int(d.n[v])
+	}
+	return d.level
+}
+
 // flowState is a principal or a conversation.
 type flowState struct {
 	key       string
-	principal *flowState              // a conversation's principal; nil for a principal
-	convs     map[string]*flowState   // a principal's conversations
-	busyConvs map[*flowState]struct{} // ... with demand or remembered demand
-	waitConvs map[*flowState]struct{} // ... with queued operations
-	convStale bool                    // the conversations' shares must be computed again
-	minConv   float64                 // least service of its busy conversations, as of the last computation
+	principal *flowState            // a conversation's principal; nil for a principal
+	convs     map[string]*flowState // a principal's conversations
+	waitConvs map[*flowState]struct{}
 
 	active, queued, peak [numPools]int
 	peakUntil            time.Time
-	share                [numPools]float64 // as of the last computeShares
+	// eff is the effective demand as counted in the parent's demandCount:
+	// the remembered peak while it lasts (the flow is in the lapse list),
+	// else the current demand.
+	eff    [numPools]int
+	lapseL flowLinks // in the table's lapse list, by peakUntil
+	busyL  flowLinks // in the busy list (demand now) of its level
+
+	// a principal's conversations
+	convDemand [numPools]demandCount
+	nbusy      int      // conversations with effective demand
+	busyConvs  flowList // conversations with demand now
+	minConv    float64  // least service of its busy conversations, as last seen
 
 	served   float64 // slot-seconds held up to servedAt
 	servedAt time.Time
@@ -115,15 +210,7 @@ func (f *flowState) demand(p int) int { return f.active[p] + f.queued[p] }
 // busy is everything a flow runs or queues, of every kind.
 func (f *flowState) busy() int { return f.demand(poolControl) + f.demand(poolNonControl) }
 
-// effDemand is the demand shares are computed from: the current one, or the
-// remembered peak while it lasts.
-func (f *flowState) effDemand(p int, now time.Time) int {
-	d := f.demand(p)
-	if now.Before(f.peakUntil) && f.peak[p] > d {
-		return f.peak[p]
-	}
-	return d
-}
+func (f *flowState) hasEff() bool { return f.eff != [numPools]int{} }
 
 func (f *flowState) idle(now time.Time) bool {
 	for p := range numPools {
@@ -144,27 +231,29 @@ func (f *flowState) accrue(now time.Time) {
 	f.servedAt = now
 }
 
-// flowTable holds the flows the controller tracks.
+// flowTable holds the flows the controller tracks. Everything a decision
+// reads is kept up to date as demand changes, in constant work per change:
+// the flows counted by effective demand (per pool, principals in the
+// table, conversations in their principal), from which a share is one
+// water level away; the flows whose remembered demand will lapse, in the
+// order it does; the flows with demand now, the peers a flow that wakes up
+// is measured against.
 type flowTable struct {
 	lim        Limits
 	capacity   [numPools]int
 	reserve    [numPools]int
 	principals map[string]*flowState
-	busy       map[*flowState]struct{} // principals with demand, or remembered demand
 	waiting    map[*flowState]struct{} // principals with queued operations
 	nconv      int
 	overflowed int64
 	nextSweep  time.Time
 	fullSweep  time.Time // the table was last swept for being full (at most once a second)
-	stale      bool      // the principals' shares must be computed again
-	lapse      time.Time // the earliest remembered demand that holds shares back
-	minP       float64   // least service of the busy principals, as of the last computation
 
-	// scratch space of computeShares, kept to spare allocations
-	ps            []*flowState
-	demands       []int
-	convScratch   []*flowState
-	demandScratch []int
+	demand    [numPools]demandCount // principals by effective demand
+	lapsing   flowList              // flows remembering demand, soonest lapse first
+	busyPs    flowList              // principals with demand now
+	minP      float64               // least service of the busy principals, as last seen
+	convCount [numPools]int         // capacity of each conversation demand count
 }
 
 func (t *flowTable) init(lim Limits) {
@@ -174,20 +263,31 @@ func (t *flowTable) init(lim Limits) {
 		if n >= 2 {
 			t.reserve[p] = min(lim.FlowReserve, n-1)
 		}
+		t.demand[p].init(n)
 	}
 	t.principals = map[string]*flowState{}
-	t.busy = map[*flowState]struct{}{}
 	t.waiting = map[*flowState]struct{}{}
-	t.stale = true
 }
 
 // overflowBuckets is how many shared flows take the flows past the cap.
 const overflowBuckets = 16
 
+var bucketKeys = func() (k [overflowBuckets]string) {
+	for i := range k {
+		k[i] = "~overflow-" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// bucketKey is the shared flow a key goes to past the cap (FNV-1a, by
+// hand: no allocation on a path every new id of a flood takes).
 func bucketKey(key string) string {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return "~overflow-" + strconv.Itoa(int(h.Sum32()%overflowBuckets))
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return bucketKeys[h%overflowBuckets]
 }
 
 // get returns the conversation state of f, creating what is missing.
@@ -206,7 +306,10 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 			t.overflowed++
 		}
 		if p = t.principals[key]; p == nil {
-			p = &flowState{key: key, convs: map[string]*flowState{}, busyConvs: map[*flowState]struct{}{}, waitConvs: map[*flowState]struct{}{}, servedAt: now}
+			p = &flowState{key: key, convs: map[string]*flowState{}, waitConvs: map[*flowState]struct{}{}, servedAt: now}
+			for pool, n := range t.capacity {
+				p.convDemand[pool].init(n)
+			}
 			t.principals[key] = p
 		}
 	}
@@ -241,66 +344,149 @@ func (t *flowTable) sweepFull(now time.Time) {
 	t.sweep(now)
 }
 
-// sweep forgets flows idle for longer than FlowIdle.
+// sweep forgets flows idle for longer than FlowIdle. An idle flow counts
+// in no demand and is in no list (expire ran first).
 func (t *flowTable) sweep(now time.Time) {
 	t.nextSweep = now.Add(t.lim.FlowIdle / 4)
 	for pk, p := range t.principals {
 		for ck, c := range p.convs {
-			if c.idle(now) && now.Sub(c.lastSeen) > t.lim.FlowIdle {
+			if c.idle(now) && !c.hasEff() && now.Sub(c.lastSeen) > t.lim.FlowIdle {
 				delete(p.convs, ck)
-				delete(p.busyConvs, c)
 				t.nconv--
 			}
 		}
-		if len(p.convs) == 0 && p.idle(now) && now.Sub(p.lastSeen) > t.lim.FlowIdle {
+		if len(p.convs) == 0 && p.idle(now) && !p.hasEff() && now.Sub(p.lastSeen) > t.lim.FlowIdle {
 			delete(t.principals, pk)
-			delete(t.busy, p)
 		}
 	}
+}
+
+// setEff sets a flow's effective demand in pool, moving it in its level's
+// count.
+func (t *flowTable) setEff(f *flowState, pool, v int) {
+	old := f.eff[pool]
+	if old == v {
+		return
+	}
+	had := f.hasEff()
+	f.eff[pool] = v
+	if p := f.principal; p != nil {
+		p.convDemand[pool].move(old, v)
+		if has := f.hasEff(); has != had {
+			if has {
+				p.nbusy++
+			} else {
+				p.nbusy--
+			}
+		}
+		return
+	}
+	t.demand[pool].move(old, v)
+}
+
+// remember records an arrival in f's remembered demand: the peak since the
+// memory last lapsed, kept for demandMemory from now.
+func (t *flowTable) remember(f *flowState, now time.Time) {
+	if !f.lapseL.in {
+		f.peak = [numPools]int{}
+	} else {
+		t.lapsing.remove(f, lapseLinks)
+	}
+	for pool := range numPools {
+		f.peak[pool] = max(f.peak[pool], f.demand(pool))
+		t.setEff(f, pool, f.peak[pool])
+	}
+	f.peakUntil = now.Add(demandMemory)
+	t.lapsing.push(f, lapseLinks)
+}
+
+// fell updates f's effective demand after its demand fell: while the
+// memory lasts the peak still counts.
+func (t *flowTable) fell(f *flowState) {
+	if f.lapseL.in {
+		return
+	}
+	for pool := range numPools {
+		t.setEff(f, pool, f.demand(pool))
+	}
+}
+
+// expire lets the remembered demand lapse that has: O(1) per lapse, and
+// the decisions read the shares as of now.
+func (t *flowTable) expire(now time.Time) {
+	for f := t.lapsing.head; f != nil && !now.Before(f.peakUntil); f = t.lapsing.head {
+		t.lapsing.remove(f, lapseLinks)
+		for pool := range numPools {
+			t.setEff(f, pool, f.demand(pool))
+		}
+	}
+}
+
+// lapse is when the soonest remembered demand lapses; zero when none.
+func (t *flowTable) lapse() time.Time {
+	if f := t.lapsing.head; f != nil {
+		return f.peakUntil
+	}
+	return time.Time{}
 }
 
 // activate starts a flow that had no demand at the least service among its
-// busy peers (as of the last share computation), so that time spent idle is
-// not banked as a claim on the future. Called before its demand rises from
-// zero.
-func activate(f *flowState, least float64, now time.Time) {
+// peers with demand now (the last seen when none has), so that time spent
+// idle is not banked as a claim on the future. Called before its demand
+// rises from zero.
+func activate(f *flowState, peers *flowList, least *float64, now time.Time) {
+	first := true
+	for q := peers.head; q != nil; q = q.busyL.next {
+		if s := q.servedNow(now); first || s < *least {
+			*least, first = s, false
+		}
+	}
 	f.accrue(now)
-	f.served = max(f.served, least)
+	f.served = max(f.served, *least)
 }
 
-func (t *flowTable) addDemand(w *waiter, delta int, now time.Time) {
-	c, p := w.conv, w.conv.principal
-	if delta > 0 {
-		if c.busy() == 0 {
-			activate(c, p.minConv, now)
-		}
-		if p.busy() == 0 {
-			activate(p, t.minP, now)
-		}
+// arrive counts one more operation of kind k of conversation c, as queued.
+func (t *flowTable) arrive(c *flowState, k Kind, now time.Time) {
+	p := c.principal
+	if c.busy() == 0 {
+		activate(c, &p.busyConvs, &p.minConv, now)
+		p.busyConvs.push(c, busyLinks)
 	}
-	for _, pool := range poolsOf(w.kind) {
-		c.queued[pool] += delta
-		p.queued[pool] += delta
+	if p.busy() == 0 {
+		activate(p, &t.busyPs, &t.minP, now)
+		t.busyPs.push(p, busyLinks)
 	}
-	if delta > 0 {
-		for _, f := range []*flowState{c, p} {
-			if !now.Before(f.peakUntil) {
-				f.peak = [numPools]int{}
-			}
-			for pool := range numPools {
-				f.peak[pool] = max(f.peak[pool], f.demand(pool))
-			}
-			f.peakUntil = now.Add(demandMemory)
-		}
-		p.busyConvs[c] = struct{}{}
-		t.busy[p] = struct{}{}
+	for _, pool := range poolsOf(k) {
+		c.queued[pool]++
+		p.queued[pool]++
 	}
-	t.stale = true
-	p.convStale = true
+	t.remember(c, now)
+	t.remember(p, now)
 }
 
-// enqueue counts w's demand (as queued) in its flow; queue links it.
-func (t *flowTable) enqueue(w *waiter, now time.Time) { t.addDemand(w, 1, now) }
+// leave takes one queued operation of kind k of c out of the demand.
+func (t *flowTable) leave(c *flowState, k Kind) {
+	p := c.principal
+	for _, pool := range poolsOf(k) {
+		c.queued[pool]--
+		p.queued[pool]--
+	}
+	t.fell(c)
+	t.fell(p)
+	t.idled(c)
+}
+
+// idled takes c, and its principal, out of the busy lists when their
+// demand is gone.
+func (t *flowTable) idled(c *flowState) {
+	p := c.principal
+	if c.busy() == 0 {
+		p.busyConvs.remove(c, busyLinks)
+	}
+	if p.busy() == 0 {
+		t.busyPs.remove(p, busyLinks)
+	}
+}
 
 func (t *flowTable) queue(w *waiter) {
 	c := w.conv
@@ -345,18 +531,18 @@ func (t *flowTable) unlink(w *waiter) {
 }
 
 // dequeue takes w out: its demand and its place.
-func (t *flowTable) dequeue(w *waiter, now time.Time) {
+func (t *flowTable) dequeue(w *waiter) {
 	t.unlink(w)
-	t.addDemand(w, -1, now)
+	t.leave(w.conv, w.kind)
 }
 
-// start turns w's queued demand into a running slot.
-func (t *flowTable) start(w *waiter, now time.Time) {
-	t.unlink(w)
-	c, p := w.conv, w.conv.principal
+// start turns a queued operation of kind k of c into a running slot; the
+// demand stays as it was.
+func (t *flowTable) start(c *flowState, k Kind, now time.Time) {
+	p := c.principal
 	c.accrue(now)
 	p.accrue(now)
-	for _, pool := range poolsOf(w.kind) {
+	for _, pool := range poolsOf(k) {
 		c.queued[pool]--
 		p.queued[pool]--
 		c.active[pool]++
@@ -373,11 +559,14 @@ func (t *flowTable) finish(c *flowState, k Kind, now time.Time) {
 		c.active[pool]--
 		p.active[pool]--
 	}
-	t.stale = true
-	p.convStale = true
+	t.fell(c)
+	t.fell(p)
+	t.idled(c)
 }
 
 // waterfill returns the max-min fair allocation of capacity among demands.
+// The dispatcher keeps the same allocation as water levels (demandCount);
+// this is its reference.
 func waterfill(capacity float64, demands []int) []float64 {
 	out := make([]float64, len(demands))
 	idx := make([]int, len(demands))
@@ -399,80 +588,16 @@ func waterfill(capacity float64, demands []int) []float64 {
 	return out
 }
 
-// computeShares sets every busy principal's share of every pool from the
-// principals' effective demands, and notes when the earliest remembered
-// demand lapses. It costs O(busy principals); conversations' shares within
-// a principal are computed when first needed (convShares).
-func (t *flowTable) computeShares(now time.Time) {
-	t.stale = false
-	t.lapse = time.Time{}
-	ps := t.ps[:0]
-	first := true
-	for p := range t.busy {
-		if p.idle(now) {
-			delete(t.busy, p)
-			clear(p.busyConvs)
-			continue
-		}
-		ps = append(ps, p)
-		p.convStale = true
-		if s := p.servedNow(now); p.busy() > 0 && (first || s < t.minP) {
-			t.minP, first = s, false
-		}
-		t.noteLapse(p, now)
-	}
-	t.ps = ps
-	for pool := range numPools {
-		demands := t.demands[:0]
-		for _, p := range ps {
-			demands = append(demands, p.effDemand(pool, now))
-		}
-		t.demands = demands
-		for i, s := range waterfill(float64(t.capacity[pool]-t.reserve[pool]), demands) {
-			ps[i].share[pool] = s
-		}
-	}
+// principalShare is p's max-min fair share of pool (less its reserve).
+func (t *flowTable) principalShare(p *flowState, pool int) float64 {
+	l := t.demand[pool].levelOf(float64(t.capacity[pool] - t.reserve[pool]))
+	return min(float64(p.eff[pool]), l)
 }
 
-func (t *flowTable) noteLapse(f *flowState, now time.Time) {
-	for pool := range numPools {
-		if f.effDemand(pool, now) > f.demand(pool) && (t.lapse.IsZero() || f.peakUntil.Before(t.lapse)) {
-			t.lapse = f.peakUntil
-		}
-	}
-}
-
-// convShares sets the shares of p's busy conversations within p's share.
-// Caller has computed the principals' shares.
-func (t *flowTable) convShares(p *flowState, now time.Time) {
-	if !p.convStale {
-		return
-	}
-	p.convStale = false
-	convs := t.convScratch[:0]
-	first := true
-	for c := range p.busyConvs {
-		if c.idle(now) {
-			delete(p.busyConvs, c)
-			continue
-		}
-		convs = append(convs, c)
-		if s := c.servedNow(now); c.busy() > 0 && (first || s < p.minConv) {
-			p.minConv, first = s, false
-		}
-		t.noteLapse(c, now)
-	}
-	t.convScratch = convs
-	cd := slices.Grow(t.demandScratch[:0], len(convs))[:len(convs)]
-	t.demandScratch = cd
-	for pool := range numPools {
-		for i, c := range convs {
-			cd[i] = c.effDemand(pool, now)
-		}
-		for i, s := range waterfill(p.share[pool], cd) {
-			convs[i].share[pool] = s
-		}
-	}
+// convShare is c's max-min fair share of its principal's share of pool.
+func (t *flowTable) convShare(c *flowState, pool int, pshare float64) float64 {
+	l := c.principal.convDemand[pool].levelOf(pshare)
+	return min(float64(c.eff[pool]), l)
 }
 
 // usage is a snapshot of the slots held and the places queued: the
@@ -506,28 +631,26 @@ func (t *flowTable) fits(u usage, k Kind) bool {
 	return k != Shell || u.used[poolShell] < t.lim.MaxShell
 }
 
-// mayStart reports whether w's flow may start w now under its shares, with
-// u held (the caller checks the global caps).
-func (t *flowTable) mayStart(u usage, w *waiter, now time.Time) bool {
-	if t.stale {
-		t.computeShares(now)
-	}
-	conv, p := w.conv, w.conv.principal
-	for _, pool := range poolsOf(w.kind) {
+// mayStart reports whether conversation conv may start an operation of
+// kind k now under its shares, with u held (the caller checks the global
+// caps). The operation's demand is already counted.
+func (t *flowTable) mayStart(u usage, conv *flowState, k Kind) bool {
+	p := conv.principal
+	for _, pool := range poolsOf(k) {
 		n, h := t.capacity[pool], t.reserve[pool]
+		ps := t.principalShare(p, pool)
 		// A conversation holding nothing in the pool is always under its
 		// share (its demand, this call, is at least one); only one that
 		// holds something needs its share computed.
 		// Nor does one below an equal split of its principal's share:
 		// water-filling gives every conversation at least that much of
 		// what it asks.
-		if conv.active[pool] > 0 && float64(conv.active[pool]+1)*float64(len(p.busyConvs)) > p.share[pool] {
-			t.convShares(p, now)
-			if float64(conv.active[pool]) >= conv.share[pool] {
+		if conv.active[pool] > 0 && float64(conv.active[pool]+1)*float64(p.nbusy) > ps {
+			if float64(conv.active[pool]) >= t.convShare(conv, pool, ps) {
 				return false
 			}
 		}
-		pa, ps := float64(p.active[pool]), p.share[pool]
+		pa := float64(p.active[pool])
 		inShare := pa < ps && (u.used[pool] < n-h || p.active[pool] == 0)
 		newcomer := conv.active[pool] == 0 && pa < ps+float64(h) && u.used[pool] < n
 		if !inShare && !newcomer {
@@ -574,7 +697,7 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *
 			continue
 		}
 		for w := conv.head; w != nil; w = w.next {
-			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w, now) {
+			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w.conv, w.kind) {
 				continue
 			}
 			if best == nil || cs < bestServed || w.at.Before(best.at) {
@@ -586,14 +709,15 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *
 	return best
 }
 
-// victim decides, at a full queue, whose place an arrival w takes: the
+// victim decides, at a full queue, whose place an arrival of kind k from
+// conv takes: the
 // youngest operation of the conversation holding the most places of the
 // principal holding the most, when that principal holds at least two more
 // places than w's (or, within w's principal, that conversation two more
 // than w's), so that a swap always evens places out. Otherwise it returns
 // nil and the scope of the refusal w gets.
-func (t *flowTable) victim(w *waiter, _ time.Time) (*waiter, Scope) {
-	conv, p := w.conv, w.conv.principal
+func (t *flowTable) victim(conv *flowState, k Kind) (*waiter, Scope) {
+	p := conv.principal
 	mine := p.nwait
 	var top *flowState
 	for q := range t.waiting {
@@ -602,11 +726,11 @@ func (t *flowTable) victim(w *waiter, _ time.Time) (*waiter, Scope) {
 		}
 	}
 	if top != nil && top.nwait > mine+1 {
-		return youngest(busiestConv(top, nil), w.kind), ""
+		return youngest(busiestConv(top, nil), k), ""
 	}
 	topConv := busiestConv(p, conv)
 	if topConv != nil && topConv.nwait > conv.nwait+1 {
-		return youngest(topConv, w.kind), ""
+		return youngest(topConv, k), ""
 	}
 	switch {
 	case top != nil && top.nwait >= mine:

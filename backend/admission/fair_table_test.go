@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -32,5 +34,30 @@ func TestWaterfill(t *testing.T) {
 				t.Fatalf("waterfill(%v, %v) = %v, want %v", tc.capacity, tc.demands, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLevelAgreesWithWaterfill: the water level kept from counts of
+// demands gives every flow what waterfill gives it, over random demands
+// and capacities (demands past the capacity included).
+func TestLevelAgreesWithWaterfill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		capacity := 1 + rng.IntN(12)
+		x := float64(rng.IntN(capacity*4+1)) / 4 // real capacities too, up to the pool's
+		demands := make([]int, rng.IntN(9))
+		var d demandCount
+		d.init(capacity)
+		for j := range demands {
+			demands[j] = rng.IntN(capacity + 4)
+			d.move(0, demands[j])
+		}
+		want := waterfill(x, demands)
+		level := d.levelOf(x)
+		for j, dem := range demands {
+			if got := min(float64(dem), level); math.Abs(got-want[j]) > 1e-9 {
+				t.Fatalf("case %d: capacity %v over %v: flow %d gets %v, waterfill %v", i, x, demands, j, got, want[j])
+			}
+		}
 	}
 }

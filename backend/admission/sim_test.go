@@ -32,6 +32,8 @@ func newSimClock() *simClock {
 
 func (c *simClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 
+func (c *simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 func (c *simClock) NewTimer(d time.Duration) (Timer, <-chan time.Time) {
 	t := &simTimer{clk: c, ch: make(chan time.Time, 1)}
 	t.Reset(d)
