@@ -202,7 +202,7 @@ func queuedTotal(s uint64) int { return field(s, shQControl) + field(s, shQNorma
 type Controller struct {
 	lim   Limits
 	clock Clock
-	start time.Time // the clock's time at New
+	start time.Time     // the clock's time at New
 	state atomic.Uint64 // the packed gauges; written under mu
 
 	mu     sync.Mutex // guards everything below and every change of state

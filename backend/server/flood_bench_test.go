@@ -127,4 +127,3 @@ func BenchmarkRefusalFlood(b *testing.B) {
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "polite-p99-µs")
 	}
 }
-
