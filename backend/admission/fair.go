@@ -122,6 +122,7 @@ func (l *flowList) remove(f *flowState, links func(*flowState) *flowLinks) {
 }
 
 func busyLinks(f *flowState) *flowLinks  { return &f.busyL }
+func waitLinks(f *flowState) *flowLinks  { return &f.waitL }
 func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
 
 // demandCount counts flows by effective demand in one pool: how many
@@ -176,7 +177,7 @@ type flowState struct {
 	key       string
 	principal *flowState            // a conversation's principal; nil for a principal
 	convs     map[string]*flowState // a principal's conversations
-	waitConvs map[*flowState]struct{}
+	waitConvs flowList // a principal's conversations with queued operations
 
 	active, queued, peak [numPools]int
 	peakUntil            time.Time
@@ -186,6 +187,7 @@ type flowState struct {
 	eff    [numPools]int
 	lapseL flowLinks // in the table's lapse list, by peakUntil
 	busyL  flowLinks // in the busy list (demand now) of its level
+	waitL  flowLinks // in the waiting list of its level
 
 	// a principal's conversations
 	convDemand [numPools]demandCount
@@ -243,7 +245,7 @@ type flowTable struct {
 	capacity   [numPools]int
 	reserve    [numPools]int
 	principals map[string]*flowState
-	waiting    map[*flowState]struct{} // principals with queued operations
+	waiting    flowList // principals with queued operations
 	nconv      int
 	overflowed int64
 	nextSweep  time.Time
@@ -266,7 +268,6 @@ func (t *flowTable) init(lim Limits) {
 		t.demand[p].init(n)
 	}
 	t.principals = map[string]*flowState{}
-	t.waiting = map[*flowState]struct{}{}
 }
 
 // overflowBuckets is how many shared flows take the flows past the cap.
@@ -306,7 +307,7 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 			t.overflowed++
 		}
 		if p = t.principals[key]; p == nil {
-			p = &flowState{key: key, convs: map[string]*flowState{}, waitConvs: map[*flowState]struct{}{}, servedAt: now}
+			p = &flowState{key: key, convs: map[string]*flowState{}, servedAt: now}
 			for pool, n := range t.capacity {
 				p.convDemand[pool].init(n)
 			}
@@ -500,8 +501,12 @@ func (t *flowTable) queue(w *waiter) {
 	w.linked = true
 	c.nwait++
 	c.principal.nwait++
-	c.principal.waitConvs[c] = struct{}{}
-	t.waiting[c.principal] = struct{}{}
+	if !c.waitL.in {
+		c.principal.waitConvs.push(c, waitLinks)
+	}
+	if !c.principal.waitL.in {
+		t.waiting.push(c.principal, waitLinks)
+	}
 }
 
 func (t *flowTable) unlink(w *waiter) {
@@ -523,10 +528,10 @@ func (t *flowTable) unlink(w *waiter) {
 	c.nwait--
 	c.principal.nwait--
 	if c.nwait == 0 {
-		delete(c.principal.waitConvs, c)
+		c.principal.waitConvs.remove(c, waitLinks)
 	}
 	if c.principal.nwait == 0 {
-		delete(t.waiting, c.principal)
+		t.waiting.remove(c.principal, waitLinks)
 	}
 }
 
@@ -670,12 +675,16 @@ func (t *flowTable) pick(u usage, now time.Time) *waiter {
 		}
 		var best *waiter
 		var bestServed float64
-		for p := range t.waiting {
+		for p := t.waiting.head; p != nil; p = p.waitL.next {
+			ps := p.servedNow(now)
+			if best != nil && ps > bestServed {
+				continue // cannot win: spare its candidate's checks
+			}
 			w := t.pickIn(p, control, u, now)
 			if w == nil {
 				continue
 			}
-			if ps := p.servedNow(now); best == nil || ps < bestServed || (ps == bestServed && w.at.Before(best.at)) {
+			if best == nil || ps < bestServed || (ps == bestServed && w.at.Before(best.at)) {
 				best, bestServed = w, ps
 			}
 		}
@@ -691,7 +700,7 @@ func (t *flowTable) pick(u usage, now time.Time) *waiter {
 func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *waiter {
 	var best *waiter
 	var bestServed float64
-	for conv := range p.waitConvs {
+	for conv := p.waitConvs.head; conv != nil; conv = conv.waitL.next {
 		cs := conv.servedNow(now)
 		if best != nil && cs > bestServed {
 			continue
@@ -720,7 +729,7 @@ func (t *flowTable) victim(conv *flowState, k Kind) (*waiter, Scope) {
 	p := conv.principal
 	mine := p.nwait
 	var top *flowState
-	for q := range t.waiting {
+	for q := t.waiting.head; q != nil; q = q.waitL.next {
 		if q != p && (top == nil || q.nwait > top.nwait) {
 			top = q
 		}
@@ -748,22 +757,22 @@ func (t *flowTable) victim(conv *flowState, k Kind) (*waiter, Scope) {
 // Among flows holding as many, the youngest operation goes.
 func (t *flowTable) normalVictim() *waiter {
 	most := 0
-	for q := range t.waiting {
+	for q := t.waiting.head; q != nil; q = q.waitL.next {
 		most = max(most, q.queued[poolNonControl])
 	}
 	if most == 0 {
 		return nil
 	}
 	var best *waiter
-	for q := range t.waiting {
+	for q := t.waiting.head; q != nil; q = q.waitL.next {
 		if q.queued[poolNonControl] != most {
 			continue
 		}
 		cmost := 0
-		for c := range q.waitConvs {
+		for c := q.waitConvs.head; c != nil; c = c.waitL.next {
 			cmost = max(cmost, c.queued[poolNonControl])
 		}
-		for c := range q.waitConvs {
+		for c := q.waitConvs.head; c != nil; c = c.waitL.next {
 			if c.queued[poolNonControl] != cmost {
 				continue
 			}
@@ -779,7 +788,7 @@ func (t *flowTable) normalVictim() *waiter {
 // one; among those holding as many, the one with the youngest operation.
 func busiestConv(p *flowState, except *flowState) *flowState {
 	var top *flowState
-	for c := range p.waitConvs {
+	for c := p.waitConvs.head; c != nil; c = c.waitL.next {
 		if c == except {
 			continue
 		}
@@ -824,8 +833,8 @@ func (t *flowTable) refused(conv *flowState, now time.Time) int {
 
 func (t *flowTable) allWaiters() []*waiter {
 	var ws []*waiter
-	for p := range t.waiting {
-		for c := range p.waitConvs {
+	for p := t.waiting.head; p != nil; p = p.waitL.next {
+		for c := p.waitConvs.head; c != nil; c = c.waitL.next {
 			for w := c.head; w != nil; w = w.next {
 				ws = append(ws, w)
 			}
