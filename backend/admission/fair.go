@@ -38,6 +38,11 @@ import (
 // conversation that pauses between calls (think time) keeps its share
 // instead of losing it to a greedy one at every pause; capacity so held
 // back returns when the memory lapses (a timer re-dispatches then).
+//
+// Nothing here is recomputed over all flows on an acquire or a release:
+// shares are water levels over counts of flows by demand, kept as demand
+// changes (flowTable), so the work per operation does not grow with the
+// number of flows. The dispatcher reads time only through the Clock.
 
 // demandMemory is how long a flow's recent peak demand still counts.
 const demandMemory = time.Second
@@ -177,7 +182,7 @@ type flowState struct {
 	key       string
 	principal *flowState            // a conversation's principal; nil for a principal
 	convs     map[string]*flowState // a principal's conversations
-	waitConvs flowList // a principal's conversations with queued operations
+	waitConvs flowList              // a principal's conversations with queued operations
 
 	active, queued, peak [numPools]int
 	peakUntil            time.Time
