@@ -208,6 +208,7 @@ type Controller struct {
 	mu     sync.Mutex // guards everything below and every change of state
 	flows  flowTable
 	spare  []*Permit // released permits, handed out again
+	last   time.Time // the latest time a decision was made at
 	drain  drainMeter
 	redo   Timer // re-dispatch when a flow's remembered demand lapses
 	redoAt time.Time
@@ -233,6 +234,21 @@ func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = c
 
 // now is the clock's time, read as the time since the controller's start.
 func (c *Controller) now() time.Time { return c.start.Add(c.clock.Since(c.start)) }
+
+// lock takes mu and returns the time the decisions under it are made at:
+// read before the lock, so the lock is not held over the clock, and never
+// before a time already used (a caller that read the clock first may get
+// the lock second). Remembered demand that has lapsed by then lapses.
+func (c *Controller) lock() time.Time {
+	now := c.now()
+	c.mu.Lock()
+	if now.Before(c.last) {
+		now = c.last
+	}
+	c.last = now
+	c.flows.expire(now)
+	return now
+}
 
 // New returns a controller for lim. It panics on invalid limits: config
 // validation runs before it.
@@ -274,9 +290,7 @@ func (p *Permit) Release() {
 	}
 	c := p.c
 	c.completed.Add(1)
-	c.mu.Lock()
-	now := c.now()
-	c.flows.expire(now)
+	now := c.lock()
 	c.state.Add(-takeDelta[p.kind])
 	c.flows.finish(p.conv, p.kind, now)
 	c.drain.note(p.kind, now)
@@ -344,11 +358,9 @@ func (c *Controller) armRedo(now time.Time) {
 }
 
 func (c *Controller) redispatch() {
-	c.mu.Lock()
+	now := c.lock()
 	defer c.mu.Unlock()
 	c.redoAt = time.Time{}
-	now := c.now()
-	c.flows.expire(now)
 	c.dispatch(now)
 }
 
@@ -400,14 +412,12 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.cancelled.Add(1)
 		return nil, ErrStopped
 	}
-	c.mu.Lock()
+	now := c.lock()
 	if c.stopped.Load() {
 		c.mu.Unlock()
 		c.cancelled.Add(1)
 		return nil, ErrStopped
 	}
-	now := c.now()
-	c.flows.expire(now)
 	conv := c.flows.get(f, now)
 	// The arrival's demand counts in the shares it is judged by.
 	c.flows.arrive(conv, k, now)
@@ -487,9 +497,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		failure = ErrQueueTimeout
 	}
 
-	c.mu.Lock()
-	now = c.now()
-	c.flows.expire(now)
+	now = c.lock()
 	switch {
 	case w.evicted != nil:
 		// The eviction raced the cancellation or timeout: it already left
@@ -592,10 +600,8 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	if queuedTotal(s) < c.lim.MaxQueue || c.stopped.Load() {
 		return nil // Acquire decides (and answers a stop itself)
 	}
-	c.mu.Lock()
+	now := c.lock()
 	defer c.mu.Unlock()
-	now := c.now()
-	c.flows.expire(now)
 	conv := c.flows.get(f, now)
 	c.flows.arrive(conv, k, now)
 	defer c.flows.leave(conv, k)

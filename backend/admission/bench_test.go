@@ -115,5 +115,29 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 				}
 			})
 		})
+		// The same without the resolution (its hashing allocates): what
+		// admission itself costs and allocates per call.
+		flows := make([]Flow, n)
+		for i, id := range ids {
+			cw := caller.Resolve(caller.Claims{SessionID: id})
+			flows[i] = Flow{Principal: cw.Principal.Key(), Conversation: cw.Conversation}
+		}
+		b.Run(fmt.Sprintf("flows=%d/16goroutines/resolved", n), func(b *testing.B) {
+			lim := benchLimits()
+			lim.FlowReserve = 1
+			c := New(lim)
+			var next atomic.Int64
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					p, err := c.AcquireFlow(ctx, Normal, flows[int(next.Add(1))%n])
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					p.Release()
+				}
+			})
+		})
 	}
 }
