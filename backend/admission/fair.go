@@ -256,11 +256,10 @@ type flowTable struct {
 	nextSweep  time.Time
 	fullSweep  time.Time // the table was last swept for being full (at most once a second)
 
-	demand    [numPools]demandCount // principals by effective demand
-	lapsing   flowList              // flows remembering demand, soonest lapse first
-	busyPs    flowList              // principals with demand now
-	minP      float64               // least service of the busy principals, as last seen
-	convCount [numPools]int         // capacity of each conversation demand count
+	demand  [numPools]demandCount // principals by effective demand
+	lapsing flowList              // flows remembering demand, soonest lapse first
+	busyPs  flowList              // principals with demand now
+	minP    float64               // least service of the busy principals, as last seen
 }
 
 func (t *flowTable) init(lim Limits) {
