@@ -208,10 +208,11 @@ type Controller struct {
 	mu     sync.Mutex // guards everything below and every change of state
 	flows  flowTable
 	spare  []*Permit // released permits, handed out again
-	last   time.Time // the latest time a decision was made at
+	last   instant   // the latest time a decision was made at
 	drain  drainMeter
-	redo   Timer // re-dispatch when a flow's remembered demand lapses
-	redoAt time.Time
+	redo   Timer   // re-dispatch when a flow's remembered demand lapses
+	redoAt instant // when redo fires, if redoOn
+	redoOn bool
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
@@ -233,16 +234,16 @@ func WithClock(now func() time.Time) Option {
 func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = clk } }
 
 // now is the clock's time, read as the time since the controller's start.
-func (c *Controller) now() time.Time { return c.start.Add(c.clock.Since(c.start)) }
+func (c *Controller) now() instant { return c.clock.Since(c.start) }
 
 // lock takes mu and returns the time the decisions under it are made at:
 // read before the lock, so the lock is not held over the clock, and never
 // before a time already used (a caller that read the clock first may get
 // the lock second). Remembered demand that has lapsed by then lapses.
-func (c *Controller) lock() time.Time {
+func (c *Controller) lock() instant {
 	now := c.now()
 	c.mu.Lock()
-	if now.Before(c.last) {
+	if now < c.last {
 		now = c.last
 	}
 	c.last = now
@@ -317,7 +318,7 @@ func (c *Controller) notePeaks(s uint64) {
 //
 // Invariant after dispatch: no queued waiter could start now. That is what
 // lets a new arrival that may start do so at once without overtaking anyone.
-func (c *Controller) dispatch(now time.Time) {
+func (c *Controller) dispatch(now instant) {
 	for queuedTotal(c.state.Load()) > 0 {
 		w := c.flows.pick(usageOf(c.state.Load()), now)
 		if w == nil {
@@ -330,7 +331,7 @@ func (c *Controller) dispatch(now time.Time) {
 
 // grant moves w from the queue to a slot. Caller holds mu and has checked
 // that it may start.
-func (c *Controller) grant(w *waiter, now time.Time) {
+func (c *Controller) grant(w *waiter, now instant) {
 	n := c.state.Load() - queuedDelta(w.kind) + takeDelta[w.kind]
 	c.state.Store(n)
 	c.notePeaks(n)
@@ -343,13 +344,13 @@ func (c *Controller) grant(w *waiter, now time.Time) {
 // armRedo schedules a dispatch for when a flow's remembered demand lapses
 // while waiters are held back by it; nothing else would wake them if no
 // call ends meanwhile. Caller holds mu.
-func (c *Controller) armRedo(now time.Time) {
-	at := c.flows.lapse()
-	if at.IsZero() || queuedTotal(c.state.Load()) == 0 || (!c.redoAt.IsZero() && !at.Before(c.redoAt)) {
+func (c *Controller) armRedo(now instant) {
+	at, ok := c.flows.lapse()
+	if !ok || queuedTotal(c.state.Load()) == 0 || (c.redoOn && at >= c.redoAt) {
 		return
 	}
-	c.redoAt = at
-	d := at.Sub(now) + time.Millisecond
+	c.redoAt, c.redoOn = at, true
+	d := at - now + time.Millisecond
 	if c.redo == nil {
 		c.redo = c.clock.AfterFunc(d, c.redispatch)
 		return
@@ -360,7 +361,7 @@ func (c *Controller) armRedo(now time.Time) {
 func (c *Controller) redispatch() {
 	now := c.lock()
 	defer c.mu.Unlock()
-	c.redoAt = time.Time{}
+	c.redoOn = false
 	c.dispatch(now)
 }
 
@@ -540,7 +541,7 @@ func (c *Controller) evictedError(w *waiter) error {
 
 // refusal builds an OVERLOADED decision for flow conv and counts it against
 // the flow. Caller holds mu.
-func (c *Controller) refusal(err error, scope Scope, conv *flowState, k Kind, now time.Time) *Refusal {
+func (c *Controller) refusal(err error, scope Scope, conv *flowState, k Kind, now instant) *Refusal {
 	recent := c.flows.refused(conv, now)
 	return &Refusal{Err: err, Scope: scope, RetryAfter: c.retryAfter(k, recent, now)}
 }
@@ -549,7 +550,7 @@ func (c *Controller) refusal(err error, scope Scope, conv *flowState, k Kind, no
 // takes to drain what is queued ahead, from its completions over the last
 // seconds, doubled for each doubling of the flow's own recent refusals (a
 // caller that retries at once is told to wait longer), within [50ms, 32s].
-func (c *Controller) retryAfter(k Kind, recentRefusals int, now time.Time) time.Duration {
+func (c *Controller) retryAfter(k Kind, recentRefusals int, now instant) time.Duration {
 	const lo, hi = 50 * time.Millisecond, 32 * time.Second
 	rate := c.drain.rate(k, now) // completions per second
 	ahead := float64(queuedTotal(c.state.Load()) + 1)

@@ -122,7 +122,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			cw := caller.Resolve(caller.Claims{SessionID: id})
 			flows[i] = Flow{Principal: cw.Principal.Key(), Conversation: cw.Conversation}
 		}
-		b.Run(fmt.Sprintf("flows=%d/16goroutines/resolved", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("flows=%d/16goroutines-preresolved", n), func(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)

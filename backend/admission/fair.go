@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
@@ -44,6 +45,10 @@ import (
 // changes (flowTable), so the work per operation does not grow with the
 // number of flows. The dispatcher reads time only through the Clock.
 
+// instant is a time on the controller's clock, as the time since the
+// controller's start: plain integer arithmetic on the hot path.
+type instant = time.Duration
+
 // demandMemory is how long a flow's recent peak demand still counts.
 const demandMemory = time.Second
 
@@ -79,7 +84,7 @@ func (f *flowState) running() int { return f.active[poolControl] + f.active[pool
 type waiter struct {
 	kind       Kind
 	conv       *flowState
-	at         time.Time
+	at         instant
 	ready      chan struct{} // closed when granted or evicted
 	granted    bool
 	linked     bool  // in its flow's FIFO
@@ -185,7 +190,7 @@ type flowState struct {
 	waitConvs flowList              // a principal's conversations with queued operations
 
 	active, queued, peak [numPools]int
-	peakUntil            time.Time
+	peakUntil            instant
 	// eff is the effective demand as counted in the parent's demandCount:
 	// the remembered peak while it lasts (the flow is in the lapse list),
 	// else the current demand.
@@ -201,8 +206,8 @@ type flowState struct {
 	minConv    float64  // least service of its busy conversations, as last seen
 
 	served   float64 // slot-seconds held up to servedAt
-	servedAt time.Time
-	lastSeen time.Time
+	servedAt instant
+	lastSeen instant
 
 	head, tail *waiter // a conversation's queued operations, oldest first
 	nwait      int     // queued operations (a principal: of all its conversations)
@@ -219,21 +224,21 @@ func (f *flowState) busy() int { return f.demand(poolControl) + f.demand(poolNon
 
 func (f *flowState) hasEff() bool { return f.eff != [numPools]int{} }
 
-func (f *flowState) idle(now time.Time) bool {
+func (f *flowState) idle(now instant) bool {
 	for p := range numPools {
 		if f.demand(p) > 0 {
 			return false
 		}
 	}
-	return !now.Before(f.peakUntil)
+	return now >= f.peakUntil
 }
 
 // servedNow is the service so far, running slots included.
-func (f *flowState) servedNow(now time.Time) float64 {
-	return f.served + float64(f.running())*now.Sub(f.servedAt).Seconds()
+func (f *flowState) servedNow(now instant) float64 {
+	return f.served + float64(f.running())*(now-f.servedAt).Seconds()
 }
 
-func (f *flowState) accrue(now time.Time) {
+func (f *flowState) accrue(now instant) {
 	f.served = f.servedNow(now)
 	f.servedAt = now
 }
@@ -253,8 +258,8 @@ type flowTable struct {
 	waiting    flowList // principals with queued operations
 	nconv      int
 	overflowed int64
-	nextSweep  time.Time
-	fullSweep  time.Time // the table was last swept for being full (at most once a second)
+	nextSweep  instant
+	fullSweep  instant // the table was last swept for being full (at most once a second)
 
 	demand  [numPools]demandCount // principals by effective demand
 	lapsing flowList              // flows remembering demand, soonest lapse first
@@ -296,8 +301,8 @@ func bucketKey(key string) string {
 }
 
 // get returns the conversation state of f, creating what is missing.
-func (t *flowTable) get(f Flow, now time.Time) *flowState {
-	if !now.Before(t.nextSweep) {
+func (t *flowTable) get(f Flow, now instant) *flowState {
+	if now >= t.nextSweep {
 		t.sweep(now)
 	}
 	p := t.principals[f.Principal]
@@ -341,26 +346,26 @@ func (t *flowTable) get(f Flow, now time.Time) *flowState {
 
 // sweepFull sweeps a full table, at most once a second: until then new
 // flows share buckets, so a stream of new ids costs no sweep each.
-func (t *flowTable) sweepFull(now time.Time) {
-	if now.Before(t.fullSweep) {
+func (t *flowTable) sweepFull(now instant) {
+	if now < t.fullSweep {
 		return
 	}
-	t.fullSweep = now.Add(time.Second)
+	t.fullSweep = now + time.Second
 	t.sweep(now)
 }
 
 // sweep forgets flows idle for longer than FlowIdle. An idle flow counts
 // in no demand and is in no list (expire ran first).
-func (t *flowTable) sweep(now time.Time) {
-	t.nextSweep = now.Add(t.lim.FlowIdle / 4)
+func (t *flowTable) sweep(now instant) {
+	t.nextSweep = now + t.lim.FlowIdle/4
 	for pk, p := range t.principals {
 		for ck, c := range p.convs {
-			if c.idle(now) && !c.hasEff() && now.Sub(c.lastSeen) > t.lim.FlowIdle {
+			if c.idle(now) && !c.hasEff() && now-c.lastSeen > t.lim.FlowIdle {
 				delete(p.convs, ck)
 				t.nconv--
 			}
 		}
-		if len(p.convs) == 0 && p.idle(now) && !p.hasEff() && now.Sub(p.lastSeen) > t.lim.FlowIdle {
+		if len(p.convs) == 0 && p.idle(now) && !p.hasEff() && now-p.lastSeen > t.lim.FlowIdle {
 			delete(t.principals, pk)
 		}
 	}
@@ -391,7 +396,7 @@ func (t *flowTable) setEff(f *flowState, pool, v int) {
 
 // remember records an arrival in f's remembered demand: the peak since the
 // memory last lapsed, kept for demandMemory from now.
-func (t *flowTable) remember(f *flowState, now time.Time) {
+func (t *flowTable) remember(f *flowState, now instant) {
 	if !f.lapseL.in {
 		f.peak = [numPools]int{}
 	} else {
@@ -401,7 +406,7 @@ func (t *flowTable) remember(f *flowState, now time.Time) {
 		f.peak[pool] = max(f.peak[pool], f.demand(pool))
 		t.setEff(f, pool, f.peak[pool])
 	}
-	f.peakUntil = now.Add(demandMemory)
+	f.peakUntil = now + demandMemory
 	t.lapsing.push(f, lapseLinks)
 }
 
@@ -418,8 +423,8 @@ func (t *flowTable) fell(f *flowState) {
 
 // expire lets the remembered demand lapse that has: O(1) per lapse, and
 // the decisions read the shares as of now.
-func (t *flowTable) expire(now time.Time) {
-	for f := t.lapsing.head; f != nil && !now.Before(f.peakUntil); f = t.lapsing.head {
+func (t *flowTable) expire(now instant) {
+	for f := t.lapsing.head; f != nil && now >= f.peakUntil; f = t.lapsing.head {
 		t.lapsing.remove(f, lapseLinks)
 		for pool := range numPools {
 			t.setEff(f, pool, f.demand(pool))
@@ -427,19 +432,20 @@ func (t *flowTable) expire(now time.Time) {
 	}
 }
 
-// lapse is when the soonest remembered demand lapses; zero when none.
-func (t *flowTable) lapse() time.Time {
+// lapse is when the soonest remembered demand lapses; false when none is
+// remembered.
+func (t *flowTable) lapse() (instant, bool) {
 	if f := t.lapsing.head; f != nil {
-		return f.peakUntil
+		return f.peakUntil, true
 	}
-	return time.Time{}
+	return 0, false
 }
 
 // activate starts a flow that had no demand at the least service among its
 // peers with demand now (the last seen when none has), so that time spent
 // idle is not banked as a claim on the future. Called before its demand
 // rises from zero.
-func activate(f *flowState, peers *flowList, least *float64, now time.Time) {
+func activate(f *flowState, peers *flowList, least *float64, now instant) {
 	first := true
 	for q := peers.head; q != nil; q = q.busyL.next {
 		if s := q.servedNow(now); first || s < *least {
@@ -451,7 +457,7 @@ func activate(f *flowState, peers *flowList, least *float64, now time.Time) {
 }
 
 // arrive counts one more operation of kind k of conversation c, as queued.
-func (t *flowTable) arrive(c *flowState, k Kind, now time.Time) {
+func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 	p := c.principal
 	if c.busy() == 0 {
 		activate(c, &p.busyConvs, &p.minConv, now)
@@ -547,7 +553,7 @@ func (t *flowTable) dequeue(w *waiter) {
 
 // start turns a queued operation of kind k of c into a running slot; the
 // demand stays as it was.
-func (t *flowTable) start(c *flowState, k Kind, now time.Time) {
+func (t *flowTable) start(c *flowState, k Kind, now instant) {
 	p := c.principal
 	c.accrue(now)
 	p.accrue(now)
@@ -560,7 +566,7 @@ func (t *flowTable) start(c *flowState, k Kind, now time.Time) {
 }
 
 // finish frees a running slot of kind k of conversation c.
-func (t *flowTable) finish(c *flowState, k Kind, now time.Time) {
+func (t *flowTable) finish(c *flowState, k Kind, now instant) {
 	p := c.principal
 	c.accrue(now)
 	p.accrue(now)
@@ -672,7 +678,7 @@ func (t *flowTable) mayStart(u usage, conv *flowState, k Kind) bool {
 // pick returns the next waiter to grant with u held: control first; the
 // least-served principal, then conversation, with a waiter that may start;
 // its oldest such waiter (ties go to the oldest). nil when none may start.
-func (t *flowTable) pick(u usage, now time.Time) *waiter {
+func (t *flowTable) pick(u usage, now instant) *waiter {
 	for _, control := range []bool{true, false} {
 		if control && u.queuedControl == 0 || !control && u.queued == 0 {
 			continue
@@ -688,7 +694,7 @@ func (t *flowTable) pick(u usage, now time.Time) *waiter {
 			if w == nil {
 				continue
 			}
-			if best == nil || ps < bestServed || (ps == bestServed && w.at.Before(best.at)) {
+			if best == nil || ps < bestServed || (ps == bestServed && w.at < best.at) {
 				best, bestServed = w, ps
 			}
 		}
@@ -701,7 +707,7 @@ func (t *flowTable) pick(u usage, now time.Time) *waiter {
 
 // pickIn is principal p's candidate: the oldest startable waiter of its
 // least-served conversation that has one.
-func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *waiter {
+func (t *flowTable) pickIn(p *flowState, control bool, u usage, now instant) *waiter {
 	var best *waiter
 	var bestServed float64
 	for conv := p.waitConvs.head; conv != nil; conv = conv.waitL.next {
@@ -713,7 +719,7 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now time.Time) *
 			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w.conv, w.kind) {
 				continue
 			}
-			if best == nil || cs < bestServed || w.at.Before(best.at) {
+			if best == nil || cs < bestServed || w.at < best.at {
 				best, bestServed = w, cs
 			}
 			break
@@ -780,7 +786,7 @@ func (t *flowTable) normalVictim() *waiter {
 			if c.queued[poolNonControl] != cmost {
 				continue
 			}
-			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.at.After(best.at)) {
+			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.at > best.at) {
 				best = w
 			}
 		}
@@ -796,7 +802,7 @@ func busiestConv(p *flowState, except *flowState) *flowState {
 		if c == except {
 			continue
 		}
-		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at.After(top.tail.at)) {
+		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at > top.tail.at) {
 			top = c
 		}
 	}
@@ -818,8 +824,8 @@ func youngest(c *flowState, k Kind) *waiter {
 
 // refused counts a refusal of conv and returns its refusals over the last
 // two seconds.
-func (t *flowTable) refused(conv *flowState, now time.Time) int {
-	sec := now.Unix()
+func (t *flowTable) refused(conv *flowState, now instant) int {
+	sec := int64(now / time.Second)
 	for _, f := range []*flowState{conv, conv.principal} {
 		switch {
 		case sec == f.refusedSec:
@@ -844,7 +850,7 @@ func (t *flowTable) allWaiters() []*waiter {
 			}
 		}
 	}
-	slices.SortFunc(ws, func(a, b *waiter) int { return a.at.Compare(b.at) })
+	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.at, b.at) })
 	return ws
 }
 
@@ -857,8 +863,8 @@ type drainMeter struct {
 
 const drainWindow = 5
 
-func (d *drainMeter) note(k Kind, now time.Time) {
-	sec := now.Unix()
+func (d *drainMeter) note(k Kind, now instant) {
+	sec := int64(now / time.Second)
 	i := int(sec % drainWindow)
 	for _, p := range poolsOf(k) {
 		if d.sec[p][i] != sec {
@@ -869,10 +875,10 @@ func (d *drainMeter) note(k Kind, now time.Time) {
 }
 
 // rate is the completions per second of the narrowest pool k uses.
-func (d *drainMeter) rate(k Kind, now time.Time) float64 {
+func (d *drainMeter) rate(k Kind, now instant) float64 {
 	pools := poolsOf(k)
 	p := pools[len(pools)-1]
-	sec := now.Unix()
+	sec := int64(now / time.Second)
 	n := 0
 	for i := range drainWindow {
 		if sec-d.sec[p][i] < drainWindow {
