@@ -259,7 +259,9 @@ type flowTable struct {
 	nconv      int
 	overflowed int64
 	nextSweep  instant
-	fullSweep  instant // the table was last swept for being full (at most once a second)
+	fullSweep  instant    // the table was last swept for being full (at most once a second)
+	lastFlow   Flow       // the flow get returned last ...
+	last       *flowState // ... and its conversation, until a sweep
 
 	demand  [numPools]demandCount // principals by effective demand
 	lapsing flowList              // flows remembering demand, soonest lapse first
@@ -305,6 +307,11 @@ func (t *flowTable) get(f Flow, now instant) *flowState {
 	if now >= t.nextSweep {
 		t.sweep(now)
 	}
+	if t.last != nil && f == t.lastFlow {
+		// The same flow again (a caller's calls come in runs): no lookup.
+		t.last.lastSeen, t.last.principal.lastSeen = now, now
+		return t.last
+	}
 	p := t.principals[f.Principal]
 	if p == nil {
 		key := f.Principal
@@ -341,6 +348,10 @@ func (t *flowTable) get(f Flow, now instant) *flowState {
 		}
 	}
 	c.lastSeen = now
+	if c.key == f.Conversation && p.key == f.Principal {
+		// Not a bucket: a flow in a bucket counts as overflowed each time.
+		t.lastFlow, t.last = f, c
+	}
 	return c
 }
 
@@ -358,6 +369,7 @@ func (t *flowTable) sweepFull(now instant) {
 // in no demand and is in no list (expire ran first).
 func (t *flowTable) sweep(now instant) {
 	t.nextSweep = now + t.lim.FlowIdle/4
+	t.last = nil // it may be forgotten, or a bucket's flow get a place
 	for pk, p := range t.principals {
 		for ck, c := range p.convs {
 			if c.idle(now) && !c.hasEff() && now-c.lastSeen > t.lim.FlowIdle {
