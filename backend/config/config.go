@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/internal/strictjson"
 )
 
@@ -37,6 +38,9 @@ type Config struct {
 	Files          Files       `json:"files"`
 	Audit          Audit       `json:"audit"`
 	Jobs           Jobs        `json:"jobs"`
+	// Policy decides, before a tool runs, which calls are allowed, asked
+	// about or refused (backend/policy). Default: no rules, allow.
+	Policy policy.Config `json:"policy"`
 
 	// Path is the file the config was loaded from (absolute; "" when
 	// parsed from elsewhere): one of the backend's own secrets, which the
@@ -143,6 +147,7 @@ func Default() Config {
 		Files:  Files{Roots: []string{"/"}, Deny: DefaultDeny()},
 		Audit:  DefaultAudit(),
 		Jobs:   DefaultJobs(),
+		Policy: policy.Default(),
 	}
 }
 
@@ -168,6 +173,9 @@ func Parse(r io.Reader) (Config, error) {
 	}
 	if c.Files.Deny == nil {
 		c.Files.Deny = []string{}
+	}
+	if c.Policy.Rules == nil {
+		c.Policy.Rules = []policy.Rule{}
 	}
 	if o := c.Auth.OAuth; o != nil && o.Scopes == nil {
 		o.Scopes = DefaultScopes()
@@ -205,7 +213,7 @@ func describeJSONError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if s := err.Error(); strings.HasPrefix(s, "json: unknown field ") {
-		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell, files, audit and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
+		return fmt.Errorf("unknown key %s (valid keys: listen, allowedHosts, allowedOrigins, auth, concurrency, limits, shell, files, audit, jobs, policy and their documented sub-keys)", strings.TrimPrefix(s, "json: unknown field "))
 	}
 	return err
 }
@@ -326,6 +334,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Jobs.validate()...)
+	errs = append(errs, c.Policy.Validate()...)
 	return errors.Join(errs...)
 }
 
