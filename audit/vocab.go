@@ -29,6 +29,9 @@ const (
 	// MsgJobEnd is a job's end (exited, killed, lost, ...), written once by
 	// the first backend process that sees it, even one started after.
 	MsgJobEnd = "3f0c4b7e2a5d49e1b6c8d07f91a2e354"
+	// MsgPolicy is a policy decision that did not simply let a call run
+	// (ask, deny) and every answer to an ask: who decided, how.
+	MsgPolicy = "6b1e2d0c9a8f4f37a5e4c3d2b1a09f8e"
 )
 
 // Field names. Journal fields are upper case; the JSON-lines file uses the
@@ -80,6 +83,16 @@ const (
 	FieldJobID         = "MCP_JOB_ID"         // the job a job.* call started or touched; a job.end record's job
 	FieldJobState      = "MCP_JOB_STATE"      // a job.end record's state (exited, killed, timed_out, output_limit, lost, ...)
 
+	// Policy decisions (on call.start records and policy.* records).
+	FieldPolicyAction = "MCP_POLICY_ACTION" // allow, ask, deny: what the rules decided
+	FieldPolicyRule   = "MCP_POLICY_RULE"   // the rule's id, policy.default or policy.opaque
+	FieldPolicyReason = "MCP_POLICY_REASON" // the rule's reason, or why a command is opaque
+	FieldPolicyTarget = "MCP_POLICY_TARGET" // the command part, path or unit that decided
+	FieldApprovedBy   = "MCP_APPROVED_BY"   // an ask's answer: user (elicitation), operator (mcpctl approvals)
+	FieldApprovalVia  = "MCP_APPROVAL_VIA"  // elicitation, approval
+	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, denied, expired, unavailable
+	FieldApprovalID   = "MCP_APPROVAL_ID"   // a pending approval's id
+
 	// Admission and outcome.
 	FieldQueuedMs    = "MCP_QUEUED_MS"
 	FieldOutcome     = "MCP_OUTCOME" // ok, an error code (OVERLOADED, NOT_FOUND, ...), or a deploy outcome
@@ -117,6 +130,8 @@ const (
 	EventProcessStop  = "process.stop"
 	EventDeploy       = "deploy"
 	EventJobEnd       = "job.end"
+	// EventPolicy is a policy decision (ask, deny) or an ask's answer.
+	EventPolicy = "policy.decision"
 )
 
 // MessageID returns the MESSAGE_ID of an event.
@@ -134,6 +149,8 @@ func MessageID(event string) string {
 		return MsgDeploy
 	case EventJobEnd:
 		return MsgJobEnd
+	case EventPolicy:
+		return MsgPolicy
 	}
 	return ""
 }

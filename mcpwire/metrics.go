@@ -134,3 +134,18 @@ type AuditMetrics struct {
 	Dropped int64  `json:"dropped"`
 	Pending int64  `json:"pending"`
 }
+
+// PolicyMetrics is the "policy" object of GET /metrics: whether a policy
+// is configured, and its decisions since the process started, per action
+// (every call it looked at is counted once in allow, ask or deny), and
+// what became of the asks: approved (ran after the user accepted or the
+// operator approved) or refused (declined, cancelled, denied, expired);
+// an ask still pending is in neither.
+type PolicyMetrics struct {
+	Enabled  bool  `json:"enabled"`
+	Allow    int64 `json:"allow"`
+	Ask      int64 `json:"ask"`
+	Deny     int64 `json:"deny"`
+	Approved int64 `json:"approved"`
+	Refused  int64 `json:"refused"`
+}

@@ -144,6 +144,9 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	r.Add(audit.FieldTool, c.tool)
 	r.Add(audit.FieldClass, string(mcpwire.ClassOf(c.tool)))
 	r.AddInt(audit.FieldQueuedMs, wait.Milliseconds())
+	if d, note, ok := decisionOf(ctx); ok {
+		r.Fields = append(r.Fields, policyFields(d, note)...)
+	}
 	args := audit.Arguments(c.tool, call.Params.Arguments)
 	r.Fields = append(r.Fields, args...)
 	if c.tool == mcpwire.ToolProcessKill {

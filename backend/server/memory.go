@@ -48,9 +48,10 @@ type intakeJSON struct {
 // metricsJSON is the pinned admission snapshot with our fields beside it.
 type metricsJSON struct {
 	mcpwire.Metrics
-	Memory memguard.Sample      `json:"memory"`
-	Intake intakeJSON           `json:"intake"`
-	Audit  mcpwire.AuditMetrics `json:"audit"`
+	Memory memguard.Sample       `json:"memory"`
+	Intake intakeJSON            `json:"intake"`
+	Audit  mcpwire.AuditMetrics  `json:"audit"`
+	Policy mcpwire.PolicyMetrics `json:"policy"`
 }
 
 func (s *Server) metricsSnapshot() metricsJSON {
@@ -69,5 +70,5 @@ func (s *Server) metricsSnapshot() metricsJSON {
 	}
 	m := s.adm.Snapshot()
 	m.Jobs = s.jobs.metrics()
-	return metricsJSON{Metrics: m, Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics()}
+	return metricsJSON{Metrics: m, Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics(), Policy: s.policy.metrics()}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/memguard"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
@@ -80,6 +81,7 @@ type Server struct {
 	refusals  *refusalLog   // calls that never ran, logged in aggregate
 	nextReq   atomic.Uint64 // request ids; the header is ours, so a counter suffices
 	audit     *auditState   // the audit trail (audit.go)
+	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 }
 
 // Option adjusts a Server at construction.
@@ -144,6 +146,11 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.audit = a
+	pol, err := policy.New(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s.policy = &policyState{p: pol}
 	js, err := openJobs(cfg, log, s.auditJobEnd)
 	if err != nil {
 		return nil, err
@@ -235,6 +242,12 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.refusals.add(cw, tool, string(te.Code))
 			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
+		}
+		// The policy, after who may call what and before anything queues
+		// or runs: a refusal or an ask never takes a slot.
+		ctx, refused := s.enforce(ctx, who, cw, call)
+		if refused != nil {
+			return refused, nil
 		}
 		if mcpwire.ClassOf(tool) == mcpwire.ClassWait {
 			return s.runWait(ctx, who, cw, call, method, next)

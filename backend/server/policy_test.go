@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// bypass is one attempt to run a denied command (touch) in a way a naive
+// deny list misses. @M@ is the marker file the command creates if it runs.
+type bypass struct {
+	name, cmd string
+	needs     string // a program the attempt needs to work at all (negative control)
+}
+
+// bypasses are the attempts: compound commands, substitutions, quoting,
+// absolute paths, wrappers, variables, sh -c, newlines, globbing,
+// here-docs, functions, interpreters and runners.
+var bypasses = []bypass{
+	{"plain", "touch @M@", ""},
+	{"list", "true; touch @M@", ""},
+	{"and", "true && touch @M@", ""},
+	{"or", "false || touch @M@", ""},
+	{"pipeline", "true | touch @M@", ""},
+	{"background", "touch @M@ & wait", ""},
+	{"negated", "! touch @M@", ""},
+	{"subshell", "(touch @M@)", ""},
+	{"group", "{ touch @M@; }", ""},
+	{"command substitution", "echo $(touch @M@)", ""},
+	{"backticks", "echo `touch @M@`", ""},
+	{"substitution in quotes", `echo "$(touch @M@)"`, ""},
+	{"substitution in assignment", "x=$(touch @M@)", ""},
+	{"nested substitution", "echo $(echo $(touch @M@))", ""},
+	{"absolute path", "/usr/bin/touch @M@", ""},
+	{"other path", "/bin/touch @M@", ""},
+	{"dot-dot path", "/usr/../usr/bin/touch @M@", ""},
+	{"double quotes", `"touch" @M@`, ""},
+	{"empty quotes", "t''ouch @M@", ""},
+	{"split quotes", `t"ou"ch @M@`, ""},
+	{"backslash", `\touch @M@`, ""},
+	{"ansi-c quoting", `$'\x74ouch' @M@`, ""},
+	{"leading assignment", "X=1 touch @M@", ""},
+	{"env", "env touch @M@", ""},
+	{"env with variables", "env -i FOO=1 touch @M@", ""},
+	{"env PATH", "env PATH=/usr/bin touch @M@", ""},
+	{"nice", "nice -n 5 touch @M@", ""},
+	{"timeout", "timeout -s KILL 5 touch @M@", ""},
+	{"nohup", "nohup touch @M@ >/dev/null 2>&1", ""},
+	{"command", "command touch @M@", ""},
+	{"exec", "exec touch @M@", ""},
+	{"stacked wrappers", "nice timeout 5 env nohup /usr/bin/touch @M@", ""},
+	{"sudo", "sudo -n touch @M@", "sudo"},
+	{"variable name", "T=touch; $T @M@", ""},
+	{"default expansion", "${T:-touch} @M@", ""},
+	{"name from substitution", "$(echo touch) @M@", ""},
+	{"array", `a=(touch @M@); "${a[@]}"`, ""},
+	{"eval", "eval 'touch @M@'", ""},
+	{"bash -c", "bash -c 'touch @M@'", ""},
+	{"sh -c", `sh -c "touch @M@"`, ""},
+	{"bash -c nested", `bash -c "sh -c 'touch @M@'"`, ""},
+	{"bash -c variable", `C='touch @M@'; bash -c "$C"`, ""},
+	{"newline", "true\ntouch @M@", ""},
+	{"continued line", "tou\\\nch @M@", ""},
+	{"glob name", "/usr/bin/tou?h @M@", ""},
+	{"class glob name", "/usr/bin/tou[c]h @M@", ""},
+	{"brace expansion", "{touch,@M@}", ""},
+	{"here-doc to shell", "bash <<'EOF'\ntouch @M@\nEOF", ""},
+	{"here-string to shell", "bash <<< 'touch @M@'", ""},
+	{"pipe into shell", "echo 'touch @M@' | sh", ""},
+	{"source stdin", "source /dev/stdin <<< 'touch @M@'", ""},
+	{"dot process substitution", ". <(echo touch @M@)", ""},
+	{"process substitution", "cat <(touch @M@)", ""},
+	{"function", "f() { touch @M@; }; f", ""},
+	{"function keyword", "function f { touch @M@; }; f", ""},
+	{"if", "if true; then touch @M@; fi", ""},
+	{"for", "for i in 1; do touch @M@; done", ""},
+	{"while", "while true; do touch @M@; break; done", ""},
+	{"case", "case x in x) touch @M@;; esac", ""},
+	{"time", "time touch @M@", ""},
+	{"coproc", "coproc touch @M@; wait", ""},
+	{"trap", "trap 'touch @M@' EXIT", ""},
+	{"python -c", `python3 -c 'open("@M@","w")'`, "python3"},
+	{"perl -e", `perl -e 'open(F,">@M@")'`, "perl"},
+	{"awk system", `awk 'BEGIN{system("touch @M@")}'`, ""},
+	{"xargs", "echo @M@ | xargs touch", ""},
+	{"find -exec", `find / -maxdepth 0 -exec touch @M@ \;`, ""},
+	{"sed e", "echo | sed 'e touch @M@'", ""},
+	{"arithmetic injection", `x='a[$(touch @M@)]'; echo $((x))`, ""},
+	{"PATH in env", "PATH=/usr/bin:$PATH touch @M@", ""},
+	{"redirection write", "echo > @M@", ""},
+	{"exec redirection", "exec 3>@M@", ""},
+}
+
+// bypassPolicy denies touch (and rm); what the parser cannot see through
+// is denied too.
+func bypassPolicy(c *config.Config) {
+	c.Policy.Opaque = policy.Deny
+	c.Policy.Rules = []policy.Rule{
+		{ID: "no-touch", Action: policy.Deny, Reason: "no new files", Commands: []string{"touch", "rm"}},
+	}
+}
+
+// TestPolicyBypassesRunNothing sends every bypass attempt through the
+// real server over HTTP, as shell.exec and as job.start: each is refused
+// PERMISSION_DENIED naming a rule, and no marker file appears. The same
+// attempts on a server without the policy create their markers (the
+// attempts are real).
+func TestPolicyBypassesRunNothing(t *testing.T) {
+	if len(bypasses) < 40 {
+		t.Fatalf("only %d attempts", len(bypasses))
+	}
+	run := func(t *testing.T, b *backend, dir string, tool string, wantRefused bool) {
+		for _, c := range bypasses {
+			marker := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+"-"+strings.ReplaceAll(tool, ".", "-"))
+			cmd := strings.ReplaceAll(c.cmd, "@M@", marker)
+			args := map[string]any{"command": cmd}
+			if tool == mcpwire.ToolJobStart {
+				args["waitMs"] = 30000
+			}
+			_, body, err := callRaw(context.Background(), b.url, tool, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := parseReply(t, body)
+			if !wantRefused {
+				if _, err := os.Stat(marker); err != nil && (c.needs == "" || has(c.needs)) {
+					t.Errorf("%s: without the policy the attempt did not create its marker (%s): %.300s", c.name, cmd, body)
+				}
+				continue
+			}
+			if code := r.errorCode(); code != string(mcpwire.CodePermissionDenied) {
+				t.Errorf("%s via %s: got %q, want PERMISSION_DENIED: %.300s", c.name, tool, code, body)
+				continue
+			}
+			e := toolerr.Decode(r.Result.Meta[mcpwire.ErrorMetaKey])
+			if !strings.Contains(e.Message, "rule no-touch") && !strings.Contains(e.Message, "rule "+policy.RuleOpaque) {
+				t.Errorf("%s: the refusal names no rule: %s", c.name, e.Message)
+			}
+		}
+	}
+	dir := t.TempDir()
+	b := startBackend(t, func(c *config.Config) { bypassPolicy(c); c.Jobs.Mode = config.JobsProcess })
+	for _, tool := range []string{mcpwire.ToolShellExec, mcpwire.ToolJobStart} {
+		t.Run(tool, func(t *testing.T) { run(t, b, dir, tool, true) })
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("a denied command ran: %s exists", e.Name())
+	}
+	var pm struct {
+		Policy mcpwire.PolicyMetrics `json:"policy"`
+	}
+	getJSON(t, b.url+"/metrics", &pm)
+	if want := int64(2 * len(bypasses)); pm.Policy.Deny != want || pm.Policy.Allow != 0 || !pm.Policy.Enabled {
+		t.Errorf("/metrics policy = %+v, want %d denials", pm.Policy, want)
+	}
+
+	// Negative control: the same attempts without the policy run.
+	open := startBackend(t, func(c *config.Config) { c.Jobs.Mode = config.JobsProcess })
+	ctl := t.TempDir()
+	t.Run("without policy", func(t *testing.T) { run(t, open, ctl, mcpwire.ToolShellExec, false) })
+}
+
+func has(prog string) bool { _, err := exec.LookPath(prog); return err == nil }
+
+// TestPolicyDecisionsAudited: an allowed call's start record carries the
+// decision, a refusal has a policy.decision record of its own naming the
+// rule.
+func TestPolicyDecisionsAudited(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	b := startBackend(t, func(c *config.Config) {
+		bypassPolicy(c)
+		c.Audit.Sink, c.Audit.File = config.AuditFile, file
+		c.Policy.Rules = append(c.Policy.Rules, policy.Rule{ID: "echo-ok", Action: policy.Allow, Commands: []string{"echo *"}})
+	})
+	for _, cmd := range []string{"echo hi", "rm -rf /nonexistent"} {
+		if _, _, err := callRaw(context.Background(), b.url, mcpwire.ToolShellExec, map[string]any{"command": cmd}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.srv.Close()
+	var sawAllow, sawDeny bool
+	for _, r := range auditRecords(t, file) {
+		switch {
+		case r["MCP_EVENT"] == "call.start" && r["MCP_POLICY_ACTION"] == "allow" && r["MCP_POLICY_RULE"] == "echo-ok":
+			sawAllow = true
+		case r["MCP_EVENT"] == "policy.decision" && r["MCP_POLICY_ACTION"] == "deny" && r["MCP_POLICY_RULE"] == "no-touch" &&
+			r["MESSAGE_ID"] == "6b1e2d0c9a8f4f37a5e4c3d2b1a09f8e" && strings.Contains(r["MCP_COMMAND"], "rm -rf"):
+			sawDeny = true
+		}
+	}
+	if !sawAllow || !sawDeny {
+		recs, _ := json.Marshal(auditRecords(t, file))
+		t.Fatalf("allow recorded %v, deny recorded %v: %s", sawAllow, sawDeny, recs)
+	}
+}
