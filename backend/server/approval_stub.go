@@ -10,10 +10,6 @@ import (
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 )
 
-func (s *Server) elicit(ctx context.Context, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult, bool) {
-	return approvalNote{}, nil, false
-}
-
 func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult) {
 	return approvalNote{via: "none", answer: "unavailable"}, toolerr.Result(policyRefusal(d, "needs approval, and no one can be asked"))
 }

@@ -88,7 +88,7 @@ func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Cal
 	note, res := s.askFor(ctx, cw, call, d)
 	s.auditPolicy(ctx, call, d, note)
 	if res != nil {
-		if note.answer != "pending" {
+		if note.answer != "pending" && note.answer != "asked" {
 			ps.refused.Add(1)
 		}
 		return ctx, res

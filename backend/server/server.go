@@ -82,6 +82,7 @@ type Server struct {
 	nextReq   atomic.Uint64 // request ids; the header is ours, so a counter suffices
 	audit     *auditState   // the audit trail (audit.go)
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
+	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
 }
 
 // Option adjusts a Server at construction.
@@ -151,6 +152,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.policy = &policyState{p: pol}
+	s.ask = newAsker()
 	js, err := openJobs(cfg, log, s.auditJobEnd)
 	if err != nil {
 		return nil, err
