@@ -39,6 +39,13 @@ type ToolError struct {
 	// RetryAfterMs is when a retry may find room, estimated from what the
 	// server observes (drain rate, the caller's recent refusals).
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
+	// ApprovalID, ApprovalStatus and JobID describe the pending approval of
+	// a NEEDS_APPROVAL call (and a PERMISSION_DENIED one the operator
+	// denied): its id for mcpctl approvals, its status, and once approved
+	// the job a command runs as.
+	ApprovalID     string `json:"approvalId,omitempty"`
+	ApprovalStatus string `json:"approvalStatus,omitempty"`
+	JobID          string `json:"jobId,omitempty"`
 }
 
 // The scopes of an OVERLOADED error.

@@ -61,6 +61,9 @@ type Config struct {
 
 // Approvals configures pending approvals (calls waiting for the operator).
 type Approvals struct {
+	// Dir holds them; empty: approvals/ in the unit's state directory
+	// (mcpctl approvals' default), else a private temporary directory.
+	Dir string `json:"dir"`
 	// ExpireMs is how long a pending approval waits for a decision, and
 	// how long an approved one waits for its call.
 	ExpireMs int64 `json:"expireMs"`
@@ -145,6 +148,9 @@ func (c Config) Validate() []error {
 	}
 	if a.MaxPending < max(a.MaxPendingPerConversation, 1) || a.MaxPending > 65536 {
 		bad("approvals.maxPending", a.MaxPending, fmt.Sprintf("must be %d..65536 (at least maxPendingPerConversation)", max(a.MaxPendingPerConversation, 1)))
+	}
+	if a.Dir != "" && (!path.IsAbs(a.Dir) || path.Clean(a.Dir) != a.Dir) {
+		bad("approvals.dir", fmt.Sprintf("%q", a.Dir), "must be a clean absolute path, or empty for the unit's state directory")
 	}
 	ids := map[string]int{}
 	for i, r := range c.Rules {

@@ -56,6 +56,10 @@ func filePolicy(cfg config.Config, getenv func(string) string, jobsDir string) *
 			o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "jobs.stateDir"})
 		}
 	}
+	if d := cfg.Policy.Approvals.Dir; d != "" {
+		// A model that could write there could approve its own calls.
+		o.SecretDirs = append(o.SecretDirs, filepolicy.Secret{Path: filepath.Clean(d), Rule: "policy.approvals.dir"})
+	}
 	// The backend's memory holds its token; no process's memory is a file
 	// for these tools to read.
 	for _, p := range []string{"/proc/*/mem", "/proc/*/task/*/mem", "/proc/kcore"} {

@@ -65,44 +65,45 @@ type approvalNote struct {
 }
 
 // enforce decides a call that passed authentication and the scope check,
-// before admission: nil to run it (ctx then carries the decision for its
-// audit records), else the result to answer with. An ask is put to the
-// user when the client can be asked (elicitation), else becomes a pending
-// approval for the operator.
-func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Caller, call *mcp.CallToolRequest) (context.Context, *mcp.CallToolResult) {
+// before admission. A nil result means run it: with ctx, which carries the
+// decision for its audit records, and, for a call the operator approved,
+// run (the request to run instead and the answer's post-processing). An
+// ask is put to the user when the client can be asked (elicitation), else
+// becomes a pending approval for the operator.
+func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Caller, call *mcp.CallToolRequest) (context.Context, *mcp.CallToolResult, *approvalRun) {
 	ps := s.policy
 	if ps.p == nil {
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	d := ps.p.Decide(callOf(who, cw, call))
 	switch d.Action {
 	case policy.Allow:
 		ps.allow.Add(1)
-		return context.WithValue(ctx, decisionKey{}, decided{d: d}), nil
+		return context.WithValue(ctx, decisionKey{}, decided{d: d}), nil, nil
 	case policy.Deny:
 		ps.deny.Add(1)
 		s.auditPolicy(ctx, call, d, approvalNote{})
-		return ctx, toolerr.Result(policyRefusal(d, "refused by policy"))
+		return ctx, toolerr.Result(policyRefusal(d, "refused by policy")), nil
 	}
 	ps.ask.Add(1)
-	note, res := s.askFor(ctx, cw, call, d)
+	note, res, run := s.askFor(ctx, cw, call, d)
 	s.auditPolicy(ctx, call, d, note)
 	if res != nil {
-		if note.answer != "pending" && note.answer != "asked" {
+		if refusedAnswer(note.answer) {
 			ps.refused.Add(1)
 		}
-		return ctx, res
+		return ctx, res, nil
 	}
 	ps.approved.Add(1)
-	return context.WithValue(ctx, decisionKey{}, decided{d: d, note: note}), nil
+	return context.WithValue(ctx, decisionKey{}, decided{d: d, note: note}), nil, run
 }
 
 // askFor puts an ask decision to whoever can answer it: the user through
 // the client (elicitation) when the client can be asked, else the
 // operator (a pending approval). A nil result means approved: run it.
-func (s *Server) askFor(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult) {
+func (s *Server) askFor(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult, *approvalRun) {
 	if note, res, asked := s.elicit(ctx, call, d); asked {
-		return note, res
+		return note, res, nil
 	}
 	return s.pendApproval(ctx, cw, call, d)
 }

@@ -83,6 +83,7 @@ type Server struct {
 	audit     *auditState   // the audit trail (audit.go)
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
+	approvals *approvalState
 }
 
 // Option adjusts a Server at construction.
@@ -153,6 +154,11 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.policy = &policyState{p: pol}
 	s.ask = newAsker()
+	if s.approvals, err = openApprovals(cfg); err != nil {
+		return nil, err
+	}
+	// Wherever it is, the file tools refuse it (filePolicy below).
+	cfg.Policy.Approvals.Dir = s.approvals.store.Dir()
 	js, err := openJobs(cfg, log, s.auditJobEnd)
 	if err != nil {
 		return nil, err
@@ -247,9 +253,16 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		// The policy, after who may call what and before anything queues
 		// or runs: a refusal or an ask never takes a slot.
-		ctx, refused := s.enforce(ctx, who, cw, call)
+		ctx, refused, approved := s.enforce(ctx, who, cw, call)
 		if refused != nil {
 			return refused, nil
+		}
+		var post func(mcp.Result) mcp.Result
+		if approved != nil {
+			if approved.req != nil {
+				req = approved.req
+			}
+			post = approved.post
 		}
 		if mcpwire.ClassOf(tool) == mcpwire.ClassWait {
 			return s.runWait(ctx, who, cw, call, method, next)
@@ -286,6 +299,9 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			// bounded like the rest, and a panic cannot strand it.
 			defer permit.Release()
 			res, err := next(ctx, method, req)
+			if post != nil && err == nil {
+				res = post(res)
+			}
 			if r, ok := res.(*mcp.CallToolResult); ok && r != nil && err == nil {
 				fitted, truncated := fitResult(r, s.cfg.Limits.ResponseBytes)
 				if truncated {

@@ -1,0 +1,226 @@
+// Package approvals is the store of pending approvals: calls the backend's
+// policy asks about when no one could be asked in the client, waiting for
+// the operator (mcpctl approvals). The backend creates them and runs what
+// was approved; mcpctl lists and decides them. Both sides share this one
+// package (it links nothing of backend/), and a directory: one file per
+// approval (ID.json), its decision (ID.decision) and its run (ID.claim,
+// ID.job), each decision and each claim created exclusively (O_EXCL), so
+// a call is decided once and runs at most once, whichever process (two
+// backends during a cutover, two operators) gets there first.
+package approvals
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// Errors of Decide and Get.
+var (
+	ErrNotFound = errors.New("no such approval")
+	ErrDecided  = errors.New("already decided")
+	ErrExpired  = errors.New("expired")
+)
+
+// Record is an approval as stored: what mcpctl shows, and the digest that
+// binds it to exactly one call.
+type Record struct {
+	mcpwire.Approval
+	// Digest is the call's digest (principal, tool, canonical arguments).
+	Digest string `json:"digest"`
+}
+
+type decision struct {
+	Approve bool      `json:"approve"`
+	By      string    `json:"by"`
+	At      time.Time `json:"at"`
+}
+
+// Store is a directory of approvals.
+type Store struct {
+	dir string
+	now func() time.Time
+}
+
+// Open returns the store in dir, creating it (0700).
+func Open(dir string, now func() time.Time) (*Store, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	return &Store{dir: dir, now: now}, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// NewID returns a fresh approval id ("a" and 16 hex digits).
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "a" + hex.EncodeToString(b[:])
+}
+
+// ValidID reports whether id is one NewID makes (so it names a file in
+// the store and nothing else).
+func ValidID(id string) bool {
+	if len(id) != 17 || id[0] != 'a' {
+		return false
+	}
+	_, err := hex.DecodeString(id[1:])
+	return err == nil
+}
+
+func (s *Store) path(id, ext string) string { return filepath.Join(s.dir, id+ext) }
+
+// Create stores a new pending approval.
+func (s *Store) Create(r Record) error {
+	if !ValidID(r.ID) {
+		return fmt.Errorf("approvals: bad id %q", r.ID)
+	}
+	r.Status = mcpwire.ApprovalPending
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	if err := atomicfs.WriteFile(s.path(r.ID, ".json"), b, 0o600); err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	return nil
+}
+
+// Get returns one approval with its status now.
+func (s *Store) Get(id string) (Record, error) {
+	if !ValidID(id) {
+		return Record{}, fmt.Errorf("%w: %q is not an approval id (a and 16 hex digits)", ErrNotFound, id)
+	}
+	b, err := os.ReadFile(s.path(id, ".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("approvals: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, fmt.Errorf("approvals: %s: %w", id, err)
+	}
+	r.Status = mcpwire.ApprovalPending
+	if d, ok := s.decision(id); ok {
+		r.Status = mcpwire.ApprovalDenied
+		if d.Approve {
+			r.Status = mcpwire.ApprovalApproved
+		}
+		r.DecidedBy, r.DecidedAt = d.By, &d.At
+	} else if s.now().After(r.ExpiresAt) {
+		r.Status = mcpwire.ApprovalExpired
+	}
+	if b, err := os.ReadFile(s.path(id, ".job")); err == nil {
+		r.JobID = strings.TrimSpace(string(b))
+	}
+	return r, nil
+}
+
+func (s *Store) decision(id string) (decision, bool) {
+	var d decision
+	b, err := os.ReadFile(s.path(id, ".decision"))
+	if err != nil || json.Unmarshal(b, &d) != nil {
+		return d, false
+	}
+	return d, true
+}
+
+// List returns every approval, oldest first.
+func (s *Store) List() ([]Record, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	var out []Record
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !ValidID(id) {
+			continue
+		}
+		r, err := s.Get(id)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Decide approves or denies a pending approval, once: a second decision,
+// or one after it expired, is refused.
+func (s *Store) Decide(id string, approve bool, by string) (Record, error) {
+	r, err := s.Get(id)
+	if err != nil {
+		return r, err
+	}
+	switch r.Status {
+	case mcpwire.ApprovalExpired:
+		return r, fmt.Errorf("%s: %w at %s", id, ErrExpired, r.ExpiresAt.Format(time.RFC3339))
+	case mcpwire.ApprovalApproved, mcpwire.ApprovalDenied:
+		return r, fmt.Errorf("%s: %w (%s by %s)", id, ErrDecided, r.Status, r.DecidedBy)
+	}
+	b, _ := json.Marshal(decision{Approve: approve, By: by, At: s.now().UTC()})
+	f, err := os.OpenFile(s.path(id, ".decision"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		r, _ = s.Get(id)
+		return r, fmt.Errorf("%s: %w (%s by %s)", id, ErrDecided, r.Status, r.DecidedBy)
+	}
+	if err != nil {
+		return r, fmt.Errorf("approvals: %w", err)
+	}
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		return r, fmt.Errorf("approvals: %w", err)
+	}
+	return s.Get(id)
+}
+
+// Claim takes an approved approval to run it: true for exactly one caller
+// ever.
+func (s *Store) Claim(id string) (bool, error) {
+	f, err := os.OpenFile(s.path(id, ".claim"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("approvals: %w", err)
+	}
+	return true, f.Close()
+}
+
+// Claimed reports whether the approval was taken to run.
+func (s *Store) Claimed(id string) bool {
+	_, err := os.Stat(s.path(id, ".claim"))
+	return err == nil
+}
+
+// SetJob records the job an approved command runs as.
+func (s *Store) SetJob(id, job string) error {
+	return atomicfs.WriteFile(s.path(id, ".job"), []byte(job+"\n"), 0o600)
+}
+
+// Remove deletes an approval and its files.
+func (s *Store) Remove(id string) {
+	for _, ext := range []string{".json", ".decision", ".claim", ".job"} {
+		_ = os.Remove(s.path(id, ext))
+	}
+}

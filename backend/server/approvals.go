@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/approvals"
+	"github.com/overdeck/mcp-backend/backend/caller"
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// Operator approvals. An ask no one can answer in the client becomes a
+// pending approval in the state directory (package approvals); the call's
+// result is NEEDS_APPROVAL with its id. The operator decides with mcpctl
+// approvals. The same call sent again (same principal, tool and
+// arguments: the approval's digest) reports the status; once approved it
+// runs, exactly once (an exclusive claim): a command as a job (job.start),
+// whose id the result names and whose output the job tools read; any
+// other tool as the call itself. An approval is bound to its call by the
+// digest, expires (policy.approvals.expireMs), and is gone after it ran:
+// the same call later needs a new approval.
+
+type approvalState struct {
+	store *approvals.Store
+	cfg   policy.Approvals
+	mu    sync.Mutex // one lookup-or-create at a time (the bounds)
+}
+
+// approvalsDir is where pending approvals live: policy.approvals.dir, else
+// the unit's state directory, else a private temporary directory.
+func openApprovals(cfg config.Config) (*approvalState, error) {
+	dir := cfg.Policy.Approvals.Dir
+	if dir == "" {
+		if sd := os.Getenv("STATE_DIRECTORY"); sd != "" {
+			dir = filepath.Join(filepath.SplitList(sd)[0], "approvals")
+		} else {
+			d, err := os.MkdirTemp("", "mcp-backend-approvals-")
+			if err != nil {
+				return nil, fmt.Errorf("approvals: %w", err)
+			}
+			dir = d
+		}
+	}
+	st, err := approvals.Open(dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &approvalState{store: st, cfg: cfg.Policy.Approvals}, nil
+}
+
+// approvalRun is what enforce hands back for an approved call: the request
+// to run instead (a command as job.start) and how to turn its result into
+// the caller's.
+type approvalRun struct {
+	req  *mcp.CallToolRequest
+	post func(mcp.Result) mcp.Result
+}
+
+// pendApproval looks up the call's approval, or makes one.
+func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult, *approvalRun) {
+	st := s.approvals
+	p := call.Params
+	dg := callDigest(cw, p.Name, p.Arguments)
+	digest := hex.EncodeToString(dg[:])
+	note := approvalNote{via: "approval"}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	list, err := st.store.List()
+	if err != nil {
+		note.answer = "unavailable"
+		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and the approvals store cannot be read: %v", err)), nil
+	}
+	now := time.Now()
+	pending, pendingConv := 0, 0
+	for _, r := range list {
+		if now.After(r.ExpiresAt.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
+			st.store.Remove(r.ID) // long over: forget it
+			continue
+		}
+		if r.Status == mcpwire.ApprovalPending {
+			pending++
+			if r.PrincipalKind == string(cw.Principal.Kind) && r.Principal == cw.Principal.ID && r.Conversation == cw.Conversation {
+				pendingConv++
+			}
+		}
+		if r.Digest != digest {
+			continue
+		}
+		note.id = r.ID
+		switch r.Status {
+		case mcpwire.ApprovalPending:
+			note.answer = "pending"
+			return note, needsApproval(r.Approval, d), nil
+		case mcpwire.ApprovalDenied:
+			note.answer, note.by = "denied", "operator"
+			st.store.Remove(r.ID)
+			te := policyRefusal(d, "the operator denied approval "+r.ID)
+			te.ApprovalID, te.ApprovalStatus = r.ID, r.Status
+			return note, toolerr.Result(te), nil
+		case mcpwire.ApprovalApproved:
+			note.by = "operator"
+			if r.JobID != "" || st.store.Claimed(r.ID) {
+				note.answer = "used"
+				te := policyRefusal(d, "approval "+r.ID+" was used already (an approval runs its call once)")
+				te.ApprovalID, te.ApprovalStatus, te.JobID = r.ID, r.Status, r.JobID
+				return note, toolerr.Result(te), nil
+			}
+			ok, err := st.store.Claim(r.ID)
+			if err != nil || !ok {
+				note.answer = "used"
+				return note, toolerr.Result(policyRefusal(d, "approval "+r.ID+" was used already")), nil
+			}
+			note.answer = "approved"
+			return note, nil, s.approvedRun(call, r)
+		}
+		// expired: a new one below
+		st.store.Remove(r.ID)
+	}
+	if pendingConv >= st.cfg.MaxPendingPerConversation || pending >= st.cfg.MaxPending {
+		note.answer = "refused"
+		scope, n := mcpwire.ScopeConversation, st.cfg.MaxPendingPerConversation
+		if pendingConv < st.cfg.MaxPendingPerConversation {
+			scope, n = mcpwire.ScopeServer, st.cfg.MaxPending
+		}
+		te := toolerr.New(mcpwire.CodeOverloaded, "needs approval, and %d approvals are already pending (policy.approvals); wait for the operator to decide them", n)
+		te.Scope, te.RetryAfterMs = scope, 60000
+		return note, toolerr.Result(te), nil
+	}
+	r := approvals.Record{
+		Approval: mcpwire.Approval{
+			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Rule: d.Rule, Reason: d.Reason,
+			PrincipalKind: string(cw.Principal.Kind), Principal: cw.Principal.ID, Conversation: cw.Conversation,
+			Arguments: canonicalArgs(p.Arguments),
+			CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond).UTC(),
+		},
+		Digest: digest,
+	}
+	if err := st.store.Create(r); err != nil {
+		note.answer = "unavailable"
+		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and it cannot be stored: %v", err)), nil
+	}
+	note.id, note.answer = r.ID, "pending"
+	r.Status = mcpwire.ApprovalPending
+	return note, needsApproval(r.Approval, d), nil
+}
+
+// needsApproval is the NEEDS_APPROVAL result of a pending approval.
+func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
+	te := toolerr.New(mcpwire.CodeNeedsApproval,
+		"needs the operator's approval (rule %s: %s): pending approval %s, until %s. The operator runs: mcpctl approvals approve %s. "+
+			"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
+		d.Rule, orNone(d.Reason), a.ID, a.ExpiresAt.Format(time.RFC3339), a.ID)
+	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
+	return toolerr.Result(te)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
+// approvedRun is how an approved call runs: a shell.exec as the job.start
+// of the same command (answered NEEDS_APPROVAL with status approved and
+// the job's id, since its result is a job's), anything else as itself.
+func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *approvalRun {
+	if call.Params.Name != mcpwire.ToolShellExec {
+		return &approvalRun{}
+	}
+	var in struct {
+		Command   string            `json:"command"`
+		Cwd       string            `json:"cwd,omitempty"`
+		TimeoutMs *int64            `json:"timeoutMs,omitempty"`
+		Env       map[string]string `json:"env,omitempty"`
+	}
+	_ = json.Unmarshal(call.Params.Arguments, &in)
+	args, _ := json.Marshal(in)
+	nreq := *call
+	np := *call.Params
+	np.Name, np.Arguments = mcpwire.ToolJobStart, args
+	nreq.Params = &np
+	id := r.ID
+	return &approvalRun{req: &nreq, post: func(res mcp.Result) mcp.Result {
+		tr, ok := res.(*mcp.CallToolResult)
+		if !ok || tr == nil || tr.IsError {
+			return res
+		}
+		var st mcpwire.JobStartResult
+		raw, _ := json.Marshal(tr.StructuredContent)
+		if json.Unmarshal(raw, &st) != nil || st.Job.ID == "" {
+			return res
+		}
+		_ = s.approvals.store.SetJob(id, st.Job.ID)
+		te := toolerr.New(mcpwire.CodeNeedsApproval, "approved by the operator (approval %s): running as job %s; read its output with job.output or job.wait", id, st.Job.ID)
+		te.ApprovalID, te.ApprovalStatus, te.JobID = id, mcpwire.ApprovalApproved, st.Job.ID
+		return toolerr.Result(te)
+	}}
+}
+
+// approvalAnswers are the notes of an ask that ended without running.
+var refusedAnswers = []string{"declined", "cancelled", "denied", "invalid", "missing", "used", "unavailable", "refused"}
+
+func refusedAnswer(a string) bool { return slices.Contains(refusedAnswers, a) }
