@@ -18,6 +18,7 @@ func commands(d *deps) []*cli.Command {
 		snapshotCommand(d),
 		statusCommand(d),
 		auditCommand(d),
+		approvalsCommand(d),
 		versionCommand(d),
 		configCommand(d),
 		completionCommand(d),

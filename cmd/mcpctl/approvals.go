@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/approvals"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+)
+
+// defaultApprovalsDir is where the production backend keeps them: its
+// unit's StateDirectory (mcp-backend) and approvals/.
+const defaultApprovalsDir = "/var/lib/mcp-backend/approvals"
+
+func approvalsCommand(d *deps) *cli.Command {
+	dirFlag := func() cli.Flag {
+		return &cli.StringFlag{Name: "dir", Value: defaultApprovalsDir, Usage: "the backend's approvals `DIR` (policy.approvals.dir)"}
+	}
+	decide := func(approve bool) func(c *cli.Context) error {
+		return func(c *cli.Context) error { return approvalsDecide(c, d, approve) }
+	}
+	return &cli.Command{
+		Name:  "approvals",
+		Usage: "list and decide the calls the backend's policy holds for the operator's approval",
+		Description: "A call the policy asks about, from a client that cannot ask its user, waits as a\n" +
+			"pending approval. Approve it and the same call, sent again, runs once (a command\n" +
+			"as a job); deny it and it is refused. An approval is for exactly that call\n" +
+			"(principal, tool, arguments) and expires (policy.approvals.expireMs).",
+		Subcommands: []*cli.Command{
+			{Name: "list", Usage: "list approvals, oldest first", Flags: []cli.Flag{dirFlag(),
+				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending only)"}},
+				Action: func(c *cli.Context) error { return approvalsList(c, d) }},
+			{Name: "show", Usage: "show one approval: the exact call and the rule", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error { return approvalsShow(c, d) }},
+			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+				Action: decide(true)},
+			{Name: "deny", Usage: "deny a pending approval: the call is refused", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+				Action: decide(false)},
+		},
+	}
+}
+
+func openApprovalStore(c *cli.Context) (*approvals.Store, error) {
+	return approvals.Open(c.String("dir"), nil)
+}
+
+func approvalID(c *cli.Context, verb string) (string, error) {
+	if c.Args().Len() != 1 {
+		return "", usageError("approvals %s: want one approval ID (see mcpctl approvals list)", verb)
+	}
+	id := c.Args().First()
+	if !approvals.ValidID(id) {
+		return "", usageError("approvals %s: %q is not an approval ID (a and 16 hex digits, as mcpctl approvals list shows)", verb, id)
+	}
+	return id, nil
+}
+
+func approvalsList(c *cli.Context, d *deps) error {
+	if c.Args().Present() {
+		return usageError("approvals list: unexpected argument %q", c.Args().First())
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
+	all, err := st.List()
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
+	shown := []approvals.Record{}
+	for _, r := range all {
+		if c.Bool("all") || r.Status == "pending" {
+			shown = append(shown, r)
+		}
+	}
+	d.out.printText(struct {
+		Approvals []approvals.Record `json:"approvals"`
+	}{shown}, func(w io.Writer) { renderApprovals(w, shown, time.Now()) })
+	return nil
+}
+
+func renderApprovals(w io.Writer, rs []approvals.Record, now time.Time) {
+	if len(rs) == 0 {
+		fmt.Fprintln(w, "no approvals")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tAGE\tTOOL\tRULE\tWHO\tTARGET")
+	for _, r := range rs {
+		target := r.Target
+		if len(target) > 60 {
+			target = target[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s:%s\t%s\n", r.ID, r.Status, now.Sub(r.CreatedAt).Round(time.Second), r.Tool, r.Rule,
+			r.PrincipalKind, r.Principal, strings.ReplaceAll(target, "\n", " "))
+	}
+	tw.Flush()
+}
+
+func approvalsShow(c *cli.Context, d *deps) error {
+	id, err := approvalID(c, "show")
+	if err != nil {
+		return err
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
+	r, err := st.Get(id)
+	if err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("%w (see mcpctl approvals list --all)", err))
+	}
+	d.out.printText(r, func(w io.Writer) { renderApproval(w, r) })
+	return nil
+}
+
+func renderApproval(w io.Writer, r approvals.Record) {
+	fmt.Fprintf(w, "approval %s: %s\n", r.ID, r.Status)
+	fmt.Fprintf(w, "  tool:      %s\n  arguments: %s\n", r.Tool, r.Arguments)
+	fmt.Fprintf(w, "  rule:      %s (%s)\n  target:    %s\n", r.Rule, r.Reason, r.Target)
+	fmt.Fprintf(w, "  who:       %s:%s, conversation %s\n", r.PrincipalKind, r.Principal, r.Conversation)
+	fmt.Fprintf(w, "  created:   %s\n  expires:   %s\n", r.CreatedAt.Format(time.RFC3339), r.ExpiresAt.Format(time.RFC3339))
+	if r.DecidedAt != nil {
+		fmt.Fprintf(w, "  decided:   %s by %s\n", r.DecidedAt.Format(time.RFC3339), r.DecidedBy)
+	}
+	if r.JobID != "" {
+		fmt.Fprintf(w, "  job:       %s\n", r.JobID)
+	}
+}
+
+func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
+	verb := "deny"
+	if approve {
+		verb = "approve"
+	}
+	id, err := approvalID(c, verb)
+	if err != nil {
+		return err
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
+	r, err := st.Decide(id, approve, "operator")
+	switch {
+	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrExpired), errors.Is(err, approvals.ErrDecided):
+		return withCode(deploy.CodeFailed, fmt.Errorf("approvals %s: %w; nothing changed (see mcpctl approvals show %s)", verb, err, id))
+	case err != nil:
+		return withCode(deploy.CodeFailed, err)
+	}
+	d.out.printText(r, func(w io.Writer) {
+		if approve {
+			fmt.Fprintf(w, "approved %s: %s will run once when the client sends it again\n", r.ID, r.Tool)
+		} else {
+			fmt.Fprintf(w, "denied %s: %s will be refused\n", r.ID, r.Tool)
+		}
+	})
+	return nil
+}
