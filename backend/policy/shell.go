@@ -51,6 +51,16 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 
 type analysis struct {
 	parts []part
+	src   string // the script being walked: node texts are slices of it
+}
+
+// text is a node's source as written.
+func (a *analysis) text(n syntax.Node) string {
+	i, j := int(n.Pos().Offset()), int(n.End().Offset())
+	if i < 0 || j > len(a.src) || i > j {
+		return "?"
+	}
+	return clip(a.src[i:j])
 }
 
 func (a *analysis) add(p part) {
@@ -73,7 +83,10 @@ func (a *analysis) script(src string, depth int) {
 		a.add(part{opaque: "the shell parser cannot read it (" + err.Error() + ")", text: clip(src)})
 		return
 	}
+	outer := a.src
+	a.src = src
 	syntax.Walk(f, func(n syntax.Node) bool { return a.node(n, depth) })
+	a.src = outer
 }
 
 // node judges one node of the syntax tree; Walk goes on into its children
@@ -92,25 +105,25 @@ func (a *analysis) node(n syntax.Node, depth int) bool {
 			a.assign(as)
 		}
 	case *syntax.ProcSubst:
-		a.add(part{opaque: "process substitution runs a command as a file", text: printNode(n)})
+		a.add(part{opaque: "process substitution runs a command as a file", text: a.text(n)})
 	case *syntax.Redirect:
 		a.redirect(n)
 	case *syntax.ArithmExp, *syntax.ArithmCmd, *syntax.LetClause, *syntax.CStyleLoop:
 		if !arithConstant(n) {
-			a.add(part{opaque: "arithmetic on variables can run commands (a[$(...)] in a value)", text: printNode(n)})
+			a.add(part{opaque: "arithmetic on variables can run commands (a[$(...)] in a value)", text: a.text(n)})
 		}
 	case *syntax.ParamExp:
 		if n.Exp != nil && n.Exp.Op == syntax.OtherParamOps {
-			a.add(part{opaque: "${...@...} transformations can expand prompts that run commands", text: printNode(n)})
+			a.add(part{opaque: "${...@...} transformations can expand prompts that run commands", text: a.text(n)})
 		}
 		if (n.Index != nil && !arithConstant(n.Index)) || (n.Slice != nil && (n.Slice.Offset != nil && !arithConstant(n.Slice.Offset) || n.Slice.Length != nil && !arithConstant(n.Slice.Length))) {
-			a.add(part{opaque: "arithmetic on variables can run commands (a[$(...)] in a value)", text: printNode(n)})
+			a.add(part{opaque: "arithmetic on variables can run commands (a[$(...)] in a value)", text: a.text(n)})
 		}
 	case *syntax.BinaryTest:
 		switch n.Op {
 		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
 			if !arithConstant(n.X) || !arithConstant(n.Y) {
-				a.add(part{opaque: "[[ ... -eq ... ]] evaluates its operands as arithmetic, which can run commands", text: printNode(n)})
+				a.add(part{opaque: "[[ ... -eq ... ]] evaluates its operands as arithmetic, which can run commands", text: a.text(n)})
 			}
 		}
 	}
@@ -119,12 +132,12 @@ func (a *analysis) node(n syntax.Node, depth int) bool {
 
 func (a *analysis) assign(as *syntax.Assign) {
 	if as.Name != nil && dangerousVar(as.Name.Value) {
-		a.add(part{opaque: "assigning " + as.Name.Value + " changes what the shell runs", text: printNode(as)})
+		a.add(part{opaque: "assigning " + as.Name.Value + " changes what the shell runs", text: a.text(as)})
 		return
 	}
 	if as.Naked && as.Name == nil && as.Value != nil {
 		if w := wordArg(as.Value); w.dynamic || dangerousVar(strings.SplitN(w.text, "=", 2)[0]) {
-			a.add(part{opaque: "a declaration with a computed or sensitive name", text: printNode(as)})
+			a.add(part{opaque: "a declaration with a computed or sensitive name", text: a.text(as)})
 		}
 	}
 }
@@ -140,12 +153,12 @@ func (a *analysis) redirect(r *syntax.Redirect) {
 	switch {
 	case slices.Contains(writeOps, r.Op):
 		if w.dynamic || !harmlessSink(w.text) {
-			a.add(part{opaque: "it writes to a file (" + printNode(r) + "), which command rules do not judge", text: printNode(r)})
+			a.add(part{opaque: "it writes to a file (" + a.text(r) + "), which command rules do not judge", text: a.text(r)})
 		}
 	case r.Op == syntax.DplOut || r.Op == syntax.DplIn:
 		// >&2, <&0, >&-; bash reads ">&file" as a write to file.
 		if w.dynamic || strings.Trim(w.text, "0123456789-") != "" {
-			a.add(part{opaque: "it writes to a file (" + printNode(r) + "), which command rules do not judge", text: printNode(r)})
+			a.add(part{opaque: "it writes to a file (" + a.text(r) + "), which command rules do not judge", text: a.text(r)})
 		}
 	}
 }
@@ -160,7 +173,7 @@ func harmlessSink(p string) bool {
 
 // call judges one simple command, unwrapping wrappers.
 func (a *analysis) call(words []*syntax.Word, depth int) {
-	text := printWords(words)
+	text := a.text(&syntax.CallExpr{Args: words})
 	args := make([]arg, len(words))
 	for i, w := range words {
 		args[i] = wordArg(w)
@@ -168,7 +181,7 @@ func (a *analysis) call(words []*syntax.Word, depth int) {
 	for len(args) > 0 {
 		first := args[0]
 		if first.dynamic {
-			a.add(part{opaque: "the command name is computed (" + printNode(words[len(words)-len(args)]) + ")", text: text})
+			a.add(part{opaque: "the command name is computed (" + a.text(words[len(words)-len(args)]) + ")", text: text})
 			return
 		}
 		name, full := first.text, first.text
@@ -461,7 +474,7 @@ func wordArg(w *syntax.Word) arg {
 		case *syntax.Lit:
 			v := p.Value
 			if i == 0 && strings.HasPrefix(v, "~") {
-				return arg{dynamic: true, text: printNode(w)}
+				return arg{dynamic: true}
 			}
 			for j := 0; j < len(v); j++ {
 				c := v[j]
@@ -470,26 +483,26 @@ func wordArg(w *syntax.Word) arg {
 					j++
 					b.WriteByte(v[j])
 				case c == '*' || c == '?' || c == '[':
-					return arg{dynamic: true, text: printNode(w)}
+					return arg{dynamic: true}
 				case c == '{' && (strings.Contains(v[j:], ",") || strings.Contains(v[j:], "..")):
-					return arg{dynamic: true, text: printNode(w)}
+					return arg{dynamic: true}
 				default:
 					b.WriteByte(c)
 				}
 			}
 		case *syntax.SglQuoted:
 			if p.Dollar {
-				return arg{dynamic: true, text: printNode(w)}
+				return arg{dynamic: true}
 			}
 			b.WriteString(p.Value)
 		case *syntax.DblQuoted:
 			if p.Dollar {
-				return arg{dynamic: true, text: printNode(w)}
+				return arg{dynamic: true}
 			}
 			for _, q := range p.Parts {
 				l, ok := q.(*syntax.Lit)
 				if !ok {
-					return arg{dynamic: true, text: printNode(w)}
+					return arg{dynamic: true}
 				}
 				v := l.Value
 				for j := 0; j < len(v); j++ {
@@ -500,7 +513,7 @@ func wordArg(w *syntax.Word) arg {
 				}
 			}
 		default:
-			return arg{dynamic: true, text: printNode(w)}
+			return arg{dynamic: true}
 		}
 	}
 	return arg{text: b.String()}
@@ -524,22 +537,6 @@ func arithConstant(n syntax.Node) bool {
 		return ok
 	})
 	return ok
-}
-
-func printNode(n syntax.Node) string {
-	var b strings.Builder
-	if err := syntax.NewPrinter(syntax.Minify(false)).Print(&b, n); err != nil {
-		return "?"
-	}
-	return clip(b.String())
-}
-
-func printWords(ws []*syntax.Word) string {
-	s := make([]string, len(ws))
-	for i, w := range ws {
-		s[i] = printNode(w)
-	}
-	return clip(strings.Join(s, " "))
 }
 
 // clip bounds text shown in decisions.
