@@ -180,6 +180,7 @@ func newApp(d *deps) *cli.App {
 			},
 		},
 	}
+	app.Commands = append(app.Commands, policyCommand(d, configFlag))
 	app.Commands = append(app.Commands, &cli.Command{
 		Name:   "man",
 		Usage:  "print the man page (roff), generated from the commands",

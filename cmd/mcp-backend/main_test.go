@@ -61,6 +61,9 @@ func TestCheckConfig(t *testing.T) {
 		{"unknown key", `{"concurency":{}}`, 2, `unknown key "concurency"`},
 		{"bad files.deny named", `{"files":{"deny":["/etc/shadow","id_rsa"]}}`, 2, `files.deny[1] = "id_rsa": must be an absolute path pattern`},
 		{"unknown files key", `{"files":{"allow":[]}}`, 2, `unknown key "allow" (in files`},
+		{"policy rule that can never match", `{"policy":{"rules":[{"id":"x","action":"deny","tools":["file.read"],"commands":["rm"]}]}}`, 2, `policy.rules[0].tools[0] = "file.read": can never match`},
+		{"unknown policy rule key", `{"policy":{"rules":[{"id":"x","action":"deny","command":["rm"]}]}}`, 2, `unknown key "command"`},
+		{"policy rule valid", `{"policy":{"default":"ask","rules":[{"id":"no-rm","action":"deny","commands":["rm"]}]}}`, 0, "ok"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
