@@ -159,19 +159,31 @@ func (s *Server) elicit(ctx context.Context, call *mcp.CallToolRequest, d policy
 	cw, _ := caller.From(ctx)
 	digest := callDigest(cw, p.Name, p.Arguments)
 	note := approvalNote{via: "elicitation"}
+	q := &mcp.ElicitParams{
+		Mode:    "form",
+		Message: elicitMessage(p.Name, d),
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Run it", "description": "Run exactly this call once"},
+			},
+			"required": []string{"approve"},
+		},
+	}
+	if _, perCall := p.Meta[mcp.MetaKeyClientCapabilities]; !answered && !perCall {
+		// The capabilities came with the session's initialize: a session
+		// that lives across calls (stdio), which can ask in the middle of
+		// the call.
+		r, err := call.Session.Elicit(ctx, q)
+		if err != nil {
+			note.answer = "unavailable"
+			return note, toolerr.Result(policyRefusal(d, "needs approval, and asking the user failed ("+err.Error()+")")), true
+		}
+		return s.answer(note, r, d)
+	}
 	if !answered {
 		note.answer = "asked"
-		res, err := inputRequired(&mcp.ElicitParams{
-			Mode:    "form",
-			Message: elicitMessage(p.Name, d),
-			RequestedSchema: map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					"approve": map[string]any{"type": "boolean", "title": "Run it", "description": "Run exactly this call once"},
-				},
-				"required": []string{"approve"},
-			},
-		}, s.ask.issue(digest))
+		res, err := inputRequired(q, s.ask.issue(digest))
 		if err != nil {
 			return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "cannot ask for approval: %v", err)), true
 		}
@@ -182,19 +194,25 @@ func (s *Server) elicit(ctx context.Context, call *mcp.CallToolRequest, d policy
 		return note, toolerr.Result(policyRefusal(d, "needs approval, and "+why)), true
 	}
 	r, _ := p.InputResponses[elicitKey].(*mcp.ElicitResult)
-	switch {
-	case r == nil:
+	if r == nil {
 		note.answer = "missing"
 		return note, toolerr.Result(policyRefusal(d, "needs approval, and the answer is missing")), true
+	}
+	return s.answer(note, r, d)
+}
+
+// answer turns the user's answer into the call's fate: run on accept with
+// approve set, PERMISSION_DENIED otherwise.
+func (s *Server) answer(note approvalNote, r *mcp.ElicitResult, d policy.Decision) (approvalNote, *mcp.CallToolResult, bool) {
+	note.by = "user"
+	switch {
 	case r.Action == "accept" && r.Content["approve"] == true:
-		note.answer, note.by = "accepted", "user"
+		note.answer = "accepted"
 		return note, nil, true
-	case r.Action == "accept":
-		note.answer, note.by = "declined", "user"
-	case r.Action == "decline":
-		note.answer, note.by = "declined", "user"
+	case r.Action == "accept", r.Action == "decline":
+		note.answer = "declined"
 	default:
-		note.answer, note.by = "cancelled", "user"
+		note.answer = "cancelled"
 	}
 	return note, toolerr.Result(policyRefusal(d, "the user did not approve")), true
 }
