@@ -143,7 +143,7 @@ func (a *analysis) assign(as *syntax.Assign) {
 }
 
 // writeOps are the redirections that write to a file.
-var writeOps = []syntax.RedirOperator{syntax.RdrOut, syntax.AppOut, syntax.RdrInOut, syntax.RdrAll, syntax.AppAll, syntax.ClbOut}
+var writeOps = []syntax.RedirOperator{syntax.RdrOut, syntax.AppOut, syntax.RdrInOut, syntax.RdrAll, syntax.AppAll, syntax.RdrClob}
 
 func (a *analysis) redirect(r *syntax.Redirect) {
 	if r.Word == nil {
