@@ -53,13 +53,14 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open returns the store in dir, creating it (0700).
+// Open returns the store in dir. The directory is made (0700) with the
+// first approval: a backend whose policy never asks leaves no trace.
 func Open(dir string, now func() time.Time) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("approvals: %w", err)
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("approvals: %q is not an absolute directory", dir)
 	}
 	return &Store{dir: dir, now: now}, nil
 }
@@ -94,6 +95,9 @@ func (s *Store) Create(r Record) error {
 	r.Status = mcpwire.ApprovalPending
 	b, err := json.Marshal(r)
 	if err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("approvals: %w", err)
 	}
 	if err := atomicfs.WriteFile(s.path(r.ID, ".json"), b, 0o600); err != nil {
@@ -146,6 +150,9 @@ func (s *Store) decision(id string) (decision, bool) {
 // List returns every approval, oldest first.
 func (s *Store) List() ([]Record, error) {
 	ents, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // none yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
 	}

@@ -40,11 +40,14 @@ type approvalState struct {
 
 // approvalsDir is where pending approvals live: policy.approvals.dir, else
 // the unit's state directory, else a private temporary directory.
-func openApprovals(cfg config.Config) (*approvalState, error) {
+func openApprovals(cfg config.Config, asks bool) (*approvalState, error) {
 	dir := cfg.Policy.Approvals.Dir
 	if dir == "" {
 		if sd := os.Getenv("STATE_DIRECTORY"); sd != "" {
 			dir = filepath.Join(filepath.SplitList(sd)[0], "approvals")
+		} else if !asks {
+			// No policy: nothing will be stored; nothing to make.
+			dir = filepath.Join(os.TempDir(), fmt.Sprintf("mcp-backend-approvals-%d", os.Getpid()))
 		} else {
 			d, err := os.MkdirTemp("", "mcp-backend-approvals-")
 			if err != nil {

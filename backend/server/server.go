@@ -154,7 +154,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.policy = &policyState{p: pol}
 	s.ask = newAsker()
-	if s.approvals, err = openApprovals(cfg); err != nil {
+	if s.approvals, err = openApprovals(cfg, pol != nil); err != nil {
 		return nil, err
 	}
 	// Wherever it is, the file tools refuse it (filePolicy below).
