@@ -260,7 +260,7 @@ class Mcpctl(object):
         return rc, parse_doc(out), parse_error(err), err
 
     def ctl_args(self, *args):
-        return ["--config", self.p["config"], "--json"] + list(args)
+        return ["--config", self.p["config"], "--json", "--no-color"] + list(args)
 
     def fail(self, msg, **kw):
         self.res.update(kw)
