@@ -36,7 +36,8 @@ author:
 options:
   command:
     description:
-      - C(facts) and C(status) only read (C(fleet-agent facts), C(status)).
+      - C(facts) and C(status) only read (C(fleet-agent facts); C(status)
+        returns both the facts and C(status --json)).
       - C(install) runs C(mcpctl install) when no release is installed.
       - C(canary_start), C(stress), C(canary_stop) prove a build as the
         canary.
@@ -162,6 +163,10 @@ on_build:
   description: Whether the host was already on the build (its digest, healthy, nothing pending).
   returned: when build_sha256 is given
   type: bool
+status:
+  description: C(mcpctl status --json) (production, canary, tunnels, rollback, events, jobs).
+  returned: for status
+  type: dict
 step:
   description: The detached step (id, state, exitCode, started, ended, reused - an earlier outcome of the same id).
   returned: for detached steps
@@ -385,9 +390,10 @@ class Mcpctl(object):
         self.done(facts=self.facts(), outcome="ok")
 
     def cmd_status(self):
+        f = self.facts()
         rc, doc, err, _ = self.run(self.ctl_args("status"))
         self.judge("status", rc, doc, err)
-        self.done(status=doc)
+        self.done(facts=f, status=doc)
 
     def cmd_install(self):
         self.need("build")
@@ -455,7 +461,9 @@ class Mcpctl(object):
         if doc and doc.get("snapshotId"):
             self.res["snapshot"] = doc["snapshotId"]
         self.judge("cutover", rc, doc, err)
-        self.done(changed=not reused, plan=plan)
+        doc = doc or {}
+        self.done(changed=not reused, plan=plan, msg="cut over from %s to %s, verified (snapshot %s)%s" % (
+            doc.get("fromVersion"), doc.get("toVersion"), doc.get("snapshotId"), " by an earlier invocation of this run" if reused else ""))
 
     def rollback(self, name, target):
         if self.m.check_mode:
