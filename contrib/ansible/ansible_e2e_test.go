@@ -350,7 +350,6 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 		}
 		before = th.states(t)
 		before = th.expect(t, before, all(v1))
-		before = th.expect(t, before, all(v1))
 	})
 	if t.Failed() {
 		t.FailNow()
