@@ -539,27 +539,32 @@ class Mcpctl(object):
         self.done(outcome="ok", runs=out)
 
 
+# ARGUMENT_SPEC is what DOCUMENTATION describes (scripts/lint-ansible.sh
+# checks that both agree).
+ARGUMENT_SPEC = dict(
+    command=dict(type="str", required=True, choices=["facts", "status", "install", "canary_start", "stress", "canary_stop", "cutover", "rollback", "revert", "runs"]),
+    mcpctl=dict(type="path", default="/usr/local/bin/mcpctl"),
+    mcpctl_sha256=dict(type="str"),
+    config=dict(type="path", default="/etc/mcpctl/mcpctl.json"),
+    build=dict(type="path"),
+    build_sha256=dict(type="str"),
+    version=dict(type="str"),
+    deadline=dict(type="str"),
+    skip_canary_check=dict(type="str"),
+    stress_profile=dict(type="str", default="overload", choices=["overload", "spike"]),
+    stress_duration=dict(type="str", default="5s"),
+    stress_shell_sleep=dict(type="str", default="2s"),
+    stress_control_p99=dict(type="str", default="5s"),
+    snapshot=dict(type="str"),
+    run_id=dict(type="str"),
+    step_dir=dict(type="path", default="/var/lib/mcpctl-fleet"),
+    step_timeout=dict(type="int", default=600),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            command=dict(type="str", required=True, choices=["facts", "status", "install", "canary_start", "stress", "canary_stop", "cutover", "rollback", "revert", "runs"]),
-            mcpctl=dict(type="path", default="/usr/local/bin/mcpctl"),
-            mcpctl_sha256=dict(type="str"),
-            config=dict(type="path", default="/etc/mcpctl/mcpctl.json"),
-            build=dict(type="path"),
-            build_sha256=dict(type="str"),
-            version=dict(type="str"),
-            deadline=dict(type="str"),
-            skip_canary_check=dict(type="str"),
-            stress_profile=dict(type="str", default="overload", choices=["overload", "spike"]),
-            stress_duration=dict(type="str", default="5s"),
-            stress_shell_sleep=dict(type="str", default="2s"),
-            stress_control_p99=dict(type="str", default="5s"),
-            snapshot=dict(type="str"),
-            run_id=dict(type="str"),
-            step_dir=dict(type="path", default="/var/lib/mcpctl-fleet"),
-            step_timeout=dict(type="int", default=600),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     c = Mcpctl(module)
