@@ -2,7 +2,8 @@
 # Installs what the demo and the tests need, only when it is missing: the
 # system packages systemd-nspawn (systemd-container), socat, nodejs, npm, zsh,
 # openssh-server (sshd for the fleet tests' containers, never started here),
-# promtool (prometheus, its service never started), and the pinned MCP
+# promtool (prometheus, its service never started), ansible-core and
+# ansible-lint (the Ansible collection's test and lint), and the pinned MCP
 # clients of testdata/clients (npm ci, again whenever package-lock.json
 # changed since the last install).
 set -euo pipefail
@@ -57,6 +58,18 @@ if ! command -v promtool >/dev/null 2>&1; then
     install_quietly --no-install-recommends prometheus
     # Not started now, and not at the next boot either.
     if [ -d /run/systemd/system ]; then systemctl disable prometheus.service >/dev/null 2>&1 || true; fi
+  fi
+fi
+
+# ansible-playbook runs the collection of contrib/ansible against the
+# fleet's test containers, and ansible-lint checks it in ./task lint: both
+# as Debian 12 ships them (ansible-core 2.14), no recommends (no daemons).
+if ! command -v ansible-playbook >/dev/null 2>&1 || ! command -v ansible-lint >/dev/null 2>&1; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: no ansible-playbook/ansible-lint and cannot apt-get install them here; the Ansible collection test will skip (fail under CI=true)" >&2
+  else
+    echo "ensure-deps: installing ansible-core and ansible-lint" >&2
+    install_quietly --no-install-recommends ansible-core ansible-lint
   fi
 fi
 

@@ -1,0 +1,447 @@
+package ansible_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/release"
+	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// host is one managed host: a real systemd container with sshd on its own
+// loopback port and everything of it (mcpctl.json, install root, state,
+// the step dir) in one directory bound at the same path inside and out.
+// Nothing is installed on it: the install playbook does that.
+type host struct {
+	name    string
+	dir     string
+	m       *nspawntest.Machine
+	sshd    *nspawntest.SSHD
+	cfg     *ctlconfig.Config
+	cfgPath string
+}
+
+// smallLimits keep the backends' capacity small (as in the fleet's test),
+// so that canary stress on several hosts stays modest on a small machine.
+var smallLimits = map[string]int{"maxActive": 12, "reservedControl": 2, "maxShell": 4, "maxQueue": 8, "queueWaitMs": 1000}
+
+func (h *host) mcpctl() string  { return filepath.Join(h.dir, "bin", "mcpctl") }
+func (h *host) stepDir() string { return filepath.Join(h.dir, "fleet") }
+
+func (h *host) configure(t testing.TB) {
+	t.Helper()
+	port := proctest.FreePort(t)
+	cfg := ctlconfig.Default()
+	cfg.Backend.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	cfg.Backend.Config = filepath.Join(h.dir, "etc", "config.json")
+	cfg.Canary.Listen = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
+	cfg.Canary.Config = filepath.Join(h.dir, "etc", "canary.json")
+	cfg.Install.Root = filepath.Join(h.dir, "root")
+	cfg.StateDir = filepath.Join(h.dir, "state")
+	cfg.UnitDir = "/etc/systemd/system"
+	cfg.Rollback.Deadline = ctlconfig.Duration(45 * time.Second)
+	for i := range cfg.Tunnels {
+		tp := proctest.FreePort(t)
+		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
+		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
+	}
+	h.cfg = cfg
+	h.cfgPath = filepath.Join(h.dir, "mcpctl.json")
+	writeJSON(t, h.cfgPath, cfg)
+	writeJSON(t, cfg.Backend.Config, map[string]any{"listen": cfg.Backend.Listen, "concurrency": smallLimits})
+}
+
+func writeJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostState is what a host runs, observed by the test itself (never
+// through the collection): the current release and its binary's digest,
+// a pending cutover, the units' InvocationIDs, the files in the step dir.
+type hostState struct {
+	Version, Digest string
+	Pending         bool
+	Active          string
+	Backend         string
+	Tunnels         []string
+	Files           int
+}
+
+func (h *host) state(t testing.TB) hostState {
+	t.Helper()
+	var s hostState
+	if v, err := (&release.Store{Root: h.cfg.Install.Root}).Current(); err == nil {
+		s.Version = v
+		if s.Digest, err = buildinfo.FileDigest(units.CurrentBinary(h.cfg.Install.Root)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := state.Dir(h.cfg.StateDir).ReadPending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pending = p != nil
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, err := h.m.Client.Unit(ctx, h.cfg.Backend.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Active, s.Backend = u.ActiveState, u.InvocationID
+	for _, tn := range h.cfg.Tunnels {
+		u, err := h.m.Client.Unit(ctx, tn.Unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Tunnels = append(s.Tunnels, u.InvocationID)
+	}
+	_ = filepath.Walk(h.stepDir(), func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			s.Files++
+		}
+		return nil
+	})
+	return s
+}
+
+// failCutoverOn makes production of h fail to start on the given version
+// (the fleet test's bad build: a drop-in whose ExecStartPre refuses while
+// current points to it), so that a cutover to it fails verification on
+// this host only and the host rolls itself back.
+func (h *host) failCutoverOn(t testing.TB, version string) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	remove, err := h.m.AddDropIn(ctx, h.cfg.Backend.Unit, "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
+		filepath.Join(h.cfg.Install.Root, "current"), version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testHosts is the controller's side: the collection, an inventory of
+// the hosts, the key and known_hosts, ansible's own directories.
+type testHosts struct {
+	dir, inventory, ctl string
+	env                 []string
+	hosts               []*host
+}
+
+func newTestHosts(t *testing.T, n int) *testHosts {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots containers: not with -short")
+	}
+	if _, err := exec.LookPath("ansible-playbook"); err != nil {
+		nspawntest.SkipOrFail(t, "ansible-playbook not installed (Debian: ansible-core, installed by scripts/ensure-deps.sh)")
+	}
+	nspawntest.RequireSSH(t)
+	th := &testHosts{dir: t.TempDir()}
+	th.ctl = nspawntest.BuildBinary(t, "./cmd/mcpctl", "ansible-e2e")
+	key, pub := nspawntest.SSHKey(t, th.dir, "id_ansible")
+	var known strings.Builder
+	invHosts := map[string]any{}
+	th.hosts = make([]*host, n)
+	for i := range n {
+		h := &host{name: fmt.Sprintf("host%d", i+1), dir: t.TempDir()}
+		th.hosts[i] = h
+		h.configure(t)
+		h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{h.dir}, TTL: 30 * time.Minute})
+		h.sshd = nspawntest.StartSSHD(t, h.m, filepath.Join(h.dir, "ssh"), proctest.FreePort(t), pub)
+		known.WriteString(h.sshd.KnownHost + "\n")
+		invHosts[h.name] = map[string]any{
+			"ansible_host": "127.0.0.1", "ansible_port": h.sshd.Port,
+			"mcp_config": h.cfgPath, "mcp_mcpctl": h.mcpctl(), "mcp_step_dir": h.stepDir(),
+		}
+	}
+	kh := filepath.Join(th.dir, "known_hosts")
+	if err := os.WriteFile(kh, []byte(known.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// JSON is YAML: the yaml inventory plugin reads it. The SSH options
+	// are the fleet's: no user config, only this key, strict host keys.
+	th.inventory = filepath.Join(th.dir, "inventory.json")
+	writeJSON(t, th.inventory, map[string]any{"all": map[string]any{"children": map[string]any{"mcp_backends": map[string]any{
+		"hosts": invHosts,
+		"vars": map[string]any{
+			"ansible_user": "root", "ansible_ssh_private_key_file": key,
+			"ansible_ssh_common_args":    "-F none -o UserKnownHostsFile=" + kh + " -o GlobalKnownHostsFile=none -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes",
+			"ansible_python_interpreter": "/usr/bin/python3",
+		},
+	}}}})
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control sockets' path must stay short (sun_path).
+	cp, err := os.MkdirTemp("", "ans-cp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(cp) })
+	th.env = append(os.Environ(),
+		"ANSIBLE_COLLECTIONS_PATH="+wd,
+		"ANSIBLE_CONFIG="+filepath.Join(th.dir, "no-ansible.cfg"),
+		"ANSIBLE_HOME="+filepath.Join(th.dir, "ansible-home"),
+		"ANSIBLE_LOCAL_TEMP="+filepath.Join(th.dir, "ansible-tmp"),
+		"ANSIBLE_SSH_CONTROL_PATH_DIR="+cp,
+		"ANSIBLE_HOST_KEY_CHECKING=True",
+		"ANSIBLE_RETRY_FILES_ENABLED=False",
+		"ANSIBLE_PIPELINING=True",
+		"ANSIBLE_NOCOLOR=1",
+		"ANSIBLE_FORCE_COLOR=0",
+	)
+	return th
+}
+
+// recap is one host's line of the PLAY RECAP.
+type recap struct{ OK, Changed, Unreachable, Failed, Skipped int }
+
+var recapRE = regexp.MustCompile(`(?m)^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)`)
+
+func parseRecap(out string) map[string]recap {
+	m := map[string]recap{}
+	for _, g := range recapRE.FindAllStringSubmatch(out, -1) {
+		n := make([]int, 5)
+		for i := range n {
+			n[i], _ = strconv.Atoi(g[i+2])
+		}
+		m[g[1]] = recap{n[0], n[1], n[2], n[3], n[4]}
+	}
+	return m
+}
+
+// playbook runs ansible-playbook with the collection's playbook name
+// (overdeck.mcp.NAME) and args to its end; it logs the PLAY RECAP and the
+// run's duration.
+func (th *testHosts) playbook(t testing.TB, name string, args ...string) (int, string, map[string]recap) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	argv := append([]string{"-i", th.inventory, "overdeck.mcp." + name}, args...)
+	cmd := exec.CommandContext(ctx, "ansible-playbook", argv...)
+	cmd.Env = th.env
+	cmd.Dir = th.dir
+	t0 := time.Now()
+	b, err := cmd.CombinedOutput()
+	took := time.Since(t0).Round(100 * time.Millisecond)
+	out := string(b)
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("ansible-playbook %v: %v\n%s", argv, err, out)
+	}
+	rec := out
+	if i := strings.Index(out, "PLAY RECAP"); i >= 0 {
+		rec = out[i:]
+	}
+	t.Logf("ansible-playbook %s: exit %d in %s\n%s", strings.Join(argv[2:], " "), code, took, rec)
+	if t.Failed() || code != 0 {
+		t.Logf("full output:\n%s", out)
+	}
+	return code, out, parseRecap(out)
+}
+
+func (th *testHosts) states(t testing.TB) map[string]hostState {
+	t.Helper()
+	out := map[string]hostState{}
+	for _, h := range th.hosts {
+		out[h.name] = h.state(t)
+	}
+	return out
+}
+
+// expect checks that every host runs the build want says (host -> build
+// path), healthy enough to be active, with no cutover pending, its tunnels
+// never restarted, and its backend restarted exactly when restarted says.
+func (th *testHosts) expect(t testing.TB, before map[string]hostState, want map[string]string, restarted ...string) map[string]hostState {
+	t.Helper()
+	now := th.states(t)
+	for _, h := range th.hosts {
+		s, b := now[h.name], before[h.name]
+		d, err := buildinfo.FileDigest(want[h.name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Digest != d {
+			t.Errorf("%s runs %q (%s), want %s", h.name, s.Version, s.Digest, want[h.name])
+		}
+		if s.Active != "active" {
+			t.Errorf("%s: production is %s, want active", h.name, s.Active)
+		}
+		if s.Pending {
+			t.Errorf("%s: a cutover is still pending", h.name)
+		}
+		if strings.Join(s.Tunnels, ",") != strings.Join(b.Tunnels, ",") {
+			t.Errorf("%s: tunnels restarted: %v -> %v", h.name, b.Tunnels, s.Tunnels)
+		}
+		wantRestart := false
+		for _, r := range restarted {
+			wantRestart = wantRestart || r == h.name
+		}
+		if got := s.Backend != b.Backend; got != wantRestart {
+			t.Errorf("%s: backend restarted = %v (InvocationID %s -> %s), want %v", h.name, got, b.Backend, s.Backend, wantRestart)
+		}
+	}
+	return now
+}
+
+// TestAnsibleCollectionInContainers runs the collection's playbooks with
+// ansible-playbook against three real hosts over SSH, one scenario after
+// the other on the same hosts, each from the state the previous left
+// (asserted).
+func TestAnsibleCollectionInContainers(t *testing.T) {
+	th := newTestHosts(t, 3)
+	h1, h2, h3 := th.hosts[0].name, th.hosts[1].name, th.hosts[2].name
+	v1 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1")
+	v2 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v2")
+	v3 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v3")
+	all := func(b string) map[string]string { return map[string]string{h1: b, h2: b, h3: b} }
+	rollout := func(t testing.TB, build string, extra ...string) (int, string, map[string]recap) {
+		return th.playbook(t, "rolling_update", append([]string{"-e", "mcp_build=" + build, "-e", "mcp_mcpctl_src=" + th.ctl,
+			"-e", "mcp_stress_duration=3s"}, extra...)...)
+	}
+	var before map[string]hostState
+
+	t.Run("install v1 on every host", func(t *testing.T) {
+		code, _, rec := th.playbook(t, "install", "-e", "mcp_build="+v1, "-e", "mcp_mcpctl_src="+th.ctl)
+		if code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		for _, h := range th.hosts {
+			if r := rec[h.name]; r.Failed != 0 || r.Changed == 0 {
+				t.Errorf("%s: recap %+v, want changes and no failure", h.name, r)
+			}
+		}
+		before = th.states(t)
+		before = th.expect(t, before, all(v1))
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("check mode changes nothing", func(t *testing.T) {
+		code, out, rec := rollout(t, v2, "--check")
+		if code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		now := th.expect(t, before, all(v1))
+		for _, h := range th.hosts {
+			if now[h.name].Files != before[h.name].Files {
+				t.Errorf("%s: step dir holds %d files, was %d: check mode wrote there", h.name, now[h.name].Files, before[h.name].Files)
+			}
+			if rec[h.name].Changed == 0 {
+				t.Errorf("%s: check mode reports no change: the plan misses the cutover", h.name)
+			}
+		}
+		if !strings.Contains(out, "would cut over from v1") {
+			t.Errorf("check mode does not show the planned cutover")
+		}
+	})
+
+	t.Run("clean rollout in waves [1, 25%, 100%]", func(t *testing.T) {
+		code, _, rec := rollout(t, v2)
+		if code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		for _, h := range th.hosts {
+			if r := rec[h.name]; r.Failed != 0 || r.Changed == 0 {
+				t.Errorf("%s: recap %+v, want changes and no failure", h.name, r)
+			}
+		}
+		before = th.expect(t, before, all(v2), h1, h2, h3)
+	})
+
+	t.Run("the same rollout again is idempotent", func(t *testing.T) {
+		code, _, rec := rollout(t, v2)
+		if code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		for _, h := range th.hosts {
+			if r, ok := rec[h.name]; !ok || r.Changed != 0 || r.Failed != 0 {
+				t.Errorf("%s: recap %+v (present %v), want changed=0 failed=0", h.name, r, ok)
+			}
+		}
+		before = th.expect(t, before, all(v2))
+	})
+
+	t.Run("a build failing on the wave-2 host stops the run; revert brings every host back", func(t *testing.T) {
+		undo := th.hosts[1].failCutoverOn(t, "v3")
+		defer undo()
+		code, out, rec := rollout(t, v3)
+		if code == 0 {
+			t.Fatalf("exit 0, want a failed run")
+		}
+		if r := rec[h2]; r.Failed == 0 {
+			t.Errorf("%s: recap %+v, want failed", h2, r)
+		}
+		if r, ok := rec[h3]; ok && (r.Changed != 0 || r.OK != 0) {
+			t.Errorf("%s: recap %+v: wave 3 ran after wave 2 failed", h3, r)
+		}
+		if !strings.Contains(out, "rolled back") {
+			t.Errorf("the failure does not say that the host rolled back")
+		}
+		// host1 verified v3 in wave 1; host2 rolled itself back; host3
+		// never started.
+		before = th.expect(t, before, map[string]string{h1: v3, h2: v2, h3: v2}, h1, h2)
+
+		check, _, _ := th.playbook(t, "revert", "--check")
+		if check != 0 {
+			t.Fatalf("revert --check: exit %d, want 0", check)
+		}
+		before = th.expect(t, before, map[string]string{h1: v3, h2: v2, h3: v2})
+
+		code, _, rec = th.playbook(t, "revert")
+		if code != 0 {
+			t.Fatalf("revert: exit %d, want 0", code)
+		}
+		if rec[h1].Changed == 0 || rec[h2].Changed != 0 || rec[h3].Changed != 0 {
+			t.Errorf("revert recap %+v: want a change on %s only", rec, h1)
+		}
+		before = th.expect(t, before, all(v2), h1)
+
+		// Reverting the same run again changes nothing.
+		code, _, rec = th.playbook(t, "revert")
+		for _, h := range th.hosts {
+			if r := rec[h.name]; code != 0 || r.Changed != 0 || r.Failed != 0 {
+				t.Errorf("second revert, %s: exit %d, recap %+v, want changed=0", h.name, code, r)
+			}
+		}
+		before = th.expect(t, before, all(v2))
+	})
+}
