@@ -126,10 +126,27 @@ const maxReasonBytes = 120
 // stableReason is a refusal's reason without what the client chose: the
 // token checks quote the key id, issuer or audience the token named
 // (`unknown signing key "..."`), which would make every forged token a
-// line and a record of its own. What is left is one of a few texts.
+// line and a record of its own. Each quoted text becomes "…", so what is
+// left is one of a few texts.
 func stableReason(why string) string {
-	if i := strings.IndexByte(why, '"'); i >= 0 {
-		why = strings.TrimSpace(why[:i])
+	var b strings.Builder
+	quoted := false
+	for i := 0; i < len(why) && b.Len() < maxReasonBytes; i++ {
+		c := why[i]
+		switch {
+		case quoted && c == '\\':
+			i++ // an escaped byte, quote included
+		case quoted && c == '"':
+			quoted = false
+			b.WriteString(`…"`)
+		case quoted:
+		default:
+			b.WriteByte(c)
+			quoted = c == '"'
+		}
 	}
-	return audit.Bound(why, maxReasonBytes)
+	if quoted {
+		b.WriteString(`…"`)
+	}
+	return audit.Bound(b.String(), maxReasonBytes)
 }
