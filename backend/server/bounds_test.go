@@ -337,3 +337,34 @@ func TestHostileNamesKeepTheAuditTrail(t *testing.T) {
 		t.Logf("floods: %d requests in about %d s; %d log lines; %d refusal records, %d audit bytes", nJunk+len(huge)+n401+3+nMetrics, seconds, len(lines), refusedRecords, size)
 	}
 }
+
+// TestAnswersWithinResponseBytes: whatever a request names at length (a
+// method, a tool's argument key or value, a resource, a prompt, a protocol
+// version), the answer, the SDK's errors included, stays within
+// limits.responseBytes.
+func TestAnswersWithinResponseBytes(t *testing.T) {
+	const responseBytes = 131072
+	bk := startBackend(t, func(c *config.Config) {
+		c.Limits.OutputBytes, c.Limits.ResponseBytes = 64<<10, responseBytes
+	})
+	big := strings.Repeat("q", 1<<20)
+	for name, msg := range map[string]any{
+		"method":          map[string]any{"jsonrpc": "2.0", "id": 1, "method": big},
+		"argument key":    map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": "system.info", "arguments": map[string]any{big: 1}}},
+		"argument value":  map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": "file.read", "arguments": map[string]any{"path": big}}},
+		"argument type":   map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": "file.read", "arguments": map[string]any{"path": []string{big}}}},
+		"resource":        map[string]any{"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": map[string]any{"uri": big}},
+		"prompt":          map[string]any{"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": map[string]any{"name": big}},
+		"protocolVersion": map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": big, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": big, "version": "1"}}},
+		"cancel":          map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": map[string]any{"requestId": big}},
+	} {
+		body, _ := json.Marshal(msg)
+		status, answer, err := post(context.Background(), bk.url+"/mcp", body)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(answer) > responseBytes {
+			t.Errorf("%s of 1 MB: HTTP %d, answer of %d bytes (limits.responseBytes %d): %.200s", name, status, len(answer), responseBytes, answer)
+		}
+	}
+}

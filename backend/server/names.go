@@ -153,15 +153,22 @@ func (s *Server) refuseUnknownTool(w http.ResponseWriter, r *http.Request, msg r
 	writeRPCErrorID(w, http.StatusOK, msg.ID, jsonrpc.CodeInvalidParams, unknownTool(msg.Params.Name))
 }
 
-// boundError keeps a JSON-RPC error the SDK returns within
-// toolerr.MaxMessage: some quote what the client sent, whole.
+// boundError keeps a JSON-RPC error the SDK returns, message and data,
+// within toolerr.MaxMessage: some quote what the client sent, whole (an
+// unknown resource's uri in data).
 func boundError(err error) error {
-	if err == nil || len(err.Error()) <= toolerr.MaxMessage {
-		return err
+	if err == nil {
+		return nil
 	}
 	var we *jsonrpc.Error
 	if errors.As(err, &we) {
+		if len(we.Message) <= toolerr.MaxMessage && len(we.Data) <= toolerr.MaxMessage {
+			return err
+		}
 		return &jsonrpc.Error{Code: we.Code, Message: audit.Bound(we.Message, toolerr.MaxMessage), Data: boundData(we.Data)}
+	}
+	if len(err.Error()) <= toolerr.MaxMessage {
+		return err
 	}
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: audit.Bound(err.Error(), toolerr.MaxMessage)}
 }
