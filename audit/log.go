@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,22 @@ type Record struct {
 func (r *Record) Add(name, value string) {
 	if value != "" {
 		r.Fields = append(r.Fields, Field{name, value})
+	}
+}
+
+// bound keeps every value of r within FieldBytes and its message within
+// MessageBytes, copying the fields only when one is cut.
+func bound(r *Record) {
+	r.Message = Bound(r.Message, MessageBytes)
+	for i, f := range r.Fields {
+		if len(f.Value) > FieldBytes {
+			fs := slices.Clone(r.Fields)
+			for j := i; j < len(fs); j++ {
+				fs[j].Value = Bound(fs[j].Value, FieldBytes)
+			}
+			r.Fields = fs
+			return
+		}
 	}
 }
 
@@ -106,6 +123,7 @@ func (l *Log) Emit(r Record) {
 	if r.Time.IsZero() {
 		r.Time = time.Now()
 	}
+	bound(&r)
 	select {
 	case l.ch <- r:
 	default:
@@ -131,6 +149,7 @@ func (l *Log) EmitWritten(r Record, wait time.Duration) {
 	if r.Time.IsZero() {
 		r.Time = time.Now()
 	}
+	bound(&r)
 	done := make(chan struct{})
 	r.written = done
 	select {

@@ -20,7 +20,7 @@ type Refusal struct {
 	Tool    string
 	// The flow: who, through which Host. Principal fields are empty when
 	// the request was refused before it was authenticated.
-	PrincipalKind, Principal, Conversation, Host string
+	PrincipalKind, Principal, PrincipalHash, Conversation, Host string
 }
 
 // maxFlows bounds the distinct refusals held per window; more fold into
@@ -48,7 +48,12 @@ func (l *Log) Refused(r Refusal) {
 	if l == nil {
 		return
 	}
-	r.Reason = Bound(r.Reason, ValueBytes)
+	// Every field is part of the key: bounded, so no refusal holds (or
+	// writes) more than a few hundred bytes.
+	r.Reason, r.Tool, r.Host = Bound(r.Reason, ValueBytes), Bound(r.Tool, ValueBytes), Bound(r.Host, ValueBytes)
+	r.Outcome, r.Scope = Bound(r.Outcome, ValueBytes), Bound(r.Scope, ValueBytes)
+	r.PrincipalKind, r.Principal = Bound(r.PrincipalKind, ValueBytes), Bound(r.Principal, ValueBytes)
+	r.PrincipalHash, r.Conversation = Bound(r.PrincipalHash, ValueBytes), Bound(r.Conversation, ValueBytes)
 	a := l.agg
 	a.mu.Lock()
 	if _, ok := a.counts[r]; !ok && len(a.counts) >= maxFlows {
@@ -111,6 +116,7 @@ func (a *aggregator) flush() {
 		r.Add(FieldTool, k.Tool)
 		r.Add(FieldPrincipalKind, k.PrincipalKind)
 		r.Add(FieldPrincipal, k.Principal)
+		r.Add(FieldPrincipalHash, k.PrincipalHash)
 		r.Add(FieldConversation, k.Conversation)
 		r.Add(FieldHost, k.Host)
 		r.AddInt(FieldCount, n)

@@ -57,8 +57,9 @@ const (
 	FieldCallID           = "MCP_CALL_ID"
 	FieldPrincipalKind    = "MCP_PRINCIPAL_KIND" // operator, oauth, asserted, anonymous
 	FieldPrincipal        = "MCP_PRINCIPAL"      // the principal's id within its kind, raw (never a secret)
+	FieldPrincipalHash    = "MCP_PRINCIPAL_HASH" // its pseudonym, as /metrics and log lines name it (keyed hash)
 	FieldClientID         = "MCP_CLIENT_ID"      // the OAuth client, raw
-	FieldConversation     = "MCP_CONVERSATION"   // hashed; never the raw session id
+	FieldConversation     = "MCP_CONVERSATION"   // a pseudonym (keyed hash); never the raw session id
 	FieldConversationFrom = "MCP_CONVERSATION_FROM"
 	FieldHost             = "MCP_HOST"      // the Host the request named: which tunnel it came through
 	FieldRole             = "MCP_ROLE"      // production or canary
@@ -172,4 +173,9 @@ const (
 	ArgsBytes = 2048
 	// ValueBytes bounds any other string value.
 	ValueBytes = 512
+	// FieldBytes bounds every value of every record, whatever wrote it:
+	// the bounds above are each field's, this one is the sink's.
+	FieldBytes = 4096
+	// MessageBytes bounds a record's MESSAGE.
+	MessageBytes = 1024
 )

@@ -106,7 +106,9 @@ func (r *Refusal) Error() string { return r.Err.Error() + " (" + string(r.Scope)
 func (r *Refusal) Unwrap() error { return r.Err }
 
 // Flow names who an operation is for: a principal and a conversation
-// within it (caller.Caller's keys). The zero Flow is one anonymous flow.
+// within it. Principal is "KIND:NAME" with NAME the caller's pseudonym
+// (caller.Caller's PrincipalHash), which /metrics shows as it is: the
+// controller never sees a raw id. The zero Flow is one anonymous flow.
 type Flow struct {
 	Principal, Conversation string
 }

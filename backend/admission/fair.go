@@ -2,8 +2,6 @@ package admission
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"math"
 	"slices"
 	"strconv"
@@ -900,10 +898,13 @@ func (d *drainMeter) rate(k Kind, now instant) float64 {
 	return float64(n) / drainWindow
 }
 
-// principalHash is a short pseudonym of a principal key for /metrics.
-func principalHash(key string) string {
-	sum := sha256.Sum256([]byte("principal\x00" + key))
-	return hex.EncodeToString(sum[:8])
+// principalName is how /metrics names a principal: the part of its key
+// after the kind, which the caller made a pseudonym (caller.Keys).
+func principalName(key string) string {
+	if _, name, ok := strings.Cut(key, ":"); ok {
+		return name
+	}
+	return key
 }
 
 // principalKind is the kind prefix of a caller.Principal key ("oauth:...").

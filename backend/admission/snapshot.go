@@ -76,7 +76,7 @@ func (c *Controller) flowStats() *mcpwire.Flows {
 			if d == 0 && conv.refusedTotal == 0 {
 				continue
 			}
-			st := mcpwire.FlowStat{PrincipalKind: principalKind(pk), Principal: principalHash(pk), Conversation: ck,
+			st := mcpwire.FlowStat{PrincipalKind: principalKind(pk), Principal: principalName(pk), Conversation: ck,
 				Active: conv.running(), Queued: conv.queued[poolControl] + conv.queued[poolNonControl], Refused: conv.refusedTotal, ServedSeconds: conv.servedNow(now)}
 			out.Top = append(out.Top, st)
 		}

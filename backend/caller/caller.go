@@ -10,12 +10,25 @@
 // token), minting conversations gains a caller nothing. With no
 // authentication there is nothing to verify, and openai/subject is taken as
 // the principal as the client states it.
+//
+// Wherever a caller is shown without being named (/metrics, log lines,
+// audit conversations) it is a pseudonym: 64 bits of HMAC-SHA256 under a
+// per-host secret (Keys), so a dictionary of guessed subjects or session
+// ids tells an onlooker nothing, while the same caller keeps the same
+// pseudonym across restarts and in every place it appears.
 package caller
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -67,17 +80,16 @@ func (p Principal) Key() string { return string(p.Kind) + ":" + p.ID }
 // Verified reports whether the server checked who this is.
 func (p Principal) Verified() bool { return p.Kind == Operator || p.Kind == OAuth }
 
-// Hash is a short stable pseudonym of the principal for /metrics, where ids
-// are never shown.
-func (p Principal) Hash() string { return shortHash("principal", p.Key()) }
-
 // Caller is who a call acts for.
 type Caller struct {
 	Principal Principal
+	// PrincipalHash is the principal's pseudonym (Keys.Principal): what
+	// /metrics, log lines and admission's flow table name it by.
+	PrincipalHash string
 	// ClientID is the OAuth client the token was issued to, for logs and
 	// audit; it does not split the principal's share.
 	ClientID string
-	// Conversation is a hash of the raw conversation id: raw ids (session
+	// Conversation is a pseudonym (keyed hash) of the raw conversation id: raw ids (session
 	// ids scope cancellation) are never exported or logged.
 	Conversation string
 	// ConversationFrom says where the id came from (FromMetaSession,
@@ -102,8 +114,13 @@ type Claims struct {
 	SessionID string
 }
 
-// Resolve turns a call's claims into its Caller.
-func Resolve(c Claims) Caller {
+// Resolve turns a call's claims into its Caller, with pseudonyms under a
+// key of this process only (tests, tools that keep no pseudonym); the
+// server resolves with its host's Keys.
+func Resolve(c Claims) Caller { return processKeys.Resolve(c) }
+
+// Resolve turns a call's claims into its Caller, its pseudonyms keyed by k.
+func (k *Keys) Resolve(c Claims) Caller {
 	var out Caller
 	switch {
 	case c.Operator:
@@ -122,12 +139,13 @@ func Resolve(c Claims) Caller {
 	}
 	switch {
 	case c.MetaSession != "":
-		out.Conversation, out.ConversationFrom = shortHash(FromMetaSession, c.MetaSession), FromMetaSession
+		out.Conversation, out.ConversationFrom = k.hash(FromMetaSession, c.MetaSession), FromMetaSession
 	case c.SessionID != "":
-		out.Conversation, out.ConversationFrom = shortHash(FromSessionID, c.SessionID), FromSessionID
+		out.Conversation, out.ConversationFrom = k.hash(FromSessionID, c.SessionID), FromSessionID
 	default:
 		out.Conversation, out.ConversationFrom = FromDefault, FromDefault
 	}
+	out.PrincipalHash = k.Principal(out.Principal)
 	return out
 }
 
@@ -140,16 +158,101 @@ func bound(id string) string {
 	return "sha256:" + hex.EncodeToString(sum[:16])
 }
 
-// shortHash is 64 bits of SHA-256 over a domain and an id: enough to tell
-// flows apart in a table of thousands, and not reversible for the random
-// ids it is used on.
-func shortHash(domain, id string) string {
-	h := sha256.New()
+// KeyBytes is the length of a pseudonym key.
+const KeyBytes = 32
+
+// KeyFile is the key's file name in the backend's state directory.
+const KeyFile = "pseudonym.key"
+
+// Keys derives pseudonyms under one secret key.
+type Keys struct{ key []byte }
+
+// NewKeys returns pseudonyms under key (KeyBytes long).
+func NewKeys(key []byte) (*Keys, error) {
+	if len(key) != KeyBytes {
+		return nil, fmt.Errorf("pseudonym key: %d bytes, want %d", len(key), KeyBytes)
+	}
+	return &Keys{key: append([]byte(nil), key...)}, nil
+}
+
+// EphemeralKeys are pseudonyms under a fresh random key: stable only as
+// long as the process lives.
+func EphemeralKeys() *Keys {
+	k := make([]byte, KeyBytes)
+	_, _ = rand.Read(k) // never fails (crypto/rand)
+	return &Keys{key: k}
+}
+
+var processKeys = EphemeralKeys()
+
+// Principal is p's pseudonym.
+func (k *Keys) Principal(p Principal) string { return k.hash("principal", p.Key()) }
+
+// hash is 64 bits of HMAC-SHA256 over a domain and an id: enough to tell
+// flows apart in a table of thousands, and, without the key, no way to
+// test a guess.
+func (k *Keys) hash(domain, id string) string {
+	h := hmac.New(sha256.New, k.key)
 	h.Write([]byte(domain))
 	h.Write([]byte{0})
 	h.Write([]byte(id))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// LoadKeys reads the key at path, creating it (KeyBytes random bytes,
+// mode 0600) when it does not exist yet. Two processes starting at once
+// agree: the file appears whole or not at all (a hard link of a written
+// temporary file), and the loser reads the winner's.
+func LoadKeys(path string) (*Keys, error) {
+	for range 2 {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			fi, err := os.Stat(path)
+			if err != nil {
+				return nil, fmt.Errorf("pseudonym key: %w", err)
+			}
+			if fi.Mode().Perm()&0o077 != 0 {
+				return nil, fmt.Errorf("pseudonym key %s: mode %v, want owner-only (0600)", path, fi.Mode().Perm())
+			}
+			return NewKeys(b)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("pseudonym key: %w", err)
+		}
+		if err := createKey(path); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("pseudonym key %s: created but not readable", path)
+}
+
+func createKey(path string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("pseudonym key: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	key := make([]byte, KeyBytes)
+	_, _ = rand.Read(key)
+	// CreateTemp makes the file 0600.
+	_, err = tmp.Write(key)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pseudonym key: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return fmt.Errorf("pseudonym key: %w", err)
+	}
+	return nil
 }
 
 type ctxKey struct{}

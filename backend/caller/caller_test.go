@@ -1,7 +1,12 @@
 package caller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -55,5 +60,76 @@ func TestResolve(t *testing.T) {
 	}
 	if Resolve(Claims{SessionID: "a"}).Conversation == Resolve(Claims{MetaSession: "a"}).Conversation {
 		t.Fatal("a session id and an openai/session with the same text must not collide")
+	}
+}
+
+// The pseudonym key is created once, owner-only, and read back by every
+// later process: the same caller, the same pseudonyms; another host's key,
+// other pseudonyms.
+func TestLoadKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), KeyFile)
+	first, err := LoadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 || fi.Size() != KeyBytes {
+		t.Fatalf("key file mode %v, %d bytes; want 0600, %d", fi.Mode().Perm(), fi.Size(), KeyBytes)
+	}
+	again, err := LoadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := Claims{MetaSubject: "alice", MetaSession: "conv-1"}
+	a, b := first.Resolve(claims), again.Resolve(claims)
+	if a.PrincipalHash != b.PrincipalHash || a.Conversation != b.Conversation {
+		t.Fatalf("pseudonyms changed across loads: %+v, %+v", a, b)
+	}
+	other := EphemeralKeys().Resolve(claims)
+	if other.PrincipalHash == a.PrincipalHash || other.Conversation == a.Conversation {
+		t.Fatal("another key gave the same pseudonyms")
+	}
+	// The unkeyed SHA-256 a dictionary attack would try is not it.
+	sum := sha256.Sum256([]byte("principal\x00asserted:alice"))
+	if a.PrincipalHash == hex.EncodeToString(sum[:8]) {
+		t.Fatal("principal pseudonym is the unkeyed hash")
+	}
+	if len(a.PrincipalHash) != 16 {
+		t.Fatalf("pseudonym %q, want 16 hex digits", a.PrincipalHash)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKeys(path); err == nil || !strings.Contains(err.Error(), "0600") {
+		t.Fatalf("a key readable by others: err = %v, want a refusal naming 0600", err)
+	}
+}
+
+// Many processes starting at once on a fresh state directory agree on one
+// key.
+func TestLoadKeysConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), KeyFile)
+	var wg sync.WaitGroup
+	got := make([]string, 16)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := LoadKeys(path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = k.Principal(Principal{Kind: Operator, ID: "operator"})
+		}()
+	}
+	wg.Wait()
+	for _, g := range got {
+		if g != got[0] {
+			t.Fatalf("processes disagree on the key: %v", got)
+		}
 	}
 }

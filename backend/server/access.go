@@ -4,13 +4,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
 
+	"github.com/overdeck/mcp-backend/audit"
 	"github.com/overdeck/mcp-backend/backend/oauth"
 )
 
@@ -37,7 +37,10 @@ func (s *Server) guard(h http.Handler) http.Handler {
 // JWT access token of the configured issuer.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *oauth.Identity {
 	refuse := func(status int, code, why string, scopes []string) *oauth.Identity {
-		s.log.Info("request refused", "status", status, "error", code, "reason", why, "host", r.Host, "remote", r.RemoteAddr)
+		// A token's error quotes what the token named: bounded for the
+		// answer, and aggregated without it for the lines and records.
+		why = audit.Bound(why, maxReasonBytes)
+		s.refusals.addRequest(status, nil, "", code, s.hostLabel(r.Host), why)
 		s.auditHTTPRefusal(r, status, code, "auth", why, "")
 		if s.oauth == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
@@ -93,10 +96,32 @@ func (s *Server) mayCall(w http.ResponseWriter, r *http.Request, tool string) bo
 	if len(need) == 0 {
 		why = fmt.Sprintf("no scope grants tool %s", tool)
 	}
-	s.log.Info("tool call refused", "tool", tool, "subject", id.Subject, "clientId", id.ClientID, "reason", why)
+	who := s.httpCaller(r, nil)
+	s.refusals.addRequest(http.StatusForbidden, &who, tool, "insufficient_scope", s.hostLabel(r.Host), why)
 	s.auditHTTPRefusal(r, http.StatusForbidden, "insufficient_scope", "tool-scope", why, tool)
 	s.oauth.Challenge(w, r, http.StatusForbidden, "insufficient_scope", why, need)
 	return false
+}
+
+// metricsGuard lets /metrics be read from loopback as it is and, through
+// any other Host hostGuard let in (an allowedHosts name: a tunnel), only
+// with the operator's token: who is busy now is not the public's to see.
+// Without a token configured, nothing but loopback reads it.
+func (s *Server) metricsGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, _ := s.hostName(r.Host); n == "loopback" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		tok, ok := bearer(r.Header.Get("Authorization"))
+		if s.token != nil && ok && subtle.ConstantTimeCompare([]byte(tok), s.token) == 1 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		s.refusals.addRequest(http.StatusUnauthorized, nil, "", "unauthorized", s.hostLabel(r.Host), "/metrics through allowedHosts needs the operator token")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-backend"`)
+		http.Error(w, "unauthorized: /metrics through a name of allowedHosts needs the operator's bearer token (from loopback it needs none)", http.StatusUnauthorized)
+	})
 }
 
 // bearer returns the token of an "Authorization: Bearer TOKEN" header.
@@ -110,6 +135,12 @@ func bearer(header string) (string, bool) {
 // Origin that is present and not allowed (DNS rebinding).
 func (s *Server) hostGuard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if why := checkHost(r.Host); why != "" {
+			// Nothing records it: a flood of junk Hosts leaves no trace to
+			// rotate real records away with.
+			http.Error(w, "bad request: "+why, http.StatusBadRequest)
+			return
+		}
 		if !s.hostAllowed(r.Host) {
 			s.auditHTTPRefusal(r, http.StatusForbidden, "forbidden", "host", "Host not loopback or in allowedHosts", "")
 			http.Error(w, fmt.Sprintf("forbidden: Host %q is not loopback or in allowedHosts", r.Host), http.StatusForbidden)
@@ -118,7 +149,7 @@ func (s *Server) hostGuard(h http.Handler) http.Handler {
 		if o := r.Header.Get("Origin"); o != "" {
 			if !s.originAllowed(o) {
 				s.auditHTTPRefusal(r, http.StatusForbidden, "forbidden", "origin", "Origin not allowed", "")
-				http.Error(w, fmt.Sprintf("forbidden: Origin %q is not in allowedOrigins and not loopback or in allowedHosts", o), http.StatusForbidden)
+				http.Error(w, fmt.Sprintf("forbidden: Origin %s is not in allowedOrigins and not loopback or in allowedHosts", quoteName(o)), http.StatusForbidden)
 				return
 			}
 			if corsHeaders(w, r, o) {
@@ -130,20 +161,8 @@ func (s *Server) hostGuard(h http.Handler) http.Handler {
 }
 
 func (s *Server) hostAllowed(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if isLoopbackHost(host) {
-		return true
-	}
-	for _, a := range s.cfg.AllowedHosts {
-		if strings.EqualFold(a, host) {
-			return true
-		}
-	}
-	return false
+	_, ok := s.hostName(hostport)
+	return ok
 }
 
 func (s *Server) originAllowed(origin string) bool {

@@ -110,6 +110,7 @@ func (s *Server) flowFields(c caller.Caller, host, transport string) []audit.Fie
 	var r audit.Record
 	r.Add(audit.FieldPrincipalKind, string(c.Principal.Kind))
 	r.Add(audit.FieldPrincipal, c.Principal.ID)
+	r.Add(audit.FieldPrincipalHash, c.PrincipalHash)
 	r.Add(audit.FieldClientID, c.ClientID)
 	r.Add(audit.FieldConversation, c.Conversation)
 	r.Add(audit.FieldConversationFrom, c.ConversationFrom)
@@ -255,9 +256,12 @@ func (s *Server) auditAdmissionRefusal(ctx context.Context, call *mcp.CallToolRe
 		reason = "queue-cancelled"
 	}
 	who, _ := caller.From(ctx)
-	host, _ := transportOf(call)
+	host, transport := transportOf(call)
+	if transport == "http" {
+		host = s.hostLabel(host)
+	}
 	l.Refused(audit.Refusal{Status: http.StatusOK, Outcome: string(te.Code), Scope: te.Scope, Reason: reason, Tool: call.Params.Name,
-		PrincipalKind: string(who.Principal.Kind), Principal: who.Principal.ID, Conversation: who.Conversation, Host: host})
+		PrincipalKind: string(who.Principal.Kind), Principal: who.Principal.ID, PrincipalHash: who.PrincipalHash, Conversation: who.Conversation, Host: host})
 }
 
 // auditShed counts a tools/call the intake answered at once with the
@@ -276,12 +280,12 @@ func (s *Server) auditShed(r *http.Request, who *caller.Caller, tool string, she
 	if te == nil {
 		te = toolerr.New(mcpwire.CodeOverloaded, "")
 	}
-	ref := audit.Refusal{Status: http.StatusOK, Outcome: string(te.Code), Scope: te.Scope, Reason: refusalReason(te), Tool: tool, Host: r.Host}
+	ref := audit.Refusal{Status: http.StatusOK, Outcome: string(te.Code), Scope: te.Scope, Reason: refusalReason(te), Tool: tool, Host: s.hostLabel(r.Host)}
 	if who == nil {
 		c := s.httpCaller(r, nil)
 		who = &c
 	}
-	ref.PrincipalKind, ref.Principal, ref.Conversation = string(who.Principal.Kind), who.Principal.ID, who.Conversation
+	ref.PrincipalKind, ref.Principal, ref.PrincipalHash, ref.Conversation = string(who.Principal.Kind), who.Principal.ID, who.PrincipalHash, who.Conversation
 	l.Refused(ref)
 }
 
@@ -311,15 +315,18 @@ func refusalReason(te *toolerr.Error) string {
 // auditHTTPRefusal counts a request refused with status before it reached
 // the tools (401, 403): under its principal when the token was verified
 // (a tool outside its scopes), else as unauthenticated. Never the token.
+// Everything in the key is one of a bounded set (the Host by what it
+// matched, the reason without what the client chose), so a flood of
+// anonymous requests is a few records a second, whatever it varies.
 func (s *Server) auditHTTPRefusal(r *http.Request, status int, code, scope, reason, tool string) {
 	l := s.audit.log
 	if l == nil {
 		return
 	}
-	ref := audit.Refusal{Status: status, Outcome: code, Scope: scope, Reason: reason, Tool: tool, Host: r.Host}
+	ref := audit.Refusal{Status: status, Outcome: code, Scope: scope, Reason: stableReason(reason), Tool: tool, Host: s.hostLabel(r.Host)}
 	if oauth.IdentityFrom(r.Context()) != nil {
 		who := s.httpCaller(r, nil)
-		ref.PrincipalKind, ref.Principal, ref.Conversation = string(who.Principal.Kind), who.Principal.ID, who.Conversation
+		ref.PrincipalKind, ref.Principal, ref.PrincipalHash, ref.Conversation = string(who.Principal.Kind), who.Principal.ID, who.PrincipalHash, who.Conversation
 	}
 	if ref.Outcome == "" {
 		ref.Outcome = "unauthorized"
@@ -370,6 +377,7 @@ func (s *Server) auditJobEnd(spec jobs.Spec, st mcpwire.JobStatus) {
 	kind, id, _ := strings.Cut(spec.Owner, ":")
 	r.Add(audit.FieldPrincipalKind, kind)
 	r.Add(audit.FieldPrincipal, id)
+	r.Add(audit.FieldPrincipalHash, s.ids.Principal(caller.Principal{Kind: caller.Kind(kind), ID: id}))
 	r.Add(audit.FieldConversation, spec.Conversation)
 	r.Add(audit.FieldRole, s.audit.role)
 	r.Add(audit.FieldJobID, spec.ID)

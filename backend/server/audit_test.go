@@ -270,7 +270,7 @@ func TestAuditRecordsEveryCallOverHTTP(t *testing.T) {
 		}
 		outcomes[o]++
 	}
-	giveUp := caller.Resolve(caller.Claims{MetaSession: cancellingSession}).Conversation
+	giveUp := bk.srv.ids.Resolve(caller.Claims{MetaSession: cancellingSession}).Conversation
 	refused, refusedGiveUp := map[string]int{}, map[string]int{}
 	for _, r := range recs {
 		if r[audit.FieldMessageID] != audit.MsgRefused {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -390,6 +391,59 @@ func TestOAuthRefusals(t *testing.T) {
 	status, _, body := callTool(t, tun, good, "system.info", map[string]any{})
 	if status != http.StatusOK || parseReply(t, body).errorCode() != "" {
 		t.Fatalf("good token: %d %s", status, body)
+	}
+
+	// Floods of refusals are a line per flow a second with the exact
+	// count, not a line per request: tokens naming a key id of their own
+	// (1 KB each), and a read-only token calling shell.exec.
+	readOnly := env.clientToken(t, env.as.Issuer, res, "mcp:read")
+	from := len(env.logs.String())
+	began := time.Now()
+	const n = 200
+	for i := range n {
+		forged := sign(t, jose.RS256, jose.JSONWebKey{Key: stranger, KeyID: fmt.Sprintf("kid-%d-%s", i, strings.Repeat("k", 1000))}, claims)
+		if status, wa, _ := callTool(t, tun, forged, "system.info", map[string]any{}); status != http.StatusUnauthorized || len(wa) > 1024 {
+			t.Fatalf("forged kid: %d, challenge of %d bytes", status, len(wa))
+		}
+		if status, _, _ := callTool(t, tun, readOnly, "shell.exec", map[string]any{"command": "true"}); status != http.StatusForbidden {
+			t.Fatalf("read-only token calling shell.exec: %d, want 403", status)
+		}
+	}
+	seconds := int(time.Since(began)/time.Second) + 3
+	var lines []string
+	proctest.Eventually(t, "both floods counted in the log", func() bool {
+		lines = strings.Split(strings.TrimSpace(env.logs.String()[from:]), "\n")
+		got := map[int]int{}
+		for _, l := range lines {
+			var m struct {
+				Msg    string `json:"msg"`
+				Status int    `json:"status"`
+				Count  int    `json:"count"`
+			}
+			if json.Unmarshal([]byte(l), &m) == nil && m.Msg == "requests refused" {
+				got[m.Status] += m.Count
+			}
+		}
+		// The table's refusals above may be flushed after from: at most
+		// one each.
+		return got[http.StatusUnauthorized] >= n && got[http.StatusForbidden] >= n &&
+			got[http.StatusUnauthorized]+got[http.StatusForbidden] <= 2*n+len(tests)
+	})
+	refusalLines := 0
+	for _, l := range lines {
+		if strings.Contains(l, `refused"`) {
+			refusalLines++
+		}
+	}
+	// Two flows (unauthenticated through the tunnel, the read-only
+	// token's) a window, and the table's leftovers.
+	if refusalLines > 2*seconds+len(tests) {
+		t.Errorf("%d refusals wrote %d refusal lines in about %d s; want two a second:\n%s", 2*n, refusalLines, seconds, strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if len(l) > 1024 {
+			t.Errorf("a log line of %d bytes: %.200s", len(l), l)
+		}
 	}
 }
 

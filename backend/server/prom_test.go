@@ -304,12 +304,14 @@ func TestREADMEMetricsTable(t *testing.T) {
 	}
 }
 
-// TestProbesAndHosts: /healthz and /readyz answer any Host, /metrics only
-// loopback and allowedHosts names, as the README says; none needs the
-// token.
+// TestProbesAndHosts: /healthz and /readyz answer any Host; /metrics
+// answers loopback without the token and an allowedHosts name (a tunnel)
+// only with the operator's token, as the README says; a malformed Host is
+// 400.
 func TestProbesAndHosts(t *testing.T) {
 	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte(strings.Repeat("k", 24)), 0o600); err != nil {
+	secret := strings.Repeat("k", 24)
+	if err := os.WriteFile(tok, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	b := startBackend(t, func(c *config.Config) {
@@ -317,19 +319,32 @@ func TestProbesAndHosts(t *testing.T) {
 		c.Auth.BearerTokenFile = tok
 	})
 	for _, tc := range []struct {
-		path, host string
-		want       int
+		path, host, token string
+		want              int
 	}{
-		{"/healthz", "evil.example", 200},
-		{"/readyz", "evil.example", 200},
-		{"/metrics", "evil.example", 403},
-		{"/metrics", "mcp.example.com", 200},
-		{"/metrics", "127.0.0.1", 200},
+		{"/healthz", "evil.example", "", 200},
+		{"/readyz", "evil.example", "", 200},
+		{"/metrics", "evil.example", "", 403},
+		{"/metrics", "evil.example", secret, 403},
+		{"/metrics", "mcp.example.com", "", 401},
+		{"/metrics", "mcp.example.com:443", "wrong-token-0123456789abcd", 401},
+		{"/metrics", "mcp.example.com", secret, 200},
+		{"/metrics", "MCP.example.com.:8443", secret, 200},
+		{"/metrics", "127.0.0.1", "", 200},
+		{"/metrics", "localhost:3210", "", 200},
+		{"/metrics", "[::1]:1", "", 200},
+		{"/metrics", "127.0.0.1:65536", "", 400},
+		{"/metrics", "127.0.0.1:0", "", 400},
+		{"/metrics", "127.0.0.1:x", "", 400},
+		{"/metrics", "127.0.0.1:" + strings.Repeat("9", 300), "", 400},
 	} {
 		req, _ := http.NewRequest(http.MethodGet, b.url+tc.path, nil)
 		req.Host = tc.host
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
 		if got := statusOf(t, req); got != tc.want {
-			t.Errorf("GET %s Host %s: %d, want %d", tc.path, tc.host, got, tc.want)
+			t.Errorf("GET %s Host %s token %t: %d, want %d", tc.path, tc.host, tc.token != "", got, tc.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -210,6 +211,9 @@ func TestSecretsOutOfReachOfFileTools(t *testing.T) {
 		for _, tool := range []string{mcpwire.ToolFileRead, mcpwire.ToolFileList} {
 			refused(t, principals[1].call(t, tool, map[string]any{"path": filepath.Join(f.state, "no-such-file")}), "$STATE_DIRECTORY", "")
 		}
+		// The pseudonyms' key: with it a dictionary of guessed subjects
+		// would name who is busy in /metrics again.
+		refused(t, principals[1].call(t, mcpwire.ToolFileRead, map[string]any{"path": filepath.Join(f.state, caller.KeyFile)}), "$STATE_DIRECTORY", "")
 	})
 	// Nothing the refused writes named came to exist or changed.
 	for p, want := range map[string]string{f.token: env.operator + "\n", f.config: `{"note":"` + configMarker + `"}`, f.stateDB: stateMarker, f.userKey: keyMarker} {
@@ -217,8 +221,9 @@ func TestSecretsOutOfReachOfFileTools(t *testing.T) {
 			t.Errorf("%s is now %q (%v), want %q", p, b, err, want)
 		}
 	}
-	if entries, err := os.ReadDir(f.state); err != nil || len(entries) != 1 {
-		t.Errorf("state directory holds %v (%v), want only db", entries, err)
+	// The pseudonym key is the one file the backend put there itself.
+	if entries, err := os.ReadDir(f.state); err != nil || len(entries) != 2 || entries[1].Name() != caller.KeyFile {
+		t.Errorf("state directory holds %v (%v), want only db and %s", entries, err, caller.KeyFile)
 	}
 
 	t.Run("host credentials and process memory", func(t *testing.T) {

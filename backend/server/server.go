@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/backend/admission"
@@ -84,6 +85,7 @@ type Server struct {
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
 	approvals *approvalState
+	ids       *caller.Keys // the pseudonyms callers are shown by
 }
 
 // Option adjusts a Server at construction.
@@ -143,6 +145,11 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 			log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
 		}
 	}
+	ids, err := openKeys(osGetenv, log)
+	if err != nil {
+		return nil, err
+	}
+	s.ids = ids
 	a, err := openAudit(cfg.Audit, log)
 	if err != nil {
 		return nil, err
@@ -233,11 +240,18 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		call, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || call.Params == nil {
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			return res, boundError(err)
 		}
 		var who *oauth.Identity
 		if call.Extra != nil {
 			who = oauth.IdentityOf(call.Extra.TokenInfo)
+		}
+		if !knownTool(call.Params.Name) {
+			// stdio's way here (HTTP's intake refused it already): before
+			// admission and the audit's call records.
+			s.refusals.add(s.callerOf(who, call), unknownToolLabel, unknownToolOutcome)
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: unknownTool(call.Params.Name)}
 		}
 		ctx, cancel := s.requestContext(ctx, call)
 		defer cancel()
@@ -377,12 +391,12 @@ func (s *Server) resolveCaller(who *oauth.Identity, metaSubject, metaSession, se
 			}
 		}
 	}
-	return caller.Resolve(c)
+	return s.ids.Resolve(c)
 }
 
-// flowOf is a caller's flow in admission.
+// flowOf is a caller's flow in admission: its pseudonyms, never its ids.
 func flowOf(c caller.Caller) admission.Flow {
-	return admission.Flow{Principal: c.Principal.Key(), Conversation: c.Conversation}
+	return admission.Flow{Principal: string(c.Principal.Kind) + ":" + c.PrincipalHash, Conversation: c.Conversation}
 }
 
 // requestContext joins the tool call's context with its HTTP request's, so
@@ -465,7 +479,7 @@ func outcome(r *mcp.CallToolResult) string {
 func (s *Server) logCall(who *oauth.Identity, cw caller.Caller, tool string, kind admission.Kind, wait, dur time.Duration, result string) {
 	attrs := []any{"tool", tool, "class", kind.String(),
 		"queueWaitMs", wait.Milliseconds(), "durationMs", dur.Milliseconds(),
-		"outcome", result, "principal", string(cw.Principal.Kind) + ":" + cw.Principal.Hash(), "conversation", cw.Conversation}
+		"outcome", result, "principal", string(cw.Principal.Kind) + ":" + cw.PrincipalHash, "conversation", cw.Conversation}
 	if who != nil {
 		attrs = append(attrs, "subject", who.Subject, "clientId", who.ClientID)
 	}
@@ -533,9 +547,10 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	// /metrics holds counters only: the Host/Origin check applies, the
-	// bearer token does not, so probes and stress need no secret.
-	mux.Handle("GET /metrics", s.hostGuard(http.HandlerFunc(s.metrics)))
+	// /metrics holds counters and pseudonyms: from loopback (Prometheus,
+	// probes, stress) it needs no secret; through a tunnel (an
+	// allowedHosts name) it needs the operator's token.
+	mux.Handle("GET /metrics", s.hostGuard(s.metricsGuard(http.HandlerFunc(s.metrics))))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if requestStarted(r) {
 			// A reserve connection, or any while crowded, answers once
@@ -574,6 +589,12 @@ func (s *Server) trackRequest(h http.Handler) http.Handler {
 			return
 		}
 		r.Header.Set(toolHeader, notACall)
+		if msg.Method == "tools/call" && !knownTool(msg.Params.Name) {
+			// Before scopes, admission and the audit's call records: the
+			// name is the client's, of any length.
+			s.refuseUnknownTool(w, r, msg)
+			return
+		}
 		if msg.Method == "tools/call" {
 			if !s.mayCall(w, r, msg.Params.Name) {
 				return

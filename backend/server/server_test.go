@@ -328,18 +328,21 @@ func TestHTTPEdges(t *testing.T) {
 			t.Fatalf("status %d, %d bytes", status, len(body))
 		}
 	})
+	// Through a public name /metrics needs the operator's token (401 once
+	// Host and Origin passed; this backend has none): 403 is the Host or
+	// Origin check.
 	hostTests := []struct {
 		name, host, origin string
 		want               int
 	}{
 		{"loopback host", "127.0.0.1", "", 200},
 		{"localhost with port", "localhost:3210", "", 200},
-		{"allowed public host (tunnel)", "mcp.example.com", "", 200},
+		{"allowed public host (tunnel)", "mcp.example.com", "", 401},
 		{"unknown host (rebinding)", "evil.example.net", "", 403},
 		{"allowed host, foreign origin", "127.0.0.1", "https://evil.example.net", 403},
-		{"allowed origin", "mcp.example.com", "https://mcp.example.com", 200},
+		{"allowed origin", "mcp.example.com", "https://mcp.example.com", 401},
 		{"loopback origin (local Inspector UI)", "127.0.0.1", "http://localhost:6274", 200},
-		{"origin in allowedOrigins (hosted client)", "mcp.example.com", "https://claude.ai", 200},
+		{"origin in allowedOrigins (hosted client)", "mcp.example.com", "https://claude.ai", 401},
 		{"allowedOrigins is exact: other scheme", "mcp.example.com", "http://claude.ai", 403},
 		{"allowedOrigins is exact: subdomain", "mcp.example.com", "https://x.claude.ai", 403},
 	}
