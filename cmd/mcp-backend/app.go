@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -143,7 +144,11 @@ func newApp(d *deps) *cli.App {
 				Hidden:    true,
 				Flags:     []cli.Flag{&cli.StringFlag{Name: "hide", Usage: "the `DIR` to cover (required)"}},
 				Action: func(c *cli.Context) error {
-					if err := jobs.HideAndExec(c.String("hide"), c.Args().Slice()); err != nil {
+					args := c.Args().Slice()
+					if len(args) > 0 && !filepath.IsAbs(args[0]) {
+						return &exitError{exitUsage, fmt.Errorf("job-shell: unexpected argument %q (want an absolute program after --)", args[0])}
+					}
+					if err := jobs.HideAndExec(c.String("hide"), args); err != nil {
 						return &exitError{exitUsage, err}
 					}
 					return nil
