@@ -75,7 +75,14 @@ func TestShellCeilingOverRealHTTP(t *testing.T) {
 // queue full, control calls still succeed; surplus normal calls get
 // OVERLOADED.
 func TestControlUsesReserveWhileSaturated(t *testing.T) {
-	b := startBackend(t, func(c *config.Config) { c.Concurrency.MaxShell = 40 })
+	b := startBackend(t, func(c *config.Config) {
+		c.Concurrency.MaxShell = 40
+		// The 64 queued calls must still be queued when the gate opens:
+		// on a loaded machine the default 30 s wait could lapse first and
+		// turn queued calls into timeouts (the bound under test is the
+		// queue's length, not its wait).
+		c.Concurrency.QueueWaitMs = 600_000
+	})
 	g := newGate(t)
 	const n = 140
 	var wg sync.WaitGroup
