@@ -12,6 +12,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 	"github.com/overdeck/mcp-backend/ops/fleet/sshrun"
 	"github.com/overdeck/mcp-backend/ops/release"
 )
@@ -128,7 +129,7 @@ func buildOf(c *cli.Context) (path, digest, version string, size int64, err erro
 	if err := release.ValidateVersion(version); err != nil {
 		return "", "", "", 0, usageError("--version %q: %v", version, err)
 	}
-	if err := sshrun.CheckWord(version); err != nil {
+	if err := agent.CheckWord(version); err != nil {
 		return "", "", "", 0, usageError("--version %q: %v", version, err)
 	}
 	digest, err = buildinfo.FileDigest(path)

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/overdeck/mcp-backend/ops/fleet"
-	"github.com/overdeck/mcp-backend/ops/state"
 )
 
 func writeInventory(t *testing.T, body string) string {
@@ -56,143 +52,6 @@ func TestFleetUsageErrors(t *testing.T) {
 				t.Fatalf("a run log was written: %v", err)
 			}
 		})
-	}
-}
-
-func TestAllowedStep(t *testing.T) {
-	for _, ok := range [][]string{
-		{"--config", "/c.json", "--json", "--no-color", "canary", "start", "--build", "/b"},
-		{"--config", "/c.json", "--json", "cutover", "--build", "/b", "--arm-rollback"},
-		{"--json", "stress", "--profile", "overload"},
-		{"--config", "/c.json", "rollback", "--snapshot", "s1"},
-		{"canary", "stop"},
-	} {
-		if err := allowedStep(ok); err != nil {
-			t.Errorf("%v refused: %v", ok, err)
-		}
-	}
-	for _, bad := range [][]string{
-		{"--config", "/c.json", "install", "--build", "/b"},
-		{"--config", "canary", "start"}, // "canary" is the config's value
-		{"unit", "install"},
-		{"fleet-agent", "start"},
-		{"snapshot", "prune"},
-		{},
-	} {
-		if err := allowedStep(bad); err == nil {
-			t.Errorf("%v allowed", bad)
-		}
-	}
-}
-
-func TestGateCommand(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	blobs := filepath.Join(dir, "blobs")
-	if err := os.MkdirAll(blobs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	content := []byte("an uploaded mcpctl")
-	sum := sha256.Sum256(content)
-	blob := filepath.Join(blobs, "sha256-"+hex.EncodeToString(sum[:]))
-	if err := os.WriteFile(blob, content, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	liar := filepath.Join(blobs, "sha256-"+strings.Repeat("0", 64))
-	if err := os.WriteFile(liar, content, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name, cmd string
-		ok        bool
-	}{
-		{"facts by this mcpctl", self + " fleet-agent facts --config /etc/mcpctl/mcpctl.json", true},
-		{"a step with the key's config", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- --config /etc/mcpctl/mcpctl.json --json canary stop", true},
-		{"upload by this mcpctl", self + " fleet-agent upload --fleet-dir " + dir + " --sha256 " + strings.Repeat("a", 64), true},
-		{"start by an uploaded mcpctl", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- canary stop", true},
-		{"wait by an uploaded mcpctl", blob + " fleet-agent wait --fleet-dir " + dir + " --id r1", true},
-		{"a blob whose content is not its name", liar + " fleet-agent facts --config /etc/mcpctl/mcpctl.json", false},
-		{"a program outside the fleet dir", "/bin/sh fleet-agent facts", false},
-		{"a shell command", "rm -rf /", false},
-		{"mcpctl outside fleet-agent", self + " cutover --build /b --arm-rollback", false},
-		{"exec is not for the key", self + " fleet-agent exec --fleet-dir " + dir + " --id r1 -- cutover", false},
-		{"gate itself", self + " fleet-agent gate --fleet-dir " + dir, false},
-		{"shell syntax in a word", self + " fleet-agent facts --config /etc/mcpctl/mcpctl.json;id", false},
-		{"command substitution", self + " fleet-agent facts --config $(id)", false},
-		{"empty", "", false},
-		{"upload into another dir", self + " fleet-agent upload --fleet-dir /etc --sha256 " + strings.Repeat("a", 64), false},
-		{"wait in another dir", blob + " fleet-agent wait --fleet-dir /tmp --id r1", false},
-		{"another config", self + " fleet-agent facts --config /tmp/evil.json", false},
-		{"a step with another config", blob + " fleet-agent start --fleet-dir " + dir + " --id r1 -- --config /tmp/evil.json canary stop", false},
-		{"a flag in one word", self + " fleet-agent upload --fleet-dir=/etc --sha256 " + strings.Repeat("a", 64), false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			argv, err := gateCommand(dir, "/etc/mcpctl/mcpctl.json", c.cmd)
-			if (err == nil) != c.ok {
-				t.Fatalf("gateCommand(%q) = %v, %v; want ok %v", c.cmd, argv, err, c.ok)
-			}
-		})
-	}
-}
-
-// TestAgentUpload: an upload is kept under its digest only when it has it;
-// a cut or changed upload leaves nothing.
-func TestAgentUpload(t *testing.T) {
-	dir := t.TempDir()
-	content := []byte("build bytes")
-	sum := sha256.Sum256(content)
-	hexd := hex.EncodeToString(sum[:])
-	p, err := agentUpload(dir, hexd, bytes.NewReader(content))
-	if err != nil || p != filepath.Join(dir, "blobs", "sha256-"+hexd) {
-		t.Fatalf("upload = %q, %v", p, err)
-	}
-	if b, _ := os.ReadFile(p); !bytes.Equal(b, content) {
-		t.Fatal("blob content differs")
-	}
-	// Again: the same path, nothing rewritten.
-	if p2, err := agentUpload(dir, hexd, bytes.NewReader(content)); err != nil || p2 != p {
-		t.Fatalf("second upload = %q, %v", p2, err)
-	}
-	other := strings.Repeat("1", 64)
-	if _, err := agentUpload(dir, other, bytes.NewReader(content[:5])); err == nil || !strings.Contains(err.Error(), "nothing kept") {
-		t.Fatalf("a cut upload: %v", err)
-	}
-	left, _ := filepath.Glob(filepath.Join(dir, "blobs", "*"+other[:8]+"*"))
-	hidden, _ := filepath.Glob(filepath.Join(dir, "blobs", ".*"))
-	if len(left)+len(hidden) != 0 {
-		t.Fatalf("a failed upload left %v %v", left, hidden)
-	}
-	if _, err := agentUpload(dir, "ABC", bytes.NewReader(nil)); err == nil {
-		t.Fatal("a malformed digest was accepted")
-	}
-	if _, err := agentUpload("relative", hexd, bytes.NewReader(nil)); err == nil {
-		t.Fatal("a relative fleet dir was accepted")
-	}
-}
-
-// TestFlockHeld: the facts see the host's lock held without taking it.
-func TestFlockHeld(t *testing.T) {
-	dir := t.TempDir()
-	lock := filepath.Join(dir, state.LockFile)
-	if flockHeld(lock) {
-		t.Fatal("held before anyone took it")
-	}
-	release, err := state.Dir(dir).Lock("cutover --build x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !flockHeld(lock) {
-		t.Fatal("not seen held while taken")
-	}
-	if err := release(); err != nil {
-		t.Fatal(err)
-	}
-	if flockHeld(lock) {
-		t.Fatal("still held after release")
 	}
 }
 

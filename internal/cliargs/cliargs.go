@@ -28,7 +28,9 @@ type level struct {
 // the command that defines it: global flags written after a command go to
 // the app, a command's flags written after its arguments go before them.
 // A flag no command on the path defines stays with the innermost command,
-// whose parser reports it. Everything after "--" is left as it is.
+// whose parser reports it. Everything after "--", and everything after a
+// command that parses its own arguments (SkipFlagParsing), is left as it
+// is.
 func Reorder(app *cli.App, args []string) []string {
 	if len(args) == 0 {
 		return args
@@ -64,6 +66,11 @@ func Reorder(app *cli.App, args []string) []string {
 			if c := Command(cmds, a); c != nil {
 				levels = append(levels, &level{name: a, flags: c.Flags})
 				cmds = c.Subcommands
+				if c.SkipFlagParsing {
+					// It parses its own arguments: they reach it as given.
+					positional = args[i+1:]
+					break
+				}
 				continue
 			}
 		}

@@ -14,6 +14,7 @@ func testApp() *cli.App {
 		Commands: []*cli.Command{
 			{Name: "show", ArgsUsage: "ID", Flags: []cli.Flag{&cli.BoolFlag{Name: "json"}, &cli.IntFlag{Name: "keep"}}, Action: func(*cli.Context) error { return nil }},
 			{Name: "group", Subcommands: []*cli.Command{{Name: "leaf", Action: func(*cli.Context) error { return nil }}}},
+			{Name: "raw", ArgsUsage: "ARGS", SkipFlagParsing: true, Action: func(*cli.Context) error { return nil }},
 		},
 	}
 }
@@ -28,6 +29,9 @@ func TestReorder(t *testing.T) {
 		{"show ID --bogus", "show --bogus ID"},
 		{"show -- --json", "show -- --json"},
 		{"--config show show ID", "--config show show ID"},
+		{"raw x --config c --json", "raw x --config c --json"},
+		{"raw --config c", "raw --config c"},
+		{"--json raw -config=c -- x", "--json raw -config=c -- x"},
 	} {
 		got := strings.Join(Reorder(app, append([]string{"prog"}, strings.Fields(tc.in)...))[1:], " ")
 		if got != tc.want {

@@ -2,7 +2,9 @@
 // multiplexed connection per host per run, strict host key checking against
 // the inventory's known_hosts only, and a remote command line built only of
 // words checked to be one word each on any shell. It implements
-// fleet.Remote by running the host's `mcpctl fleet-agent`.
+// fleet.Remote by running the host's `mcpctl fleet-agent`, each command
+// encoded from its ops/fleet/agent struct (the definition the host's
+// agent and gate decode).
 package sshrun
 
 import (
@@ -15,12 +17,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 )
 
 // Runner runs ssh. Binary and Env are the client and its environment
@@ -58,26 +60,12 @@ func sweepControlDirs(before time.Time) {
 	}
 }
 
-// wordRE: what a remote command word may hold. The remote sshd hands the
-// command line to the user's shell, which splits and interprets it: a word
-// of these characters is one word, taken literally, by every shell.
-var wordRE = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
-
-// CheckWord refuses a remote command word a shell could split or
-// interpret.
-func CheckWord(w string) error {
-	if !wordRE.MatchString(w) {
-		return fmt.Errorf("remote argument %q: only letters, digits and _ . / : = @ %% + , - may reach the remote command line", w)
-	}
-	return nil
-}
-
 // Argv is the full ssh command line for running remote on h: every option
 // explicit (-F none: no user or system config applies), the destination
 // after "--", the remote words after it.
 func (r *Runner) Argv(h *fleet.Host, remote ...string) ([]string, error) {
 	for _, w := range remote {
-		if err := CheckWord(w); err != nil {
+		if err := agent.CheckWord(w); err != nil {
 			return nil, err
 		}
 	}
@@ -156,9 +144,15 @@ func (r *Runner) run(ctx context.Context, h *fleet.Host, stdin io.Reader, remote
 	return stdout, -1, fmt.Errorf("host %s: ssh: %w", h.Name, err)
 }
 
-// Facts runs `agent fleet-agent facts` with the host's paths.
+// call runs prog with cmd's words on h.
+func (r *Runner) call(ctx context.Context, h *fleet.Host, stdin io.Reader, prog string, cmd agent.Command) ([]byte, error) {
+	out, _, err := r.run(ctx, h, stdin, append([]string{prog}, cmd.Words()...)...)
+	return out, err
+}
+
+// Facts runs `agent fleet-agent facts` with the host's config.
 func (r *Runner) Facts(ctx context.Context, h *fleet.Host) (*fleet.Facts, error) {
-	out, _, err := r.run(ctx, h, nil, h.Agent, "fleet-agent", "facts", "--config", h.Config)
+	out, err := r.call(ctx, h, nil, h.Agent, &agent.Facts{Config: h.Config})
 	if err != nil {
 		return nil, err
 	}
@@ -177,32 +171,31 @@ func (r *Runner) Upload(ctx context.Context, h *fleet.Host, local, digest string
 		return "", fmt.Errorf("upload %s: %w", local, err)
 	}
 	defer f.Close()
-	out, _, err := r.run(ctx, h, f, h.Agent, "fleet-agent", "upload", "--fleet-dir", h.FleetDir, "--sha256", strings.TrimPrefix(digest, "sha256:"))
+	out, err := r.call(ctx, h, f, h.Agent, &agent.Upload{FleetDir: h.FleetDir, SHA256: strings.TrimPrefix(digest, "sha256:")})
 	if err != nil {
 		return "", err
 	}
 	p := strings.TrimSpace(string(out))
-	if want := BlobPath(h.FleetDir, digest); p != want {
+	if want := agent.BlobPath(h.FleetDir, digest); p != want {
 		return "", fmt.Errorf("host %s: upload answered %q, want %q", h.Name, p, want)
 	}
 	return p, nil
 }
 
-// BlobPath is where an upload with digest lives on a host.
-func BlobPath(fleetDir, digest string) string {
-	return filepath.Join(fleetDir, "blobs", "sha256-"+strings.TrimPrefix(digest, "sha256:"))
-}
-
-// Start runs `agent fleet-agent start --id ID -- ARGS`.
-func (r *Runner) Start(ctx context.Context, h *fleet.Host, agent, id string, args []string) error {
-	remote := append([]string{agent, "fleet-agent", "start", "--fleet-dir", h.FleetDir, "--id", id, "--"}, args...)
-	_, _, err := r.run(ctx, h, nil, remote...)
+// Start runs `agent fleet-agent start --id ID -- ARGS`; ARGS must be a
+// step the host's agent runs (agent.ParseStep), checked here first.
+func (r *Runner) Start(ctx context.Context, h *fleet.Host, prog, id string, args []string) error {
+	step, err := agent.ParseStep(args)
+	if err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	_, err = r.call(ctx, h, nil, prog, &agent.Start{FleetDir: h.FleetDir, ID: id, Step: step})
 	return err
 }
 
 // Wait runs `agent fleet-agent wait --id ID --timeout POLL`.
-func (r *Runner) Wait(ctx context.Context, h *fleet.Host, agent, id string, poll time.Duration) (*fleet.StepResult, error) {
-	out, _, err := r.run(ctx, h, nil, agent, "fleet-agent", "wait", "--fleet-dir", h.FleetDir, "--id", id, "--timeout", poll.String())
+func (r *Runner) Wait(ctx context.Context, h *fleet.Host, prog, id string, poll time.Duration) (*fleet.StepResult, error) {
+	out, err := r.call(ctx, h, nil, prog, &agent.Wait{FleetDir: h.FleetDir, ID: id, Timeout: poll})
 	if err != nil {
 		return nil, err
 	}

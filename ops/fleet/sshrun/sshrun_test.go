@@ -8,6 +8,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/golden"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 )
 
 func testRunner() *Runner {
@@ -30,15 +31,24 @@ var web1 = &fleet.Host{Name: "web1", Address: "web1.example.com", Port: 2222, Us
 func TestArgvGolden(t *testing.T) {
 	r := testRunner()
 	var b strings.Builder
+	// Encoded from the agent's structs, as Facts, Upload and Start do.
+	step, err := agent.ParseStep([]string{"--config", web1.Config, "--json", "--no-color", "canary", "start", "--build", "/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("ef", 32), "--version", "v1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
-		name   string
-		remote []string
+		name string
+		prog string
+		cmd  agent.Command
 	}{
-		{"facts", []string{web1.Agent, "fleet-agent", "facts", "--config", web1.Config}},
-		{"upload", []string{web1.Agent, "fleet-agent", "upload", "--fleet-dir", web1.FleetDir, "--sha256", strings.Repeat("ab", 32)}},
-		{"start", []string{"/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("cd", 32), "fleet-agent", "start", "--fleet-dir", web1.FleetDir, "--id", "r1-web1-3-canary", "--",
-			"--config", web1.Config, "--json", "--no-color", "canary", "start", "--build", "/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("ef", 32), "--version", "v1.2.3"}},
+		{"facts", web1.Agent, &agent.Facts{Config: web1.Config}},
+		{"upload", web1.Agent, &agent.Upload{FleetDir: web1.FleetDir, SHA256: strings.Repeat("ab", 32)}},
+		{"start", "/var/lib/mcpctl-fleet/blobs/sha256-" + strings.Repeat("cd", 32), &agent.Start{FleetDir: web1.FleetDir, ID: "r1-web1-3-canary", Step: step}},
 	} {
+		c := struct {
+			name   string
+			remote []string
+		}{c.name, append([]string{c.prog}, c.cmd.Words()...)}
 		argv, err := r.Argv(web1, c.remote...)
 		if err != nil {
 			t.Fatal(err)
@@ -64,11 +74,5 @@ func TestArgvRefusesHostileWords(t *testing.T) {
 	bad.User = "-oProxyCommand=id"
 	if _, err := r.Argv(&bad, "x"); err == nil {
 		t.Error("a user starting with '-' was accepted")
-	}
-}
-
-func TestBlobPath(t *testing.T) {
-	if got := BlobPath("/var/lib/f", "sha256:abc"); got != "/var/lib/f/blobs/sha256-abc" {
-		t.Fatal(got)
 	}
 }
