@@ -239,7 +239,17 @@ func (c *Wait) check() error {
 	return nil
 }
 
-func (c *Gate) check() error { return checkFleetDir(c.FleetDir) }
+func (c *Gate) check() error {
+	if err := checkFleetDir(c.FleetDir); err != nil {
+		return err
+	}
+	if c.Config != "" {
+		if err := fleet.CheckRemotePath(c.Config); err != nil {
+			return usagef("--config %q: %v", c.Config, err)
+		}
+	}
+	return nil
+}
 
 // New is the empty command named name.
 func New(name string) (Command, error) {
