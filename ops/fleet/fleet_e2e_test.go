@@ -47,6 +47,11 @@ type testFleet struct {
 	key        string
 	knownHosts string
 	hosts      []*fleetHost
+	// tmp is the controllers' TMPDIR: their ssh control dirs live there,
+	// so a killed controller's are told apart from another test run's on
+	// the same machine (short: a control socket's path is at most 108
+	// bytes).
+	tmp string
 }
 
 // smallLimits keep the backends' capacity small, so that the canary
@@ -57,6 +62,12 @@ func newTestFleet(t *testing.T, n int) *testFleet {
 	t.Helper()
 	nspawntest.RequireSSH(t)
 	f := &testFleet{t: t, dir: t.TempDir()}
+	tmp, err := os.MkdirTemp("", "fe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	f.tmp = tmp
 	f.ctl = nspawntest.BuildBinary(t, "./cmd/mcpctl", "fleet-e2e")
 	var pub string
 	f.key, pub = nspawntest.SSHKey(t, f.dir, "id_fleet")
@@ -194,6 +205,7 @@ func (f *testFleet) build(version string) string {
 func (f *testFleet) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, f.ctl, append([]string{"--no-color"}, args...)...)
 	cmd.Dir = f.dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+f.tmp)
 	return cmd
 }
 
@@ -387,10 +399,11 @@ type started struct {
 	// dirs are the ssh control dirs before it started: a killed controller
 	// cannot remove its own (its masters end after controlPersist).
 	dirs map[string]bool
+	f    *testFleet
 }
 
-func controlDirs() map[string]bool {
-	m, _ := filepath.Glob(filepath.Join(os.TempDir(), "mcpctl-ssh-*"))
+func (f *testFleet) controlDirs() map[string]bool {
+	m, _ := filepath.Glob(filepath.Join(f.tmp, "mcpctl-ssh-*"))
 	out := map[string]bool{}
 	for _, d := range m {
 		out[d] = true
@@ -400,7 +413,7 @@ func controlDirs() map[string]bool {
 
 func (f *testFleet) start(t testing.TB, ctx context.Context, args ...string) *started {
 	t.Helper()
-	s := &started{cmd: f.command(ctx, args...), exited: make(chan struct{}), dirs: controlDirs()}
+	s := &started{cmd: f.command(ctx, args...), exited: make(chan struct{}), dirs: f.controlDirs(), f: f}
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -415,7 +428,7 @@ func (s *started) kill(t testing.TB) {
 		t.Fatal(err)
 	}
 	<-s.exited
-	for d := range controlDirs() {
+	for d := range s.f.controlDirs() {
 		if !s.dirs[d] {
 			_ = os.RemoveAll(d)
 		}
