@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -153,9 +154,12 @@ func stepFile(fleetDir, id, ext string) string {
 func StepUnit(id string) string { return StepUnitPrefix + id + ".service" }
 
 // StartStep starts a's step as its transient unit, running self's
-// `fleet-agent exec` (over the one D-Bus client; Type=exec: the step runs
-// when it returns). A step with an outcome, or whose unit exists (a
+// `fleet-agent exec`. A step with an outcome, or whose unit exists (a
 // resumed controller), is not started again.
+//
+// It execs systemd-run, as before the agent had its own package; moving
+// it to ops/systemd's StartTransientService waits until the fleet's
+// container test is green again (its SIGKILLed-cutover scenario).
 func StartStep(ctx context.Context, a *Start, self string) error {
 	if _, err := os.Stat(stepFile(a.FleetDir, a.ID, ".json")); err == nil {
 		return nil
@@ -163,27 +167,37 @@ func StartStep(ctx context.Context, a *Start, self string) error {
 	if err := os.MkdirAll(filepath.Join(a.FleetDir, "steps"), 0o755); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	client, err := connect(cctx)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	ex := &Exec{FleetDir: a.FleetDir, ID: a.ID, Step: a.Step}
 	unit := StepUnit(a.ID)
-	err = client.StartTransientService(cctx, systemd.TransientService{
-		Name:        unit,
-		Description: "mcpctl fleet step " + a.ID,
-		Argv:        append([]string{self}, ex.Words()...),
-	})
+	argv := append([]string{"--unit=" + unit, "--collect", "--quiet", "--service-type=exec",
+		"--description=mcpctl fleet step " + a.ID, "--", self}, ex.Words()...)
+	out, err := exec.CommandContext(ctx, "systemd-run", argv...).CombinedOutput()
 	if err != nil {
-		if u, uerr := client.Unit(cctx, unit); uerr == nil && u.LoadState != "not-found" && u.ActiveState != "" && u.ActiveState != "inactive" {
+		// Started before (a resumed controller): the unit exists.
+		if st, serr := unitState(ctx, unit); serr == nil && st != "" && st != "inactive" {
 			return nil
 		}
-		return fmt.Errorf("start step %s: %w", a.ID, err)
+		return fmt.Errorf("start step %s: systemd-run: %w: %s", a.ID, err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+func unitState(ctx context.Context, unit string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := connect(cctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	s, err := c.Unit(cctx, unit)
+	if err != nil {
+		return "", err
+	}
+	if s.LoadState == "not-found" {
+		return "", nil
+	}
+	return s.ActiveState, nil
 }
 
 // RunStep runs inside the step's unit: self with the step's arguments,
