@@ -15,6 +15,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/lockfile"
 )
 
 // withCode marks err with an exit code (deploy's table: scripts branch on
@@ -60,10 +61,14 @@ func newApp(d *deps) *cli.App {
 			&cli.BoolFlag{Name: "no-color", Usage: "plain output without colour (also NO_COLOR=anything)"},
 			&cli.BoolFlag{Name: "wide", Usage: "tables and lines as wide as they need (default: fit 80 columns)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL` on stderr: debug, info, warn or error"},
+			lockWaitFlag(),
 		},
 		Commands:        withOutput(d, commands(d)),
 		HideHelpCommand: true,
 		Before: func(c *cli.Context) error {
+			if w := c.Duration("lock-wait"); w < 0 {
+				return usageError("--lock-wait %s: must be 0 or more", w)
+			}
 			if d.getenv("NO_COLOR") != "" {
 				return c.Set("no-color", "true")
 			}
@@ -94,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if levelErr != nil {
-		return reportError(wantsJSON(args), stderr, deploy.CodeUsage, levelErr.Error(), "`mcpctl --help`")
+		return reportError(wantsJSON(args), stderr, deploy.CodeUsage, levelErr.Error(), "`mcpctl --help`", nil)
 	}
 	return runApp(ctx, newApp(d), args, stderr)
 }
@@ -123,7 +128,9 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	if strings.Contains(msg, "`mcpctl ") {
 		next = "" // the message names what to run
 	}
-	return reportError(wantsJSON(args), stderr, code, msg, next)
+	var locked *lockfile.LockedError
+	errors.As(err, &locked)
+	return reportError(wantsJSON(args), stderr, code, msg, next, locked)
 }
 
 // humanNeeded is what a failed rollback (exit 4) adds to its error.
@@ -139,12 +146,22 @@ type cliError struct {
 		ExitCode    int    `json:"exitCode"`
 		Next        string `json:"next,omitempty"`
 		HumanNeeded string `json:"humanNeeded,omitempty"`
+		// LockHeld: the command gave up waiting for a lock another command
+		// held (--lock-wait); the fleet retries such a step later.
+		LockHeld *lockHeld `json:"lockHeld,omitempty"`
 	} `json:"error"`
+}
+
+// lockHeld names the lock a command gave up on and its holder (null when
+// the holder did not say who it is).
+type lockHeld struct {
+	Path   string           `json:"path"`
+	Holder *lockfile.Holder `json:"holder"`
 }
 
 // reportError writes the failure (text, or a JSON object under --json) and
 // returns its exit code.
-func reportError(asJSON bool, stderr io.Writer, code int, msg, next string) int {
+func reportError(asJSON bool, stderr io.Writer, code int, msg, next string, locked *lockfile.LockedError) int {
 	if asJSON {
 		var e cliError
 		e.Error.Message, e.Error.ExitCode, e.Error.Next = msg, code, strings.Trim(next, "`")
@@ -153,6 +170,9 @@ func reportError(asJSON bool, stderr io.Writer, code int, msg, next string) int 
 		}
 		if code == deploy.CodeRollbackFailed {
 			e.Error.HumanNeeded = humanNeeded
+		}
+		if locked != nil {
+			e.Error.LockHeld = &lockHeld{Path: locked.Path, Holder: locked.Holder}
 		}
 		b, _ := json.Marshal(e)
 		fmt.Fprintf(stderr, "%s\n", b)

@@ -78,11 +78,17 @@ func buildArg(c *cli.Context) (string, error) {
 // deployEnv loads mcpctl.json and connects to systemd for the commands that
 // act on production; strict as for probeClient.
 func deployEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error) {
+	wait := lockWait(c)
 	b, err := connectOps(c, strict, d.logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: d.logger, MCPCtl: b.self, MCPCtlConfig: b.cfgPath}, b.sd.Close, nil
+	env := &deploy.Env{Config: b.cfg, Systemd: b.sd, Verify: b.verify, Logger: d.logger, MCPCtl: b.self, MCPCtlConfig: b.cfgPath,
+		LockWait: wait, LockWaiting: lockWaiting(d, "mcpctl lock", wait)}
+	if wait == 0 {
+		env.LockWait = -1 // the flag's 0: do not wait
+	}
+	return env, b.sd.Close, nil
 }
 
 // loadCtlConfig loads the config named by --config; the path is returned

@@ -39,6 +39,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bad verify target", []string{"verify", "backnd"}, 2, "want backend, tunnels or all"},
 		{"bad log level", []string{"--log-level", "loud", "version"}, 2, `--log-level "loud"`},
 		{"log level after the command", []string{"version", "--log-level", "debug"}, 0, "mcpctl version"},
+		{"negative lock wait", []string{"--lock-wait", "-1s", "snapshot", "create"}, 2, "--lock-wait -1s: must be 0 or more"},
 		{"snapshot help names the socket unit", []string{"snapshot", "--help"}, 0, "its socket unit"},
 		{"unit render help names the baked paths", []string{"unit", "render", "--help"}, 0, "this mcpctl's own path"},
 	}

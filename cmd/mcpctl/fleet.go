@@ -86,7 +86,7 @@ func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
 	}
 	e := &fleetEnv{inv: inv}
 	if lock {
-		l, err := fleet.TakeLock(inv.LockPath(), "mcpctl fleet "+c.Command.Name)
+		l, err := fleet.TakeLock(c.Context, inv.LockPath(), "mcpctl fleet "+c.Command.Name, lockWait(c), lockWaiting(d, "fleet lock", lockWait(c)))
 		if err != nil {
 			return nil, withCode(deploy.CodeFailed, fmt.Errorf("%w; wait for it (`mcpctl fleet status` shows the fleet meanwhile)", err))
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestFleetOneRunAtATime(t *testing.T) {
 	if err := os.WriteFile(build, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := fleet.TakeLock(strings.TrimSuffix(p, ".json")+".lock", "rollout by the test")
+	l, err := fleet.TakeLock(context.Background(), strings.TrimSuffix(p, ".json")+".lock", "rollout by the test", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestFleetOneRunAtATime(t *testing.T) {
 		{"resume"},
 		{"rollback"},
 	} {
-		code, out, errOut := runCLI(t, append([]string{"fleet", args[0], "--inventory", p}, args[1:]...)...)
+		code, out, errOut := runCLI(t, append([]string{"--lock-wait", "0", "fleet", args[0], "--inventory", p}, args[1:]...)...)
 		if code != 1 || !strings.Contains(out+errOut, "another mcpctl fleet run holds the lock") || !strings.Contains(out+errOut, "rollout by the test") {
 			t.Errorf("fleet %s: exit %d, want 1 naming the holder\n%s%s", args[0], code, out, errOut)
 		}

@@ -71,7 +71,7 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := snapLock(cfg, "snapshot create")
+	unlock, err := snapLock(c, d, cfg, "snapshot create")
 	if err != nil {
 		return err
 	}
@@ -104,10 +104,10 @@ func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
 	}
 }
 
-// snapLock takes the mcpctl lock; contention is a failed operation (exit 1)
-// that names who holds it.
-func snapLock(cfg *ctlconfig.Config, owner string) (func() error, error) {
-	unlock, err := state.Dir(cfg.StateDir).Lock(owner)
+// snapLock takes the mcpctl lock; contention past --lock-wait is a failed
+// operation (exit 1) that names who holds it.
+func snapLock(c *cli.Context, d *deps, cfg *ctlconfig.Config, owner string) (func() error, error) {
+	unlock, err := stateLock(c, d, cfg.StateDir, owner)
 	if err != nil {
 		return nil, withCode(deploy.CodeFailed, err)
 	}
@@ -323,7 +323,7 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	}
 	dry := c.Bool("dry-run")
 	if !dry {
-		unlock, err := snapLock(cfg, "snapshot prune")
+		unlock, err := snapLock(c, d, cfg, "snapshot prune")
 		if err != nil {
 			return err
 		}

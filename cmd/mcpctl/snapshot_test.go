@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -182,10 +184,17 @@ func TestSnapshotCreateRefusedWhileLocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut := e.run(t, "snapshot", "create")
-	unlock()
-	if code != deploy.CodeFailed || !strings.Contains(errOut, "cutover --build x") {
+	code, _, errOut := e.run(t, "--lock-wait", "0", "snapshot", "create")
+	if code != deploy.CodeFailed || !strings.Contains(errOut, "cutover --build x") || strings.Contains(errOut, "waiting up to") {
 		t.Fatalf("create under a held lock: exit %d, stderr %q", code, errOut)
+	}
+	// Under --json the error names the lock and its holder: what the fleet
+	// reads to retry a step later instead of failing the host.
+	code, _, errOut = e.run(t, "--lock-wait", "100ms", "--json", "snapshot", "create")
+	unlock()
+	holder, locked := fleet.LockHeld(&fleet.StepResult{State: fleet.StepDone, ExitCode: code, Stderr: errOut})
+	if code != deploy.CodeFailed || !locked || holder != fmt.Sprintf("pid %d (cutover --build x)", os.Getpid()) {
+		t.Fatalf("create --json under a held lock: exit %d, lock held %v by %q; stderr %q", code, locked, holder, errOut)
 	}
 	if list, _ := snapshot.List(e.stateDir); len(list) != 0 {
 		t.Fatalf("a snapshot was created while locked: %+v", list)

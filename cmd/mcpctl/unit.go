@@ -13,7 +13,6 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
-	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -155,7 +154,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	}
 	// One mutating mcpctl at a time: a cutover or install between our
 	// read and our write would have its units overwritten.
-	unlock, err := state.Dir(cfg.StateDir).Lock("unit install")
+	unlock, err := stateLock(c, d, cfg.StateDir, "unit install")
 	if err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +107,9 @@ func TestUnitRender(t *testing.T) {
 	})
 }
 
-// TestUnitInstallTakesTheLock: while another mcpctl holds the state lock,
-// unit install exits 1 naming the holder and writes nothing.
+// TestUnitInstallTakesTheLock: while another mcpctl holds the state lock
+// past --lock-wait, unit install says once whom it waits for, then exits 1
+// naming the holder and writes nothing.
 func TestUnitInstallTakesTheLock(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
@@ -117,9 +119,13 @@ func TestUnitInstallTakesTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unlock()
-	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
-	if code != deploy.CodeFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") {
+	code, out, errs := runCLI(t, "--config", conf, "--lock-wait", "200ms", "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
+	if code != deploy.CodeFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") ||
+		!strings.Contains(errs, "still held after waiting 200ms") {
 		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, deploy.CodeFailed)
+	}
+	if n := strings.Count(errs, "waiting up to 200ms for the mcpctl lock: pid "+strconv.Itoa(os.Getpid())+" (cutover (test holder))"); n != 1 {
+		t.Fatalf("stderr %q says whom it waits for %d times, want once", errs, n)
 	}
 	if out != "" {
 		t.Errorf("stdout %q, want empty", out)

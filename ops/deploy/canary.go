@@ -206,7 +206,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := env.state().Lock("canary start --build " + opts.Build)
+	unlock, err := env.lock(ctx, "canary start --build "+opts.Build, 0)
 	if err != nil {
 		return rep, err
 	}
@@ -444,7 +444,7 @@ func Stop(ctx context.Context, env *Env) (*StopReport, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := env.state().Lock("canary stop")
+	unlock, err := env.lock(ctx, "canary stop", 0)
 	if err != nil {
 		return rep, err
 	}

@@ -105,7 +105,7 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	if err := c.usage(); err != nil {
 		return c.rep, err
 	}
-	release, err := c.dir.Lock("cutover --build " + opts.Build)
+	release, err := env.lock(ctx, "cutover --build "+opts.Build, 0)
 	if err != nil {
 		return c.rep, &Error{Code: CodeFailed, Err: fmt.Errorf("cutover: %w", err)}
 	}

@@ -70,6 +70,25 @@ type Env struct {
 	SampleEvery time.Duration
 	// Now is time.Now when nil.
 	Now func() time.Time
+	// LockWait is how long a command waits for the mcpctl lock while
+	// another holds it (state.DefaultLockWait when zero; negative: not at
+	// all). LockWaiting, when set, is told the holder once as the wait
+	// starts.
+	LockWait    time.Duration
+	LockWaiting func(*state.Holder)
+}
+
+// lock takes the mcpctl lock for owner, waiting for a short holder (a
+// watchdog round, a snapshot) up to Env.LockWait, at least atLeast.
+func (e *Env) lock(ctx context.Context, owner string, atLeast time.Duration) (release func() error, err error) {
+	wait := e.LockWait
+	switch {
+	case wait == 0:
+		wait = state.DefaultLockWait
+	case wait < 0:
+		wait = 0
+	}
+	return e.state().LockWait(ctx, owner, max(wait, atLeast), e.LockWaiting)
 }
 
 // DefaultSampleEvery is Env.SampleEvery when zero.

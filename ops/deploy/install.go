@@ -123,7 +123,7 @@ func Install(ctx context.Context, env *Env, opts InstallOptions) (*InstallReport
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return rep, fmt.Errorf("stateDir %s: %w", cfg.StateDir, err)
 	}
-	unlock, err := env.state().Lock("install --build " + opts.Build)
+	unlock, err := env.lock(ctx, "install --build "+opts.Build, 0)
 	if err != nil {
 		return rep, err
 	}

@@ -21,8 +21,9 @@ type RollbackOptions struct {
 	// restore must not start the backend (it would wait on this very run).
 	// Only then is the start skipped; anyone else gets a restart and a check.
 	Boot bool
-	// LockWait is how long to wait for the lock (the timer may fire while a
-	// cutover still runs; that cutover finishes or rolls back itself first).
+	// LockWait is the least time to wait for the lock, beyond Env.LockWait
+	// (the timer may fire while a cutover still runs; that cutover finishes
+	// or rolls back itself first).
 	LockWait time.Duration
 }
 
@@ -43,7 +44,7 @@ type RollbackReport struct {
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
 func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
 	dir := env.Config.StateDir
-	release, err := env.state().LockWait(ctx, "rollback", opts.LockWait)
+	release, err := env.lock(ctx, "rollback", opts.LockWait)
 	if err != nil {
 		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("rollback: %w", err)}
 	}
@@ -206,7 +207,7 @@ func disarm(ctx context.Context, env *Env) error {
 
 // Disarm is mcpctl rollback disarm: stop the armed timer and clear the marker.
 func Disarm(ctx context.Context, env *Env) error {
-	release, err := env.state().Lock("rollback disarm")
+	release, err := env.lock(ctx, "rollback disarm", 0)
 	if err != nil {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}

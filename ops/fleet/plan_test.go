@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -186,15 +187,15 @@ func TestRunLogTornLine(t *testing.T) {
 
 func TestLockIsExclusive(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "f.lock")
-	l, err := TakeLock(p, "rollout")
+	l, err := TakeLock(context.Background(), p, "rollout", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := TakeLock(p, "resume"); !errors.Is(err, ErrFleetLocked) || !strings.Contains(err.Error(), "rollout") {
+	if _, err := TakeLock(context.Background(), p, "resume", 0, nil); !errors.Is(err, ErrFleetLocked) || !strings.Contains(err.Error(), "rollout") {
 		t.Fatalf("second lock: %v, want ErrFleetLocked naming the holder", err)
 	}
 	l.Release()
-	l2, err := TakeLock(p, "resume")
+	l2, err := TakeLock(context.Background(), p, "resume", 0, nil)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}

@@ -1,16 +1,15 @@
 package fleet
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/ops/lockfile"
 )
 
 // Event types of the run log (and of `--json` output).
@@ -192,37 +191,33 @@ func LastRun(events []Event) *RunState {
 	return rs
 }
 
-// Lock is the one fleet run at a time: flock(2) on a file beside the run
-// log, so it vanishes with the process holding it (a SIGKILLed controller
-// leaves no stale lock).
-type Lock struct{ f *os.File }
+// Lock is the one fleet run at a time: mcpctl's one lock (ops/lockfile)
+// on a file beside the run log, so it vanishes with the process holding it
+// (a SIGKILLed controller leaves no stale lock).
+type Lock struct{ l *lockfile.Lock }
 
 // ErrFleetLocked: another fleet command holds the lock.
 var ErrFleetLocked = errors.New("another mcpctl fleet run holds the lock")
 
-// TakeLock takes the lock at path without waiting.
-func TakeLock(path, owner string) (*Lock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
+// TakeLock takes the lock at path, waiting up to wait while another fleet
+// command holds it; waiting (when set) is told the holder once.
+func TakeLock(ctx context.Context, path, owner string, wait time.Duration, waiting func(*lockfile.Holder)) (*Lock, error) {
+	l, err := lockfile.Take(ctx, path, owner, lockfile.Options{Wait: wait, Waiting: waiting})
+	var le *lockfile.LockedError
+	switch {
+	case errors.As(err, &le) && le.Holder != nil:
+		return nil, fmt.Errorf("%w (%s: %s)", ErrFleetLocked, path, le.Holder)
+	case errors.As(err, &le):
+		return nil, fmt.Errorf("%w (%s)", ErrFleetLocked, path)
+	case err != nil:
 		return nil, fmt.Errorf("fleet lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (%s: %s)", ErrFleetLocked, path, strings.TrimSpace(string(holder)))
-		}
-		return nil, fmt.Errorf("fleet lock: %w", err)
-	}
-	_ = f.Truncate(0)
-	_, _ = fmt.Fprintf(f, "pid %d: %s since %s\n", os.Getpid(), owner, time.Now().UTC().Format(time.RFC3339))
-	return &Lock{f: f}, nil
+	return &Lock{l: l}, nil
 }
 
 // Release drops the lock; safe to call twice.
 func (l *Lock) Release() {
-	if l != nil && l.f != nil {
-		_ = l.f.Close()
-		l.f = nil
+	if l != nil {
+		_ = l.l.Release()
 	}
 }

@@ -2,150 +2,72 @@ package state
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/overdeck/mcp-backend/ops/lockfile"
 )
 
 // ErrLocked: another mcpctl command holds the lock.
-var ErrLocked = errors.New("another mcpctl command is running")
+var ErrLocked = lockfile.ErrLocked
 
 // Holder is what the lock file says about who holds it.
-type Holder struct {
-	PID   int       `json:"pid"`
-	Owner string    `json:"owner"` // the command, e.g. "cutover --build ..."
-	Since time.Time `json:"since"`
-}
+type Holder = lockfile.Holder
 
 // LockedError is ErrLocked with the holder, when the lock file names one.
-type LockedError struct {
-	Path   string
-	Holder *Holder // nil when the file could not be read or parsed
-}
+type LockedError = lockfile.LockedError
 
-func (e *LockedError) Error() string {
-	if e.Holder == nil {
-		return fmt.Sprintf("%v (lock %s held by a process that did not say who it is)", ErrLocked, e.Path)
-	}
-	return fmt.Sprintf("%v: pid %d (%s) since %s holds %s; wait for it to finish",
-		ErrLocked, e.Holder.PID, e.Holder.Owner, e.Holder.Since.Format(time.RFC3339), e.Path)
-}
+// DefaultLockWait is how long a mutating command waits for the lock by
+// default: far longer than a watchdog round holds it, far shorter than a
+// cutover.
+const DefaultLockWait = 30 * time.Second
 
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
-
-// Lock takes the mcpctl lock, <stateDir>/lock, without waiting: flock(2) on
-// an open file, so it belongs to this process and vanishes with it (a
-// SIGKILLed mcpctl leaves no stale lock behind). The descriptor is
-// close-on-exec, so children never inherit it. On contention the error is a
-// *LockedError (errors.Is ErrLocked) naming the holder. release is safe to
-// call more than once.
+// Lock takes the mcpctl lock, <stateDir>/lock, without waiting: see
+// LockWait. release is safe to call more than once.
 func (d Dir) Lock(owner string) (release func() error, err error) {
-	stateDir := string(d)
-	if err := ensureDir(stateDir); err != nil {
+	return d.LockWait(context.Background(), owner, 0, nil)
+}
+
+// LockWait takes the mcpctl lock for a mutating command, waiting up to wait
+// while another command holds it; waiting, when set, is told the holder once
+// when the wait starts. From its first try until release the command's
+// intent is visible to Wanted, so the watchdog steps aside. The lock is
+// flock(2) on an open file: it belongs to this process and vanishes with it
+// (a SIGKILLed mcpctl leaves no stale lock behind). On contention past the
+// wait the error is a *LockedError (errors.Is ErrLocked) naming the holder.
+func (d Dir) LockWait(ctx context.Context, owner string, wait time.Duration, waiting func(*Holder)) (release func() error, err error) {
+	if err := ensureDir(string(d)); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(stateDir, LockFile)
-	// No O_TRUNC: the holder's record must survive a contender opening it.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	l, err := lockfile.Take(ctx, d.lockPath(), owner, lockfile.Options{
+		Wait: wait, Waiting: waiting, Intent: filepath.Join(string(d), LockIntentFile),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, err
 	}
-	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &LockedError{Path: path, Holder: readHolder(path)}
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	h := Holder{PID: os.Getpid(), Owner: owner, Since: time.Now().UTC()}
-	b, _ := json.Marshal(h)
-	if err := writeHolder(f, append(b, '\n')); err != nil {
-		flock(f, syscall.LOCK_UN)
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	var once sync.Once
-	var rerr error
-	return func() error {
-		once.Do(func() {
-			// Clear the record before unlocking so nobody reads a stale holder.
-			f.Truncate(0)
-			if err := flock(f, syscall.LOCK_UN); err != nil {
-				rerr = fmt.Errorf("unlock %s: %w", path, err)
-			}
-			if err := f.Close(); err != nil && rerr == nil {
-				rerr = fmt.Errorf("unlock %s: %w", path, err)
-			}
-		})
-		return rerr
-	}, nil
+	return l.Release, nil
 }
+
+// TryLock takes the lock once for a background holder (the watchdog): it
+// never waits and announces no intent. The caller compares the lock's Seq
+// with a LockSeq read earlier to learn whether anyone held it in between.
+func (d Dir) TryLock(owner string) (*lockfile.Lock, error) {
+	if err := ensureDir(string(d)); err != nil {
+		return nil, err
+	}
+	return lockfile.Take(context.Background(), d.lockPath(), owner, lockfile.Options{})
+}
+
+// Wanted reports whether a mutating command waits for the lock or holds it.
+func (d Dir) Wanted() bool { return lockfile.Wanted(filepath.Join(string(d), LockIntentFile)) }
+
+// LockSeq is how many times the lock has been taken (see Holder.Seq).
+func (d Dir) LockSeq() uint64 { return lockfile.ReadSeq(d.lockPath()) }
 
 // ReadHolder reports who holds the lock, for display (e.g. mcpctl status),
 // or nil when nobody does. It does not probe the lock itself, since a probe
-// would make a concurrent Lock fail; it trusts the record, which a clean
+// could make a concurrent Lock fail; it trusts the record, which a clean
 // release clears, and drops a record whose process is gone (SIGKILLed).
-func (d Dir) ReadHolder() *Holder {
-	stateDir := string(d)
-	h := readHolder(filepath.Join(stateDir, LockFile))
-	if h == nil {
-		return nil
-	}
-	if err := syscall.Kill(h.PID, 0); errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return h
-}
+func (d Dir) ReadHolder() *Holder { return lockfile.ReadHolder(d.lockPath()) }
 
-func writeHolder(f *os.File, b []byte) error {
-	if err := f.Truncate(0); err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(b, 0); err != nil {
-		return err
-	}
-	return f.Sync()
-}
-
-func readHolder(path string) *Holder {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	var h Holder
-	if json.Unmarshal(b, &h) != nil || h.PID == 0 {
-		return nil
-	}
-	return &h
-}
-
-func flock(f *os.File, how int) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
-}
-
-// LockWait takes the lock like Lock, retrying up to wait while another
-// command holds it.
-func (d Dir) LockWait(ctx context.Context, owner string, wait time.Duration) (release func() error, err error) {
-	deadline := time.Now().Add(wait)
-	for {
-		release, err := d.Lock(owner)
-		if err == nil || !errors.Is(err, ErrLocked) || time.Now().After(deadline) {
-			return release, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
+func (d Dir) lockPath() string { return filepath.Join(string(d), LockFile) }

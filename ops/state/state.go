@@ -17,11 +17,14 @@ import (
 
 // File names inside the state directory.
 const (
-	LockFile     = "lock"
-	PendingFile  = "pending-cutover.json"
-	VerdictsFile = "verdicts.jsonl"
-	AuditFile    = "audit.jsonl"
-	WatchdogFile = "watchdog.json"
+	LockFile = "lock"
+	// LockIntentFile is held shared by every mutating command that waits
+	// for the lock or holds it (see Dir.Wanted).
+	LockIntentFile = "lock.intent"
+	PendingFile    = "pending-cutover.json"
+	VerdictsFile   = "verdicts.jsonl"
+	AuditFile      = "audit.jsonl"
+	WatchdogFile   = "watchdog.json"
 )
 
 // Dir is mcpctl's state directory: every record in it is read and written
