@@ -63,28 +63,29 @@ type Report struct {
 	Restarted []string          `json:"restarted,omitempty"`
 }
 
-// Run does one watchdog round (what mcp-watchdog.timer runs).
+// Skip reasons of a round.
+const (
+	SkipWanted       = "another mcpctl command waits for the lock or holds it"
+	SkipRanMeanwhile = "another mcpctl command took the lock during the probes"
+)
+
+// Run does one watchdog round (what mcp-watchdog.timer runs). It probes
+// without the mcpctl lock, so a slow probe never holds up a deploy, and
+// takes the lock only to act on the results, never waiting for it. It
+// steps aside whenever a mutating command (cutover, rollback, ...) waits
+// for the lock or holds it: such a command restarts things on purpose, and
+// probes taken while one ran say nothing about the tunnels.
 func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, log *slog.Logger, threshold int) (*Report, error) {
 	if threshold <= 0 {
 		threshold = DefaultThreshold
 	}
 	rep := &Report{Tunnels: map[string]string{}}
-	// A mutating command (cutover, rollback) restarts things on purpose:
-	// stay out of its way, and keep our state file single-writer.
-	release, err := state.Dir(cfg.StateDir).Lock("watchdog")
-	if errors.Is(err, state.ErrLocked) {
-		rep.Skipped = "another mcpctl command is running"
+	dir := state.Dir(cfg.StateDir)
+	if dir.Wanted() || dir.ReadHolder() != nil {
+		rep.Skipped = SkipWanted
 		return rep, nil
 	}
-	if err != nil {
-		return rep, fmt.Errorf("watchdog: %w", err)
-	}
-	defer release()
-	w, err := state.Dir(cfg.StateDir).LoadWatchdog()
-	if err != nil {
-		log.Warn("watchdog state unreadable, starting over", "err", err)
-		w = &state.Watchdog{}
-	}
+	seq := dir.LockSeq()
 	backendErr := probe(ctx, "http://"+cfg.Backend.Listen)
 	rep.BackendOK = backendErr == nil
 	errs := map[string]error{}
@@ -96,6 +97,36 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		if errs[t.Name] != nil {
 			rep.Tunnels[t.Name] = errs[t.Name].Error()
 		}
+	}
+	// Our state file stays single-writer under the lock; a command that
+	// wants it meanwhile goes first.
+	if dir.Wanted() {
+		rep.Skipped = SkipWanted
+		return rep, nil
+	}
+	lock, err := dir.TryLock("watchdog")
+	if errors.Is(err, state.ErrLocked) {
+		rep.Skipped = SkipWanted
+		return rep, nil
+	}
+	if err != nil {
+		return rep, fmt.Errorf("watchdog: %w", err)
+	}
+	defer lock.Release()
+	// Re-checked under the lock: anyone who held it since seq was read ran
+	// during the probes; a command that began waiting just now goes first.
+	if lock.Seq() != seq+1 {
+		rep.Skipped = SkipRanMeanwhile
+		return rep, nil
+	}
+	if dir.Wanted() {
+		rep.Skipped = SkipWanted
+		return rep, nil
+	}
+	w, err := dir.LoadWatchdog()
+	if err != nil {
+		log.Warn("watchdog state unreadable, starting over", "err", err)
+		w = &state.Watchdog{}
 	}
 	now := time.Now()
 	var errsOut []error
@@ -110,10 +141,10 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		} else {
 			rep.Restarted = append(rep.Restarted, name)
 		}
-		_ = state.Dir(cfg.StateDir).Audit(state.Event{Action: state.ActionWatchdog, Outcome: outcome, Reason: w.Tunnel(name).LastError,
+		_ = dir.Audit(state.Event{Action: state.ActionWatchdog, Outcome: outcome, Reason: w.Tunnel(name).LastError,
 			Details: map[string]string{"tunnel": name, "unit": units[name]}})
 	}
-	if err := state.Dir(cfg.StateDir).SaveWatchdog(w); err != nil {
+	if err := dir.SaveWatchdog(w); err != nil {
 		errsOut = append(errsOut, err)
 	}
 	return rep, errors.Join(errsOut...)
