@@ -86,6 +86,88 @@ type Runner struct {
 	// UnreachableAfter is how long a host may stay unreachable during a
 	// step before it counts as failed; 3 x ssh.connectTimeout when zero.
 	UnreachableAfter time.Duration
+	// LockBackoff is the first pause before a step the host refused
+	// because its mcpctl lock stayed held (or a host whose facts say it is
+	// held) is tried again, doubling each time; DefaultLockBackoff when
+	// zero. LockRetries bounds the retries; DefaultLockRetries when zero.
+	LockBackoff time.Duration
+	LockRetries int
+}
+
+// Defaults of Runner.LockBackoff and Runner.LockRetries: a host's own
+// mcpctl already waits for a short holder (--lock-wait); these outlast a
+// longer one (a snapshot, an operator's canary stop) without halting the
+// rollout.
+const (
+	DefaultLockBackoff = 5 * time.Second
+	DefaultLockRetries = 4
+)
+
+// lockRetry returns the pause before retry number n (0-based) of a step
+// refused for a held lock, and false when no retry is left.
+func (r *Runner) lockRetry(n int) (time.Duration, bool) {
+	retries, backoff := r.LockRetries, r.LockBackoff
+	if retries <= 0 {
+		retries = DefaultLockRetries
+	}
+	if backoff <= 0 {
+		backoff = DefaultLockBackoff
+	}
+	if n >= retries {
+		return 0, false
+	}
+	return backoff << n, true
+}
+
+func (r *Runner) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Logger
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// LockHeld reports whether a finished step failed only because the host's
+// mcpctl lock stayed held past its --lock-wait: mcpctl --json then ends
+// stderr with {"error":{...,"lockHeld":{...}}} and exits 1, nothing
+// changed. The holder is returned for the log.
+func LockHeld(res *StepResult) (holder string, ok bool) {
+	if res == nil || res.State != StepDone || res.ExitCode != 1 {
+		return "", false
+	}
+	s := strings.TrimSpace(res.Stderr)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	var e struct {
+		Error struct {
+			LockHeld *struct {
+				Path   string `json:"path"`
+				Holder *struct {
+					PID   int    `json:"pid"`
+					Owner string `json:"owner"`
+				} `json:"holder"`
+			} `json:"lockHeld"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(s), &e) != nil || e.Error.LockHeld == nil {
+		return "", false
+	}
+	if h := e.Error.LockHeld.Holder; h != nil {
+		return fmt.Sprintf("pid %d (%s)", h.PID, h.Owner), true
+	}
+	return e.Error.LockHeld.Path, true
 }
 
 // Result is how a run ended.
@@ -116,13 +198,24 @@ func NewRunID(now time.Time) string {
 	return "r" + now.UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
 }
 
-// Observe reads every host's facts in parallel (up to parallelism).
+// Observe reads every host's facts in parallel (up to parallelism). A host
+// whose mcpctl lock is held (a watchdog round, a snapshot) is read again
+// after a backoff: a short holder is not a problem of the plan.
 func (r *Runner) Observe(ctx context.Context) map[string]Observed {
 	out := map[string]Observed{}
 	var mu sync.Mutex
 	r.each(ctx, hostNames(r.Inv), func(name string) {
 		h, _ := r.Inv.Host(name)
 		f, err := r.Remote.Facts(ctx, h)
+		// Two retries at most: a host a cutover holds is a problem to report.
+		for n := 0; n < 2 && err == nil && f != nil && f.Locked != ""; n++ {
+			pause, ok := r.lockRetry(n)
+			if !ok || sleep(ctx, pause) != nil {
+				break
+			}
+			r.logger().Info("host lock held, reading its facts again", "host", name, "holder", f.Locked, "after", pause)
+			f, err = r.Remote.Facts(ctx, h)
+		}
 		mu.Lock()
 		out[name] = Observed{Facts: f, Err: err}
 		mu.Unlock()
@@ -462,10 +555,31 @@ func (hc *hostCtx) nextID(step string) string {
 	return fmt.Sprintf("%s-%s-%d-%s", hc.rs.Start.Run, hc.h.Name, hc.rec.Steps, step)
 }
 
-// step starts one detached step on the host and waits for its outcome.
+// step runs one detached step on the host (see stepOnce); a step the host
+// refused only because its mcpctl lock stayed held is run again after a
+// backoff, as a new step, rather than failing the host.
+func (hc *hostCtx) step(ctx context.Context, agent, name string, args []string) (*StepResult, error) {
+	for n := 0; ; n++ {
+		res, err := hc.stepOnce(ctx, agent, name, args)
+		holder, locked := LockHeld(res)
+		if err != nil || !locked {
+			return res, err
+		}
+		pause, ok := hc.r.lockRetry(n)
+		if !ok {
+			return res, nil
+		}
+		hc.r.logger().Info("host lock held, retrying the step", "host", hc.h.Name, "step", name, "holder", holder, "after", pause)
+		if err := sleep(ctx, pause); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// stepOnce starts one detached step on the host and waits for its outcome.
 // The step-start event is durable before the step starts, so a controller
 // killed at any point leaves a log that names it.
-func (hc *hostCtx) step(ctx context.Context, agent, name string, args []string) (*StepResult, error) {
+func (hc *hostCtx) stepOnce(ctx context.Context, agent, name string, args []string) (*StepResult, error) {
 	id := hc.nextID(name)
 	if err := hc.r.emit(Event{Run: hc.rs.Start.Run, Type: EvStepStart, Wave: hc.wave, Host: hc.h.Name, Step: name, StepID: id, Detail: agent + " " + strings.Join(args, " ")}); err != nil {
 		return nil, err

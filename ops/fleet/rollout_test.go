@@ -27,11 +27,19 @@ type scripted struct {
 	// uploads per host.
 	uploads map[string]int
 	build   string
+	// lockedCutovers: how many more times a host refuses its cutover
+	// because its mcpctl lock stays held (exit 1, mcpctl's lockHeld error).
+	lockedCutovers map[string]int
+	// refuseCutover: hosts whose cutover is refused for another reason.
+	refuseCutover map[string]bool
+	// lockedFacts: how many more reads of a host's facts say its lock is held.
+	lockedFacts map[string]int
 }
 
 func newScripted(build string, hosts ...string) *scripted {
 	s := &scripted{runs: map[string]string{}, failCutover: map[string]bool{}, started: map[string][]string{},
-		results: map[string]*StepResult{}, uploads: map[string]int{}, build: build}
+		results: map[string]*StepResult{}, uploads: map[string]int{}, build: build,
+		lockedCutovers: map[string]int{}, refuseCutover: map[string]bool{}, lockedFacts: map[string]int{}}
 	for _, h := range hosts {
 		s.runs[h] = "sha256:old"
 	}
@@ -41,7 +49,12 @@ func newScripted(build string, hosts ...string) *scripted {
 func (s *scripted) Facts(_ context.Context, h *Host) (*Facts, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &Facts{MachineID: "m-" + h.Name, Version: "v", Digest: s.runs[h.Name], Healthy: true, DiskFree: 1 << 40}, nil
+	f := &Facts{MachineID: "m-" + h.Name, Version: "v", Digest: s.runs[h.Name], Healthy: true, DiskFree: 1 << 40}
+	if s.lockedFacts[h.Name] > 0 {
+		s.lockedFacts[h.Name]--
+		f.Locked = "pid 7 (watchdog) since 2026-01-02T03:04:05Z"
+	}
+	return f, nil
 }
 
 func (s *scripted) Upload(_ context.Context, h *Host, _, digest string) (string, error) {
@@ -58,6 +71,14 @@ func (s *scripted) Start(_ context.Context, h *Host, _, id string, args []string
 	s.started[h.Name] = append(s.started[h.Name], id)
 	res := &StepResult{ID: id, State: StepDone, Started: time.Now(), Ended: time.Now()}
 	switch {
+	case strings.Contains(cmd, " cutover ") && s.lockedCutovers[h.Name] > 0:
+		s.lockedCutovers[h.Name]--
+		res.ExitCode = 1
+		res.Stderr = "waiting up to 30s for the mcpctl lock: pid 7 (snapshot create) since 2026-01-02T03:04:05Z holds it\n" +
+			`{"error":{"message":"cutover: another mcpctl command is running","exitCode":1,"lockHeld":{"path":"/var/lib/mcpctl/lock","holder":{"pid":7,"owner":"snapshot create","since":"2026-01-02T03:04:05Z"}}}}` + "\n"
+	case strings.Contains(cmd, " cutover ") && s.refuseCutover[h.Name]:
+		res.ExitCode = 1
+		res.Stderr = `{"error":{"message":"cutover: refused: preflight","exitCode":1}}` + "\n"
 	case strings.Contains(cmd, " cutover "):
 		if s.failCutover[h.Name] {
 			res.ExitCode = 3
@@ -201,5 +222,90 @@ func TestResumeAfterAKill(t *testing.T) {
 	}
 	if rem.uploads["h2"] == 0 || rem.runs["h2"] != "sha256:new" {
 		t.Fatalf("h2: %d uploads, runs %s", rem.uploads["h2"], rem.runs["h2"])
+	}
+}
+
+// TestRunnerRetriesAStepRefusedForAHeldLock: a host that refuses its
+// cutover only because its mcpctl lock stayed held is tried again after a
+// backoff, as a new step, not counted as failed; past the retries, or
+// refused for another reason, it fails as before.
+func TestRunnerRetriesAStepRefusedForAHeldLock(t *testing.T) {
+	cases := []struct {
+		name     string
+		locked   int
+		refuse   bool
+		retries  int
+		code     int
+		outcome  Outcome
+		cutovers int
+	}{
+		{name: "held twice, retried", locked: 2, retries: 3, code: 0, outcome: Verified, cutovers: 3},
+		{name: "held past the retries", locked: 3, retries: 2, code: CodeMixed, outcome: Refused, cutovers: 3},
+		{name: "refused for another reason", refuse: true, retries: 3, code: CodeMixed, outcome: Refused, cutovers: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rem := newScripted("sha256:new", "h1", "h2", "h3")
+			rem.lockedCutovers["h2"], rem.refuseCutover["h2"] = tc.locked, tc.refuse
+			r, _ := scriptedRunner(t, rem, Halt, 1)
+			r.LockBackoff, r.LockRetries = time.Millisecond, tc.retries
+			res := r.Run(context.Background(), r.plan(t, "sha256:new"))
+			if res.Code != tc.code || res.Hosts["h2"] != tc.outcome {
+				t.Fatalf("code %d hosts %v (%s), want %d with h2 %s", res.Code, res.Hosts, res.Message, tc.code, tc.outcome)
+			}
+			n := 0
+			for _, id := range rem.started["h2"] {
+				if strings.HasSuffix(id, "-cutover") {
+					n++
+				}
+			}
+			if n != tc.cutovers {
+				t.Fatalf("h2: %d cutover steps, want %d (%v)", n, tc.cutovers, rem.started["h2"])
+			}
+		})
+	}
+}
+
+func TestLockHeld(t *testing.T) {
+	cases := []struct {
+		name   string
+		res    *StepResult
+		holder string
+		ok     bool
+	}{
+		{"holder named", &StepResult{State: StepDone, ExitCode: 1, Stderr: "log line\n" + `{"error":{"message":"m","exitCode":1,"lockHeld":{"path":"/s/lock","holder":{"pid":9,"owner":"watchdog"}}}}` + "\n"}, "pid 9 (watchdog)", true},
+		{"holder unknown", &StepResult{State: StepDone, ExitCode: 1, Stderr: `{"error":{"exitCode":1,"lockHeld":{"path":"/s/lock","holder":null}}}`}, "/s/lock", true},
+		{"other failure", &StepResult{State: StepDone, ExitCode: 1, Stderr: `{"error":{"message":"refused","exitCode":1}}`}, "", false},
+		{"not the last line", &StepResult{State: StepDone, ExitCode: 1, Stderr: `{"error":{"lockHeld":{"path":"p"}}}` + "\nmcpctl: other\n"}, "", false},
+		{"rolled back", &StepResult{State: StepDone, ExitCode: 3, Stderr: `{"error":{"exitCode":3,"lockHeld":{"path":"p"}}}`}, "", false},
+		{"running", &StepResult{State: StepRunning}, "", false},
+		{"nil", nil, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			holder, ok := LockHeld(tc.res)
+			if holder != tc.holder || ok != tc.ok {
+				t.Fatalf("LockHeld = %q, %v; want %q, %v", holder, ok, tc.holder, tc.ok)
+			}
+		})
+	}
+}
+
+// TestObserveRereadsALockedHost: a host whose lock a short holder has at
+// the moment its facts are read is read again; one held throughout is a
+// problem of the plan.
+func TestObserveRereadsALockedHost(t *testing.T) {
+	for _, tc := range []struct {
+		locked  int
+		problem bool
+	}{{1, false}, {2, false}, {3, true}} {
+		rem := newScripted("sha256:new", "h1", "h2", "h3")
+		rem.lockedFacts["h2"] = tc.locked
+		r, _ := scriptedRunner(t, rem, Halt, 4)
+		r.LockBackoff = time.Millisecond
+		p := PlanRollout(r.Inv, r.Observe(context.Background()), "sha256:new", "v2", 1)
+		if got := len(p.Problems) > 0; got != tc.problem {
+			t.Fatalf("locked for %d reads: problems %v, want a problem: %v", tc.locked, p.Problems, tc.problem)
+		}
 	}
 }
