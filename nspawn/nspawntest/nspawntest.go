@@ -30,10 +30,15 @@ type Machine struct {
 	*nspawn.Machine
 }
 
-// requireEnv skips (or, under CI=true, fails) when this machine cannot run
-// a container.
-func requireEnv(t testing.TB) {
+// Require skips a container test under -short (the fast tier, `./task
+// test:fast`), and otherwise skips (or, under CI=true, fails) when this
+// machine cannot run a container. Boot, RequireSSH and BuildBinary call it;
+// a test with costly set-up before those calls it first.
+func Require(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("container test: skipped under -short")
+	}
 	if reason := nspawn.Unavailable(); reason != "" {
 		SkipOrFail(t, "%s", reason)
 	}
@@ -55,7 +60,7 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 // teardown with t.Cleanup.
 func Boot(t testing.TB, opts Options) *Machine {
 	t.Helper()
-	requireEnv(t)
+	Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nm, err := nspawn.Boot(ctx, opts)
@@ -96,6 +101,7 @@ var (
 // removed by the next build.
 func BuildBinary(t testing.TB, pkg, version string) string {
 	t.Helper()
+	Require(t) // only container tests build binaries to run inside
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	key := pkg + "@" + version

@@ -16,7 +16,7 @@ import (
 // binds are shared both ways and survive a reboot, and that teardown leaves
 // no cgroup behind.
 func TestBootTwoAtOnceAndReboot(t *testing.T) {
-	requireEnv(t)
+	Require(t)
 	var (
 		mu      sync.Mutex
 		cgroups []string

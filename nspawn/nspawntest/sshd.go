@@ -18,6 +18,7 @@ type SSHD struct {
 // server programs.
 func RequireSSH(t testing.TB) {
 	t.Helper()
+	Require(t)
 	if reason := nspawn.SSHUnavailable(); reason != "" {
 		SkipOrFail(t, "%s", reason)
 	}
