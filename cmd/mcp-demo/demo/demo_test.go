@@ -13,10 +13,11 @@ import (
 	"github.com/overdeck/mcp-backend/stress"
 )
 
-// requireDemo skips where the machine cannot run the demo (or fails under
-// CI=true, the harness's rule).
+// requireDemo skips under -short (it boots containers) and where the
+// machine cannot run the demo (or fails under CI=true, the harness's rule).
 func requireDemo(t *testing.T) {
 	t.Helper()
+	nspawntest.Require(t)
 	if reason := Unavailable(); reason != "" {
 		nspawntest.SkipOrFail(t, "%s", reason)
 	}
