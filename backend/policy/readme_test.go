@@ -11,10 +11,10 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
-// TestREADMEStarterPolicy: the README's starter policy is valid and
+// TestREADMEStarterPolicy: the starter policy of docs/policy.md is valid and
 // decides as the README says.
 func TestREADMEStarterPolicy(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "policy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestREADMEStarterPolicy(t *testing.T) {
 	_, rest, ok2 := strings.Cut(rest, "```json\n")
 	block, _, ok3 := strings.Cut(rest, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README has no starter policy block")
+		t.Fatal("docs/policy.md has no starter policy block")
 	}
 	var doc struct {
 		Policy Config `json:"policy"`

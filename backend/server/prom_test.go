@@ -221,14 +221,14 @@ func TestPromSnake(t *testing.T) {
 // limits.maxShell; "`flows.*`" everything under flows).
 func readmeMetricsFields(t testing.TB) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "<!-- metrics-fields -->")
 	table, _, ok2 := strings.Cut(rest, "<!-- /metrics-fields -->")
 	if !ok || !ok2 {
-		t.Fatal("README has no <!-- metrics-fields --> table")
+		t.Fatal("docs/metrics.md has no <!-- metrics-fields --> table")
 	}
 	out := map[string]bool{}
 	for _, line := range strings.Split(table, "\n") {
