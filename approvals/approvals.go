@@ -10,8 +10,6 @@
 package approvals
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/randid"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -69,21 +68,11 @@ func Open(dir string, now func() time.Time) (*Store, error) {
 func (s *Store) Dir() string { return s.dir }
 
 // NewID returns a fresh approval id ("a" and 16 hex digits).
-func NewID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "a" + hex.EncodeToString(b[:])
-}
+func NewID() string { return randid.New('a') }
 
 // ValidID reports whether id is one NewID makes (so it names a file in
 // the store and nothing else).
-func ValidID(id string) bool {
-	if len(id) != 17 || id[0] != 'a' {
-		return false
-	}
-	_, err := hex.DecodeString(id[1:])
-	return err == nil
-}
+func ValidID(id string) bool { return randid.Valid('a', id) }
 
 func (s *Store) path(id, ext string) string { return filepath.Join(s.dir, id+ext) }
 

@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/randid"
 )
 
 // FormatVersion is the version of the on-disk layout: <dir>/v1/<id>/ holds
@@ -67,21 +66,11 @@ type Exit struct {
 }
 
 // newID is a job id: 16 random hex digits after "j".
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "j" + hex.EncodeToString(b[:])
-}
+func newID() string { return randid.New('j') }
 
 // validID says whether id has newID's shape: ids come from clients and
 // become paths.
-func validID(id string) bool {
-	if len(id) != 17 || id[0] != 'j' {
-		return false
-	}
-	_, err := hex.DecodeString(id[1:])
-	return err == nil && strings.ToLower(id) == id
-}
+func validID(id string) bool { return randid.Valid('j', id) }
 
 // root is the versioned directory of a state dir.
 func root(dir string) string { return filepath.Join(dir, fmt.Sprintf("v%d", FormatVersion)) }
