@@ -571,7 +571,10 @@ func TestCrowdedListenerFreesPlaces(t *testing.T) {
 // were charged as they arrive, the declared lengths filled the budget and
 // its small-body reserve and control calls got OVERLOADED.
 func TestSlowUploadsDoNotRefuseControl(t *testing.T) {
-	s := serveBackend(t, nil, nil)
+	// Each upload sends its first byte and then nothing: the body timeouts
+	// (5 s idle) would drop the first ones while a loaded machine still
+	// dials the rest, and the bound under test is the bytes held, not time.
+	s := serveBackend(t, nil, func(l *HTTPLimits) { l.BodyTimeout, l.BodyIdleTimeout = 10*time.Minute, 10*time.Minute })
 	const big, small = 30, 80 // 30 x 6 MiB declared > the 128 MiB budget; 80 x 60 KiB > the 4 MiB reserve
 	for i := range big + small {
 		size := 6 << 20
