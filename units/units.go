@@ -144,6 +144,12 @@ func CurrentBinary(installRoot string) string {
 	return filepath.Join(installRoot, "current", "mcp-backend")
 }
 
+// StateDirectory is the production backend unit's StateDirectory= (under
+// /var/lib): the unit's name, so a renamed unit keeps its own.
+func StateDirectory(backendUnit string) string {
+	return strings.TrimSuffix(backendUnit, ".service")
+}
+
 // goMemLimit is the Go runtime's soft memory limit for the backend: 90% of
 // MemoryHigh, in MiB; empty when MemoryHigh is infinity (no limit to stay
 // under) or not a size (Validate reports that).
@@ -237,7 +243,7 @@ func Render(p Params) ([]Unit, error) {
 		Header: header, Description: "MCP backend (production)", After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit),
 		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
 		Role: "production", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
-		StateDirectory: strings.TrimSuffix(cfg.Backend.Unit, ".service"),
+		StateDirectory: StateDirectory(cfg.Backend.Unit),
 	}); err != nil {
 		return nil, err
 	}

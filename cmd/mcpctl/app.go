@@ -111,6 +111,10 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	if err == nil {
 		return deploy.CodeOK
 	}
+	var passed *passedExit
+	if errors.As(err, &passed) {
+		return passed.code // its program reported it already
+	}
 	code := deploy.CodeFailed
 	var ee *deploy.Error
 	var ce cli.ExitCoder

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,16 +12,22 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/approvals"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/units"
 )
 
-// defaultApprovalsDir is where the production backend keeps them: its
-// unit's StateDirectory (mcp-backend) and approvals/.
-const defaultApprovalsDir = "/var/lib/mcp-backend/approvals"
+// defaultApprovalsDir is where the production backend keeps them when
+// policy.approvals.dir is empty: approvals/ in its unit's StateDirectory,
+// named for backend.unit (/var/lib/mcp-backend/approvals by default).
+func defaultApprovalsDir(backendUnit string) string {
+	return filepath.Join("/var/lib", units.StateDirectory(backendUnit), "approvals")
+}
 
 func approvalsCommand(d *deps) *cli.Command {
 	dirFlag := func() cli.Flag {
-		return &cli.StringFlag{Name: "dir", Value: defaultApprovalsDir, Usage: "the backend's approvals `DIR` (policy.approvals.dir)"}
+		return &cli.StringFlag{Name: "dir", Usage: "the backend's approvals `DIR` (policy.approvals.dir; default: approvals/ in backend.unit's StateDirectory, " +
+			defaultApprovalsDir(ctlconfig.Default().Backend.Unit) + " for the stock unit)"}
 	}
 	decide := func(approve bool) func(c *cli.Context) error {
 		return func(c *cli.Context) error { return approvalsDecide(c, d, approve) }
@@ -47,7 +54,19 @@ func approvalsCommand(d *deps) *cli.Command {
 }
 
 func openApprovalStore(c *cli.Context) (*approvals.Store, error) {
-	return approvals.Open(c.String("dir"), nil)
+	dir := c.String("dir")
+	if dir == "" {
+		cfg, _, err := loadCtlConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		dir = defaultApprovalsDir(cfg.Backend.Unit)
+	}
+	st, err := approvals.Open(dir, nil)
+	if err != nil {
+		return nil, withCode(deploy.CodeFailed, err)
+	}
+	return st, nil
 }
 
 func approvalID(c *cli.Context, verb string) (string, error) {
@@ -67,7 +86,7 @@ func approvalsList(c *cli.Context, d *deps) error {
 	}
 	st, err := openApprovalStore(c)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return err
 	}
 	all, err := st.List()
 	if err != nil {
@@ -110,7 +129,7 @@ func approvalsShow(c *cli.Context, d *deps) error {
 	}
 	st, err := openApprovalStore(c)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return err
 	}
 	r, err := st.Get(id)
 	if err != nil {
@@ -145,7 +164,7 @@ func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
 	}
 	st, err := openApprovalStore(c)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return err
 	}
 	r, err := st.Decide(id, approve, "operator")
 	switch {

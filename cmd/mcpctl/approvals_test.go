@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 func runCtl(t testing.TB, args ...string) (int, string, string) {
@@ -72,5 +75,35 @@ func TestApprovalsListShowDecide(t *testing.T) {
 	}
 	if r, _ := st.Get(live); r.Status != mcpwire.ApprovalApproved || r.DecidedBy != "operator" {
 		t.Fatalf("stored: %+v", r)
+	}
+}
+
+// TestApprovalsDefaultDir: without --dir, mcpctl approvals reads approvals/
+// in the StateDirectory= of the backend unit mcpctl renders for its
+// config's backend.unit, where the backend keeps them.
+func TestApprovalsDefaultDir(t *testing.T) {
+	for _, unit := range []string{"mcp-backend.service", "mcp-blue.service"} {
+		t.Run(unit, func(t *testing.T) {
+			cfg := ctlconfig.Default()
+			cfg.Backend.Unit = unit
+			cfg.Tunnels = nil // the backend's unit is the point
+			us, err := units.Render(units.Params{Spec: unitSpec(t, cfg), MCPCtl: "/usr/local/bin/mcpctl"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sd string
+			for _, u := range us {
+				if u.Name == unit {
+					for _, l := range strings.Split(string(u.Content), "\n") {
+						if v, ok := strings.CutPrefix(l, "StateDirectory="); ok {
+							sd = v
+						}
+					}
+				}
+			}
+			if want := filepath.Join("/var/lib", sd, "approvals"); sd == "" || defaultApprovalsDir(unit) != want {
+				t.Fatalf("default %s, unit's StateDirectory=%q", defaultApprovalsDir(unit), sd)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ func commands(d *deps) []*cli.Command {
 		statusCommand(d),
 		auditCommand(d),
 		approvalsCommand(d),
+		policyCommand(d),
 		versionCommand(d),
 		configCommand(d),
 		completionCommand(d),

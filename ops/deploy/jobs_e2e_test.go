@@ -26,6 +26,15 @@ import (
 // tool error's code and message.
 func jobCall(t testing.TB, url, subject, tool string, args any, out any) (code, msg string) {
 	t.Helper()
+	if te := toolCall(t, url, subject, tool, args, out); te != nil {
+		return string(te.Code), te.Message
+	}
+	return "", ""
+}
+
+// toolCall is jobCall returning the whole tool error (nil on success).
+func toolCall(t testing.TB, url, subject, tool string, args any, out any) *mcpwire.ToolError {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{
 		"name": tool, "arguments": args, "_meta": map[string]any{"openai/subject": subject, "openai/session": "e2e"}}})
 	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
@@ -50,15 +59,17 @@ func jobCall(t testing.TB, url, subject, tool string, args any, out any) (code, 
 	}
 	if r.Result.IsError {
 		var env mcpwire.ErrorEnvelope
-		_ = json.Unmarshal([]byte(r.Result.Content[0].Text), &env)
-		return string(env.Error.Code), env.Error.Message
+		if err := json.Unmarshal([]byte(r.Result.Content[0].Text), &env); err != nil || env.Error == nil {
+			t.Fatalf("%s: tool error without an envelope: %.300s", tool, b)
+		}
+		return env.Error
 	}
 	if out != nil {
 		if err := json.Unmarshal(r.Result.StructuredContent, out); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return "", ""
+	return nil
 }
 
 func (s *site) job(subject, tool string, args any, out any) {

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/release"
+)
+
+// TestPolicyCheck: mcpctl policy check asks the installed backend
+// (install.root's current release, or --backend-binary) about the
+// production config's policy, and passes its answer, --json and exit
+// code through.
+func TestPolicyCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mcp-backend")
+	}
+	dir := t.TempDir()
+	backendCfg := filepath.Join(dir, "config.json")
+	writeFile(t, backendCfg, `{"policy": {"default": "allow", "rules": [
+		{"id": "no-rm", "action": "deny", "reason": "destructive", "commands": ["rm"]},
+		{"id": "ask-touch", "action": "ask", "commands": ["touch *"]}]}}`)
+	cfg := ctlconfig.Default()
+	cfg.Backend.Config = backendCfg
+	cfg.Install.Root = filepath.Join(dir, "root")
+	cfg.StateDir = filepath.Join(dir, "state")
+	ctlCfg := filepath.Join(dir, "mcpctl.json")
+	b, _ := json.Marshal(cfg)
+	writeFile(t, ctlCfg, string(b))
+
+	bin := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v-policy-check")
+	// Before any release: nothing to ask, unless named.
+	if code, _, errb := runCtl(t, "--config", ctlCfg, "policy", "check", "--tool", "shell.exec"); code != deploy.CodeFailed || !strings.Contains(errb, "--backend-binary") {
+		t.Fatalf("without a release: exit %d %s", code, errb)
+	}
+	store := &release.Store{Root: cfg.Install.Root}
+	if _, _, err := store.Install("v1", bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetCurrent("v1"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		code     int
+		out, err string
+	}{
+		{"deny through current", []string{"--principal", "asserted:alice", "--tool", "shell.exec", "--args", `{"command":"ls; /usr/bin/rm -rf /"}`}, 0, "no-rm", ""},
+		{"ask", []string{"--tool", "shell.exec", "--args", `{"command":"touch /x"}`}, 0, "ask-touch", ""},
+		{"json passes through", []string{"--json", "--tool", "shell.exec", "--args", `{"command":"rm x"}`}, 0, `"action": "deny"`, ""},
+		{"named binary", []string{"--backend-binary", bin, "--tool", "file.read", "--args", `{"path":"/etc/hosts"}`}, 0, "allow", ""},
+		{"the backend's usage error and code", []string{"--principal", "root", "--tool", "shell.exec"}, deploy.CodeUsage, "", "--principal"},
+		{"the backend's bad args", []string{"--tool", "shell.exec", "--args", "[1]"}, deploy.CodeUsage, "", "--args"},
+		{"tool required", []string{"--args", "{}"}, deploy.CodeUsage, "", "--tool"},
+		{"missing binary", []string{"--backend-binary", filepath.Join(dir, "nope"), "--tool", "shell.exec"}, deploy.CodeFailed, "", "nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errb := runCtl(t, append([]string{"--config", ctlCfg, "policy", "check"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(out, tc.out) || !strings.Contains(errb, tc.err) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tc.code, out, errb)
+			}
+		})
+	}
+}
+
+func writeFile(t testing.TB, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
