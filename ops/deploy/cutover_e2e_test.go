@@ -483,7 +483,9 @@ func TestCutoverInSystemd(t *testing.T) {
 				t.Fatalf("first cutover never armed:\n%s", firstOut.String())
 			}
 		}
-		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		// Told not to wait, the second is refused at once; a waiting one
+		// (the default --lock-wait) would run after the first, alone.
+		code, out := s.run("--lock-wait", "0", "cutover", "--build", s.builds["v2"], "--arm-rollback")
 		if code != 1 || !strings.Contains(out, "another mcpctl command") {
 			t.Fatalf("second cutover: exit %d, want 1:\n%s", code, out)
 		}
