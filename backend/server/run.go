@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -28,8 +29,39 @@ const answerGrace = time.Second
 // DrainTimeout and kills every running command group. It tells systemd
 // READY=1 once listening and keeps its watchdog fed while /healthz answers.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.ServeSlot(ctx, ln, Slot{})
+}
+
+// Slot is how a production slot shares its socket with the other slot
+// during a cutover: both processes hold the same listening socket (one
+// accept queue), and only the one that accepts takes connections from it.
+type Slot struct {
+	// Standby, when set, is a listener of the process's own (a loopback
+	// port): the process serves there only and does not accept on the
+	// shared socket until Takeover, so it can be verified before any
+	// production connection reaches it. READY=1 is sent once it serves.
+	Standby net.Listener
+	// Takeover fires when the process is to start accepting on the shared
+	// socket (SIGUSR1). Ignored without Standby or once accepting.
+	Takeover <-chan struct{}
+	// Handoff fires when another process has taken over (SIGUSR2): stop
+	// accepting, let every accepted call run to its end (queued ones
+	// included) within DrainTimeout, then shut down as on ctx's end.
+	Handoff <-chan struct{}
+}
+
+// StatusAccepting is the systemd status text of a process that accepts on
+// the shared socket (mcpctl waits for it after a takeover).
+const StatusAccepting = "accepting on the shared socket"
+
+// StatusStandby is the systemd status text of a standby process.
+const StatusStandby = "standby: serving its own listener only"
+
+// ServeSlot is Serve for one production slot (see Slot).
+func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) error {
+	var handing atomic.Bool
 	hs := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           closeAfterHandoff(&handing, s.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -40,8 +72,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs.ConnState = pending.track
 	capped := newCapListener(ln, s.httpLim.MaxConns, s.httpLim.ReserveConns)
 	s.conns.Store(capped)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(capped) }()
+	// Both listeners feed one http.Server (one connection cap, one drain);
+	// errc carries the first Serve error of either.
+	errc := make(chan error, 2)
+	serve := func(l net.Listener) { errc <- hs.Serve(l) }
+	var standby *capListener
+	takeover := slot.Takeover
+	if slot.Standby != nil {
+		standby = newCapListener(slot.Standby, s.httpLim.MaxConns, s.httpLim.ReserveConns)
+		go serve(standby)
+		_, _ = daemon.SdNotify(false, "STATUS="+StatusStandby)
+	} else {
+		go serve(capped)
+		takeover = nil
+		_, _ = daemon.SdNotify(false, "STATUS="+StatusAccepting)
+	}
 
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		s.log.Warn("sd_notify READY failed", "err", err)
@@ -51,29 +96,64 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	probe, stopProbe := s.probeEndpoint(ln)
 	defer stopProbe()
 	go s.feedWatchdog(wdCtx, probe)
-	s.log.Info("serving", "listen", ln.Addr().String(), "maxActive", s.cfg.Concurrency.MaxActive, "maxShell", s.cfg.Concurrency.MaxShell, "maxQueue", s.cfg.Concurrency.MaxQueue)
+	s.log.Info("serving", "listen", ln.Addr().String(), "standby", standby != nil, "maxActive", s.cfg.Concurrency.MaxActive, "maxShell", s.cfg.Concurrency.MaxShell, "maxQueue", s.cfg.Concurrency.MaxQueue)
 
-	select {
-	case err := <-errc:
-		s.Close()
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	handoff := false
+wait:
+	for {
+		select {
+		case err := <-errc:
+			s.Close()
+			return fmt.Errorf("serve: %w", err)
+		case <-takeover:
+			takeover = nil
+			go serve(capped)
+			_, _ = daemon.SdNotify(false, "STATUS="+StatusAccepting)
+			s.log.Info("took over the shared socket", "listen", ln.Addr().String())
+		case <-slot.Handoff:
+			handoff = true
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	s.log.Info("shutting down", "drain", DrainTimeout.String())
-	// Stop accepting; queued and new calls are answered UNAVAILABLE at
-	// once; running calls have the drain to finish.
-	s.beginStopping()
 	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
+	if !handoff {
+		s.log.Info("shutting down", "drain", DrainTimeout.String())
+		// Queued and new calls are answered UNAVAILABLE at once; running
+		// calls have the drain to finish.
+		s.beginStopping()
+	}
 	// http.Server.Shutdown drops a request that it reads after shutdown
 	// began: a connection accepted a moment before (under socket
 	// activation, one the kernel queued for this process) would see EOF.
 	// So first stop accepting and let every accepted connection get its
 	// request answered; only then shut down, within the same drain.
-	hs.SetKeepAlivesEnabled(false)
-	_ = capped.Close()
-	pending.waitQuiet(dctx)
+	if handoff {
+		// Another process accepts on the shared socket now: every call
+		// this one accepted, queued ones included, runs to its end within
+		// the drain, and each kept-alive connection is closed after its
+		// next answer (or, idle, at the drain's end); only what is left
+		// then is answered UNAVAILABLE.
+		s.log.Info("handing off", "drain", DrainTimeout.String())
+		handing.Store(true)
+		_ = capped.Close()
+		if standby != nil {
+			_ = standby.Close()
+		}
+		pending.waitClosed(dctx)
+		hs.SetKeepAlivesEnabled(false)
+		s.beginStopping()
+	} else {
+		hs.SetKeepAlivesEnabled(false)
+		_ = capped.Close()
+		if standby != nil {
+			_ = standby.Close()
+		}
+		pending.waitQuiet(dctx)
+	}
 	err := hs.Shutdown(dctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Every call still running is answered UNAVAILABLE on its own
@@ -183,46 +263,79 @@ func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
 }
 
 // connStates counts the connections that were accepted and have not yet
-// had their answer written: new ones (request not read yet) and active ones.
+// had their answer written (new ones, request not read yet, and active
+// ones: busy) and those not yet closed (idle ones too: open).
 type connStates struct {
-	mu    sync.Mutex
-	busy  map[net.Conn]bool
-	quiet chan struct{} // closed and replaced whenever busy becomes empty
+	mu      sync.Mutex
+	busy    map[net.Conn]bool
+	open    map[net.Conn]bool
+	changed chan struct{} // closed and replaced at every change
 }
 
 func (c *connStates) track(conn net.Conn, st http.ConnState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy == nil {
-		c.busy = map[net.Conn]bool{}
+		c.busy, c.open = map[net.Conn]bool{}, map[net.Conn]bool{}
 	}
 	switch st {
 	case http.StateNew, http.StateActive:
-		c.busy[conn] = true
+		c.busy[conn], c.open[conn] = true, true
+	case http.StateIdle:
+		delete(c.busy, conn)
+		c.open[conn] = true
 	default:
 		delete(c.busy, conn)
+		delete(c.open, conn)
 	}
-	if len(c.busy) == 0 && c.quiet != nil {
-		close(c.quiet)
-		c.quiet = nil
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
 	}
 }
 
 // waitQuiet returns once no accepted connection waits for its answer, or
 // when ctx ends.
 func (c *connStates) waitQuiet(ctx context.Context) {
-	c.mu.Lock()
-	if len(c.busy) == 0 {
+	c.waitUntil(ctx, func() bool { return len(c.busy) == 0 })
+}
+
+// waitClosed returns once every accepted connection is closed, or when ctx
+// ends.
+func (c *connStates) waitClosed(ctx context.Context) {
+	c.waitUntil(ctx, func() bool { return len(c.open) == 0 })
+}
+
+func (c *connStates) waitUntil(ctx context.Context, done func() bool) {
+	for {
+		c.mu.Lock()
+		if done() {
+			c.mu.Unlock()
+			return
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch := c.changed
 		c.mu.Unlock()
-		return
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
-	if c.quiet == nil {
-		c.quiet = make(chan struct{})
-	}
-	q := c.quiet
-	c.mu.Unlock()
-	select {
-	case <-q:
-	case <-ctx.Done():
-	}
+}
+
+// closeAfterHandoff answers every request with Connection: close once
+// handing is set: a client's kept-alive connection is closed right after
+// an answer, never while idle, when the client may be sending its next
+// request on it (that request would be lost); its next request connects
+// again and reaches the process that accepts now.
+func closeAfterHandoff(handing *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if handing.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }

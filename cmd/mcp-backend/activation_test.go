@@ -3,18 +3,23 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpclient"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // passedSocket is a listening TCP socket the test owns, as systemd owns a
@@ -158,4 +163,122 @@ func TestSocketActivationListenMismatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStandbyTakeoverHandoff: two processes hold the same passed socket, as
+// the two production slots do during a cutover. The standby serves only its
+// own listener, so every call through the shared socket is the old
+// process's; after SIGUSR1 to the new one and SIGUSR2 to the old, the old
+// finishes what it accepted and exits 0 and the new one serves. Steady
+// concurrent load through the shared socket sees no failed call at all.
+func TestStandbyTakeoverHandoff(t *testing.T) {
+	ln, sock := passedSocket(t)
+	addr := ln.Addr().String()
+	base := "http://" + addr
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, addr))
+	old, oldErr := activated(t, sock, "serve", "--config", cfg)
+	standby := proctest.FreeAddr(t)
+	// The standby address comes from the environment, as the slot unit's
+	// EnvironmentFile= gives it.
+	t.Setenv(StandbyEnv, standby)
+	next, nextErr := activated(t, sock, "serve", "--config", cfg)
+	ready := func(base string) bool {
+		r, err := http.Get(base + "/readyz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == 200
+	}
+	proctest.Eventually(t, "old serves on the shared socket", func() bool { return ready(base) })
+	proctest.Eventually(t, "standby serves its own listener", func() bool { return ready("http://" + standby) })
+
+	var (
+		mu     sync.Mutex
+		byPID  = map[int]int{}
+		failed []string
+	)
+	stopLoad := make(chan struct{})
+	var wg sync.WaitGroup
+	// Half the clients keep their connection (pinned to the process that
+	// accepted it until that one hands off), half connect for each call
+	// (each connection a new pick from the shared accept queue).
+	keep := &http.Client{Timeout: 30 * time.Second}
+	fresh := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopLoad:
+					return
+				default:
+				}
+				hc := keep
+				if i%2 == 1 {
+					hc = fresh
+				}
+				r := callIn(hc, base, fmt.Sprintf("conversation-%d", i), mcpwire.ToolShellExec, map[string]any{"command": "sleep 0.05; echo $PPID"})
+				mu.Lock()
+				if !r.OK() {
+					failed = append(failed, fmt.Sprintf("%s %s %s", r.Kind, r.Code, r.Detail))
+				} else {
+					var out struct{ Stdout string }
+					_ = json.Unmarshal(r.Structured, &out)
+					pid, _ := strconv.Atoi(strings.TrimSpace(out.Stdout))
+					byPID[pid]++
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	count := func(pid int) int { mu.Lock(); defer mu.Unlock(); return byPID[pid] }
+	oldPID, nextPID := old.cmd.Process.Pid, next.cmd.Process.Pid
+	proctest.Eventually(t, "old serves 100 calls", func() bool { return count(oldPID) >= 100 })
+	if n := count(nextPID); n != 0 {
+		t.Fatalf("the standby served %d calls from the shared socket before its takeover", n)
+	}
+	next.cmd.Process.Signal(syscall.SIGUSR1)
+	proctest.Eventually(t, "the new process serves calls from the shared socket", func() bool { return count(nextPID) >= 20 })
+	oldServed := count(oldPID)
+	proctest.Eventually(t, "both serve at once", func() bool { return count(oldPID) >= oldServed+20 })
+	old.cmd.Process.Signal(syscall.SIGUSR2)
+	if err := old.exited(t, oldErr); err != nil {
+		t.Fatalf("old process after the handoff: %v\n%s", err, oldErr)
+	}
+	after := count(nextPID)
+	proctest.Eventually(t, "the new process serves alone", func() bool { return count(nextPID) >= after+100 })
+	close(stopLoad)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("calls served: old %d, new %d; failed %d", byPID[oldPID], byPID[nextPID], len(failed))
+	if len(failed) > 0 {
+		t.Fatalf("%d calls failed across the handoff, first: %s", len(failed), failed[0])
+	}
+	for pid := range byPID {
+		if pid != oldPID && pid != nextPID {
+			t.Errorf("a call was served by pid %d, neither process", pid)
+		}
+	}
+	stop(t, next, nextErr)
+}
+
+// callIn is one tools/call in a conversation, classified as every client
+// of the module classifies answers.
+func callIn(hc *http.Client, base, conversation, tool string, args any) mcpclient.Result {
+	id := mcpclient.NextID()
+	body, _ := mcpclient.CallBodyIn(id, tool, args, conversation)
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader(body))
+	req.Header = mcpclient.Header("")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return mcpclient.Classify(id, 0, err.Error(), "", nil)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return mcpclient.Classify(id, resp.StatusCode, err.Error(), "", nil)
+	}
+	return mcpclient.Classify(id, resp.StatusCode, "", resp.Header.Get("Content-Type"), raw)
 }

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/urfave/cli/v2"
@@ -61,7 +63,8 @@ func newApp(d *deps) *cli.App {
 			{
 				Name:  "serve",
 				Usage: "serve MCP over HTTP with /healthz, /readyz and /metrics",
-				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}, logLevelFlag},
+				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}, logLevelFlag,
+					&cli.StringFlag{Name: "standby", EnvVars: []string{StandbyEnv}, Usage: "a production slot's standby: serve only on this loopback `ADDR` and accept on the socket systemd passed only after SIGUSR1 (SIGUSR2 hands off: stop accepting, finish every accepted call, exit)"}},
 				Action: func(c *cli.Context) error {
 					cfg, err := loadConfig(c.String("config"), c.String("listen"), true)
 					if err != nil {
@@ -81,8 +84,14 @@ func newApp(d *deps) *cli.App {
 						srv.Close()
 						return err
 					}
+					slot, err := slotFor(c.String("standby"), ln)
+					if err != nil {
+						_ = ln.Close()
+						srv.Close()
+						return err
+					}
 					stop := auditProcess(srv.Audit(), c.String("config"), "http")
-					err = srv.Serve(c.Context, ln)
+					err = srv.ServeSlot(c.Context, ln, slot)
 					stop(err)
 					return err
 				},
@@ -238,6 +247,49 @@ func listen(listen string, passed []*os.File) (net.Listener, error) {
 		return nil, &exitError{exitUsage, fmt.Errorf("systemd passed a socket on %s but listen (--listen or the config) is %q: make the socket unit's ListenStream= and listen name the same address", ln.Addr(), listen)}
 	}
 	return ln, nil
+}
+
+// StandbyEnv is the environment variable that sets serve's --standby: the
+// slot unit reads it from a file mcpctl writes before a standby start.
+const StandbyEnv = "MCP_BACKEND_STANDBY"
+
+// slotFor sets up serve as a production slot: SIGUSR1 takes over the
+// shared socket (a standby start only) and SIGUSR2 hands it off. Signals
+// are the control channel because only root or the service's own user may
+// send them (systemd's KillUnit over D-Bus is privileged): no token, no
+// port. standby must be a loopback address: it serves production's tools
+// before the cutover is verified, and only mcpctl on this host needs it.
+func slotFor(standby string, ln net.Listener) (server.Slot, error) {
+	_ = os.Unsetenv(StandbyEnv) // not inherited by the tools' commands
+	var slot server.Slot
+	if standby != "" {
+		host, _, err := net.SplitHostPort(standby)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || !ip.IsLoopback() {
+			return slot, &exitError{exitUsage, fmt.Errorf("--standby %q: must be a loopback host:port (e.g. 127.0.0.1:3299)", standby)}
+		}
+		if ln.Addr().String() == standby {
+			return slot, &exitError{exitUsage, fmt.Errorf("--standby %q: must differ from listen", standby)}
+		}
+		sl, err := net.Listen("tcp", standby)
+		if err != nil {
+			return slot, fmt.Errorf("standby listen: %w", err)
+		}
+		slot.Standby = sl
+	}
+	takeover := make(chan os.Signal, 1)
+	handoff := make(chan os.Signal, 1)
+	signal.Notify(takeover, syscall.SIGUSR1)
+	signal.Notify(handoff, syscall.SIGUSR2)
+	slot.Takeover, slot.Handoff = once(takeover), once(handoff)
+	return slot, nil
+}
+
+// once turns a signal channel into one that is closed at the first signal.
+func once(c <-chan os.Signal) <-chan struct{} {
+	out := make(chan struct{})
+	go func() { <-c; close(out) }()
+	return out
 }
 
 // loadConfig reads and validates the config before any socket opens; every
