@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,13 @@ import (
 // connections are closed: it keeps restart and rollback bounded inside
 // TimeoutStopSec=5 even when saturated.
 const DrainTimeout = 2 * time.Second
+
+// HandoffDrainTimeout bounds a handoff's drain (SIGUSR2): the calls the
+// old slot accepted run to their end within it while the new slot already
+// accepts. It is longer than DrainTimeout because no caller waits on it
+// (the shared socket is served meanwhile) and a call cut short is a failed
+// call; it is shorter than the cutover waits for the old slot's exit.
+const HandoffDrainTimeout = 10 * time.Second
 
 // answerGrace is how long, after the drain deadline, the calls still running
 // have to write their UNAVAILABLE answers before the connections close.
@@ -118,7 +126,11 @@ wait:
 		}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	drain := DrainTimeout
+	if handoff {
+		drain = HandoffDrainTimeout
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	if !handoff {
 		s.log.Info("shutting down", "drain", DrainTimeout.String())
@@ -137,13 +149,22 @@ wait:
 		// the drain, and each kept-alive connection is closed after its
 		// next answer (or, idle, at the drain's end); only what is left
 		// then is answered UNAVAILABLE.
-		s.log.Info("handing off", "drain", DrainTimeout.String())
+		s.log.Info("handing off", "drain", drain.String())
 		handing.Store(true)
 		_ = capped.Close()
 		if standby != nil {
 			_ = standby.Close()
 		}
-		pending.waitClosed(dctx)
+		// Most clients send their next request within the grace: it is
+		// answered and its connection closed. Then every call still
+		// running has the rest of the drain; connections still idle or
+		// never used are closed (a client dials ahead and pools them).
+		ictx, icancel := context.WithTimeout(dctx, idleGrace)
+		pending.waitClosed(ictx)
+		icancel()
+		pending.waitAnswered(dctx)
+		unused := pending.closeUnused()
+		s.log.Info("handed off", "unused", unused)
 		hs.SetKeepAlivesEnabled(false)
 		s.beginStopping()
 	} else {
@@ -175,6 +196,11 @@ wait:
 	}
 	return err
 }
+
+// idleGrace is how long a handoff waits for a kept-alive connection's next
+// request (answered, then the connection closed) before it closes the
+// connections still idle.
+const idleGrace = time.Second
 
 // selfProbe is how the watchdog reaches /healthz: a client and its URL.
 type selfProbe struct {
@@ -262,31 +288,26 @@ func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
 	return err
 }
 
-// connStates counts the connections that were accepted and have not yet
-// had their answer written (new ones, request not read yet, and active
-// ones: busy) and those not yet closed (idle ones too: open).
+// connStates tracks the accepted connections not yet closed and their
+// state: busy ones (new, request not read yet, and active) wait for their
+// answer.
 type connStates struct {
 	mu      sync.Mutex
-	busy    map[net.Conn]bool
-	open    map[net.Conn]bool
+	st      map[net.Conn]http.ConnState
 	changed chan struct{} // closed and replaced at every change
 }
 
 func (c *connStates) track(conn net.Conn, st http.ConnState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy == nil {
-		c.busy, c.open = map[net.Conn]bool{}, map[net.Conn]bool{}
+	if c.st == nil {
+		c.st = map[net.Conn]http.ConnState{}
 	}
 	switch st {
-	case http.StateNew, http.StateActive:
-		c.busy[conn], c.open[conn] = true, true
-	case http.StateIdle:
-		delete(c.busy, conn)
-		c.open[conn] = true
+	case http.StateNew, http.StateActive, http.StateIdle:
+		c.st[conn] = st
 	default:
-		delete(c.busy, conn)
-		delete(c.open, conn)
+		delete(c.st, conn)
 	}
 	if c.changed != nil {
 		close(c.changed)
@@ -294,16 +315,48 @@ func (c *connStates) track(conn net.Conn, st http.ConnState) {
 	}
 }
 
+// count returns the connections in any of states.
+func (c *connStates) count(states ...http.ConnState) int {
+	n := 0
+	for _, st := range c.st {
+		if slices.Contains(states, st) {
+			n++
+		}
+	}
+	return n
+}
+
 // waitQuiet returns once no accepted connection waits for its answer, or
 // when ctx ends.
 func (c *connStates) waitQuiet(ctx context.Context) {
-	c.waitUntil(ctx, func() bool { return len(c.busy) == 0 })
+	c.waitUntil(ctx, func() bool { return c.count(http.StateNew, http.StateActive) == 0 })
 }
 
 // waitClosed returns once every accepted connection is closed, or when ctx
 // ends.
 func (c *connStates) waitClosed(ctx context.Context) {
-	c.waitUntil(ctx, func() bool { return len(c.open) == 0 })
+	c.waitUntil(ctx, func() bool { return len(c.st) == 0 })
+}
+
+// waitAnswered returns once no call runs (no active connection), or when
+// ctx ends.
+func (c *connStates) waitAnswered(ctx context.Context) {
+	c.waitUntil(ctx, func() bool { return c.count(http.StateActive) == 0 })
+}
+
+// closeUnused closes the connections that never sent a request: a client
+// dials ahead and keeps them in its pool. It returns how many it closed.
+func (c *connStates) closeUnused() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for conn, st := range c.st {
+		if st == http.StateNew {
+			_ = conn.Close()
+			n++
+		}
+	}
+	return n
 }
 
 func (c *connStates) waitUntil(ctx context.Context, done func() bool) {

@@ -234,7 +234,7 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 	}
 	count := func(pid int) int { mu.Lock(); defer mu.Unlock(); return byPID[pid] }
 	oldPID, nextPID := old.cmd.Process.Pid, next.cmd.Process.Pid
-	proctest.Eventually(t, "old serves 100 calls", func() bool { return count(oldPID) >= 100 })
+	proctest.Eventually(t, "old serves 40 calls", func() bool { return count(oldPID) >= 40 })
 	if n := count(nextPID); n != 0 {
 		t.Fatalf("the standby served %d calls from the shared socket before its takeover", n)
 	}
@@ -247,14 +247,14 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 		t.Fatalf("old process after the handoff: %v\n%s", err, oldErr)
 	}
 	after := count(nextPID)
-	proctest.Eventually(t, "the new process serves alone", func() bool { return count(nextPID) >= after+100 })
+	proctest.Eventually(t, "the new process serves alone", func() bool { return count(nextPID) >= after+40 })
 	close(stopLoad)
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("calls served: old %d, new %d; failed %d", byPID[oldPID], byPID[nextPID], len(failed))
 	if len(failed) > 0 {
-		t.Fatalf("%d calls failed across the handoff, first: %s", len(failed), failed[0])
+		t.Fatalf("%d calls failed across the handoff, first: %s\nold:\n%s\nnew:\n%s", len(failed), failed[0], oldErr, nextErr)
 	}
 	for pid := range byPID {
 		if pid != oldPID && pid != nextPID {
