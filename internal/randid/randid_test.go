@@ -22,7 +22,7 @@ func TestValid(t *testing.T) {
 			}
 		})
 	}
-	if New('j') == New('j') {
-		t.Fatal("two ids alike")
+	if a, b := New('j'), New('j'); a == b {
+		t.Fatalf("two ids alike: %s", a)
 	}
 }
