@@ -135,12 +135,21 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 	if err := store.SetCurrent("v1"); err != nil {
 		t.Fatal(err)
 	}
+	for _, slot := range units.Slots {
+		link := units.SlotLink(cfg.Install.Root, slot)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "releases", "v1"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.m.Client.DaemonReload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range append([]string{cfg.Backend.Unit}, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit) {
+	for _, u := range append([]string{units.SlotUnit(cfg.Backend.Unit, units.BootSlot)}, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit) {
 		if err := s.m.Client.Start(ctx, u); err != nil {
 			t.Fatalf("start %s: %v", u, err)
 		}
@@ -226,6 +235,27 @@ func (s *site) unit(name string) (active, invocation string) {
 		s.t.Fatal(err)
 	}
 	return st.ActiveState, st.InvocationID
+}
+
+// prod is the production unit that runs now (a slot; the legacy unit on a
+// site installed before the slots) and its main process and invocation.
+func (s *site) prod() (unit string, pid uint32, invocation string) {
+	s.t.Helper()
+	var running []string
+	for _, u := range append([]string{s.cfg.Backend.Unit}, units.SlotUnit(s.cfg.Backend.Unit, units.SlotBlue), units.SlotUnit(s.cfg.Backend.Unit, units.SlotGreen)) {
+		st, err := s.m.Client.Unit(context.Background(), u)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if st.ActiveState != "inactive" && st.ActiveState != "failed" && st.LoadState == "loaded" {
+			running = append(running, u)
+			unit, pid, invocation = u, st.MainPID, st.InvocationID
+		}
+	}
+	if len(running) != 1 {
+		s.t.Fatalf("production units running: %v, want exactly one", running)
+	}
+	return unit, pid, invocation
 }
 
 func (s *site) invocations() map[string]string {
