@@ -39,9 +39,9 @@ type RollbackReport struct {
 	Changes    []snapshot.Change `json:"changes,omitempty"`
 	Restarted  bool              `json:"restarted"`
 	// Takeover names the slot that serves the restored release.
-	Takeover *Takeover `json:"takeover,omitempty"`
-	Duration   time.Duration     `json:"-"` // durationMs in JSON
-	Timings    []Timing          `json:"timings,omitempty"`
+	Takeover *Takeover     `json:"takeover,omitempty"`
+	Duration time.Duration `json:"-"` // durationMs in JSON
+	Timings  []Timing      `json:"timings,omitempty"`
 }
 
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.

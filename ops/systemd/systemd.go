@@ -13,8 +13,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
