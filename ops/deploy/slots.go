@@ -14,6 +14,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -37,6 +38,10 @@ type SlotFact struct {
 	// Release is the release its process runs (from its executable), or
 	// else the one its link names; "" when unknown.
 	Release string
+	// OwnPort marks a legacy unit installed before the socket unit: it
+	// binds the port itself (the socket is not listening), so no slot can
+	// start beside it.
+	OwnPort bool
 }
 
 // Running reports a unit with a process (starting, serving or stopping).
@@ -91,6 +96,10 @@ func PlanSlots(service string, facts []SlotFact, target string) SlotPlan {
 			p.Legacy = f.Unit
 		}
 		switch {
+		case f.Slot == "" && f.OwnPort && f.Running():
+			// It holds the port the socket needs: it stops before the
+			// slot starts (the one move with a gap, done once).
+			p.StopFirst = append(p.StopFirst, f.Unit)
 		case f.Accepting():
 			accepting = append(accepting, f)
 		case f.Running():
@@ -144,16 +153,25 @@ func serving(facts []SlotFact) *SlotFact {
 	return out
 }
 
-// slotFacts observes the legacy unit and both slots.
-func (e *Env) slotFacts(ctx context.Context) ([]SlotFact, error) {
-	service := e.Config.Backend.Unit
+// UnitReader reads one unit's state (the systemd client does).
+type UnitReader interface {
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
+}
+
+// ProductionFacts observes service's legacy unit (only when loaded) and
+// both of its slots, without the releases they run.
+func ProductionFacts(ctx context.Context, sd UnitReader, service string) ([]SlotFact, error) {
 	names := []string{service}
 	for _, s := range units.Slots {
 		names = append(names, units.SlotUnit(service, s))
 	}
+	sock, err := sd.Unit(ctx, units.Socket(service))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", units.Socket(service), err)
+	}
 	var out []SlotFact
 	for _, n := range names {
-		st, err := e.Systemd.Unit(ctx, n)
+		st, err := sd.Unit(ctx, n)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", n, err)
 		}
@@ -162,8 +180,33 @@ func (e *Env) slotFacts(ctx context.Context) ([]SlotFact, error) {
 		if f.Slot == "" && !loaded(st) {
 			continue
 		}
-		f.Release = e.releaseOf(f)
+		f.OwnPort = f.Slot == "" && sock.ActiveState != "active"
 		out = append(out, f)
+	}
+	return out, nil
+}
+
+// ServingUnit is the unit of service that accepts production's
+// connections now (a slot, or the legacy unit); the boot slot's unit when
+// none or several accept, or when they cannot be read.
+func ServingUnit(ctx context.Context, sd UnitReader, service string) string {
+	if facts, err := ProductionFacts(ctx, sd, service); err == nil {
+		if s := serving(facts); s != nil {
+			return s.Unit
+		}
+	}
+	return units.SlotUnit(service, units.BootSlot)
+}
+
+// slotFacts observes the legacy unit and both slots, with the release each
+// runs.
+func (e *Env) slotFacts(ctx context.Context) ([]SlotFact, error) {
+	out, err := ProductionFacts(ctx, e.Systemd, e.Config.Backend.Unit)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Release = e.releaseOf(out[i])
 	}
 	return out, nil
 }
@@ -188,15 +231,9 @@ func (e *Env) releaseOf(f SlotFact) string {
 	return ""
 }
 
-// ProductionUnit is the unit serving production now (a slot, or the legacy
-// unit); the boot slot's unit when none or several accept.
+// ProductionUnit is the unit serving production now (see ServingUnit).
 func (e *Env) ProductionUnit(ctx context.Context) string {
-	if facts, err := e.slotFacts(ctx); err == nil {
-		if s := serving(facts); s != nil {
-			return s.Unit
-		}
-	}
-	return units.SlotUnit(e.Config.Backend.Unit, units.BootSlot)
+	return ServingUnit(ctx, e.Systemd, e.Config.Backend.Unit)
 }
 
 // setSlotLink points slot's link at release version.
@@ -252,7 +289,7 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 	}
 	for _, u := range plan.StopFirst {
 		if err := sd.Stop(ctx, u); err != nil {
-			return nil, []string{fmt.Sprintf("stop %s left by an interrupted run: %v", u, err)}
+			return nil, []string{fmt.Sprintf("stop %s before the start: %v", u, err)}
 		}
 		_ = sd.ResetFailed(ctx, u)
 	}
