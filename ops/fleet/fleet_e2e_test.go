@@ -18,6 +18,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -258,12 +259,13 @@ func (h *fleetHost) state(t testing.TB) hostState {
 	s.Pending = p != nil
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	u, err := h.m.Client.Unit(ctx, h.cfg.Backend.Unit)
+	prod := deploy.ServingUnit(ctx, h.m.Client, h.cfg.Backend.Unit)
+	u, err := h.m.Client.Unit(ctx, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u.ActiveState != "active" {
-		t.Errorf("%s: %s is %s, want active", h.name, h.cfg.Backend.Unit, u.ActiveState)
+		t.Errorf("%s: %s is %s, want active", h.name, prod, u.ActiveState)
 	}
 	s.Backend = u.InvocationID
 	for _, tn := range h.cfg.Tunnels {
@@ -353,7 +355,7 @@ func (h *fleetHost) failCutoverOn(t testing.TB, version string) func() {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	remove, err := h.m.AddDropIn(ctx, h.cfg.Backend.Unit, "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
+	remove, err := h.m.AddDropIn(ctx, units.SlotTemplate(h.cfg.Backend.Unit), "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
 		filepath.Join(h.cfg.Install.Root, "current"), version))
 	if err != nil {
 		t.Fatal(err)
