@@ -229,7 +229,18 @@ func (c *cutover) preflight(ctx context.Context) error {
 	} else {
 		f.BackendActive = st.ActiveState
 		f.Socket = env.socketFact(ctx, env.socketUnit())
-		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID), f.Socket.Active())
+		var own []int
+		if st.MainPID > 0 {
+			own = append(own, int(st.MainPID))
+		}
+		if facts, err := env.slotFacts(ctx); err == nil {
+			for _, sf := range facts {
+				if sf.MainPID > 0 {
+					own = append(own, int(sf.MainPID))
+				}
+			}
+		}
+		f.Duplicates = duplicates(cfg.Backend.Listen, own, f.Socket.Active())
 	}
 	sup := env.supervision(ctx)
 	f.Supervision = &sup
