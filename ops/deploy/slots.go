@@ -316,8 +316,12 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 		}
 	}
 	if plan.Legacy != "" {
+		// Reloaded as systemctl disable does: systemd reads enablement
+		// (UnitFileState) again only then.
 		if err := sd.Disable(ctx, plan.Legacy); err != nil {
 			log.Warn("disable the legacy unit", "unit", plan.Legacy, "err", err)
+		} else if err := sd.DaemonReload(ctx); err != nil {
+			log.Warn("daemon-reload after disabling the legacy unit", "err", err)
 		}
 		_ = sd.ResetFailed(ctx, plan.Legacy)
 	}
