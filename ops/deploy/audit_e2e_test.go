@@ -282,7 +282,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		case 7:
 			j.tool, j.args = "file.list", map[string]any{"path": wd}
 		case 8:
-			j.tool, j.args = "service.status", map[string]any{"unit": cfg.Backend.Unit}
+			j.tool, j.args = "service.status", map[string]any{"unit": units.SlotUnit(cfg.Backend.Unit, units.BootSlot)}
 		case 9:
 			j.c.token = "not-a-valid-token-" + strconv.Itoa(i)
 			j.tool, j.args, j.refusalKey = "system.info", map[string]any{}, "unauthenticated"
