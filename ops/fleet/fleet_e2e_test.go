@@ -587,7 +587,9 @@ func TestFleetInContainers(t *testing.T) {
 		if e := hostEnd(evs, h3); e != nil {
 			t.Errorf("%s: %+v, want never started", h3, e)
 		}
-		before = f.expect(t, before, all(v2), restartedOnly(h1, h2))
+		// host2's v3 failed in its idle slot: its serving process was
+		// never touched.
+		before = f.expect(t, before, all(v2), restartedOnly(h1))
 	})
 
 	t.Run("wave-2 host fails verification, halt: wave 1 stays, the printed resume finishes", func(t *testing.T) {
@@ -601,7 +603,7 @@ func TestFleetInContainers(t *testing.T) {
 		if !strings.Contains(out, resume) || !strings.Contains(out, "mcpctl fleet rollback --inventory "+inv) {
 			t.Fatalf("the halt does not print the resume and rollback commands")
 		}
-		before = f.expect(t, before, map[string]string{h1: v3, h2: v2, h3: v3}, restartedOnly(h1, h2, h3))
+		before = f.expect(t, before, map[string]string{h1: v3, h2: v2, h3: v3}, restartedOnly(h1, h3))
 		undo()
 		args := strings.Fields(strings.TrimPrefix(resume, "mcpctl "))
 		code, _ = f.fleetRun(t, args...)
