@@ -32,6 +32,9 @@ type elicitReport struct {
 // capabilities only at initialize, which the server never sees on a
 // call: the call becomes a pending approval for the operator.
 func TestTypeScriptSDKElicitation(t *testing.T) {
+	// Skip (or, under CI, fail) here, not in the subtests: the audit
+	// counts below need every one of them to have run.
+	node(t)
 	dir := t.TempDir()
 	audit := filepath.Join(dir, "audit.jsonl")
 	cfg := `{"audit":{"sink":"file","file":"` + audit + `"},"jobs":{"mode":"process"},

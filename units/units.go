@@ -56,6 +56,57 @@ const (
 	LogRateLimitBurst    = 100000
 )
 
+// The production slots: two instances of one template unit share the
+// backend's socket; at rest exactly one runs. BootSlot is the instance
+// enabled at boot and the one the socket starts if a connection arrives
+// while neither runs.
+const (
+	SlotBlue  = "blue"
+	SlotGreen = "green"
+	BootSlot  = SlotBlue
+)
+
+// Slots lists the production slots in a fixed order.
+var Slots = []string{SlotBlue, SlotGreen}
+
+// DefaultStandbyDir is where mcpctl writes a slot's standby environment
+// file (<dir>/<slot>.env) before a standby start: a runtime directory, so
+// a reboot never finds one.
+const DefaultStandbyDir = "/run/mcpctl/slots"
+
+// SlotTemplate is the template unit of the production slots of service
+// (mcp-backend.service -> mcp-backend@.service).
+func SlotTemplate(service string) string {
+	return strings.TrimSuffix(service, ".service") + "@.service"
+}
+
+// SlotUnit is the unit of one production slot (mcp-backend@blue.service).
+func SlotUnit(service, slot string) string {
+	return strings.TrimSuffix(service, ".service") + "@" + slot + ".service"
+}
+
+// SlotOf returns the slot of a slot unit of service ("" when unit is not
+// one).
+func SlotOf(service, unit string) string {
+	for _, s := range Slots {
+		if unit == SlotUnit(service, s) {
+			return s
+		}
+	}
+	return ""
+}
+
+// BackendSlice is the slice that holds both production slots.
+func BackendSlice(service string) string {
+	return strings.TrimSuffix(service, ".service") + ".slice"
+}
+
+// SlotLink is the symlink naming the release a slot runs
+// (<installRoot>/slots/<slot> -> ../releases/<version>).
+func SlotLink(installRoot, slot string) string {
+	return filepath.Join(installRoot, "slots", slot)
+}
+
 // Socket is the name of the socket unit that owns the listening port of the
 // backend service named service (mcp-backend.service ->
 // mcp-backend.socket).
@@ -167,8 +218,9 @@ func goMemLimit(memoryHigh string) string {
 	return strconv.FormatUint(mib, 10) + "MiB"
 }
 
-// Render renders every unit, in a fixed order: the backend's socket and
-// service, the canary's socket and service (when p.CanaryBinary is set), the
+// Render renders every unit, in a fixed order: the backend's socket, the
+// production slots' slice and template service, the jobs' slice, the
+// canary's socket and service (when p.CanaryBinary is set), the
 // tunnels in config order, the watchdog service
 // and timer, and the boot-time pending-rollback check.
 func Render(p Params) ([]Unit, error) {
@@ -227,23 +279,43 @@ func Render(p Params) ([]Unit, error) {
 	if backlog == 0 {
 		backlog = SocketBacklog
 	}
-	socket := func(key, description string, s Service, install bool) error {
+	// socket renders the socket unit of s, which starts service.
+	socket := func(key, description string, s Service, service string, install bool) error {
 		listen, err := listenStream(key, s.Listen)
 		if err != nil {
 			return err
 		}
 		return add(Socket(s.Unit), "backend.socket.tmpl", install, socketData{
-			Header: header, Description: description, Listen: listen, Service: s.Unit, Backlog: backlog, Install: install,
+			Header: header, Description: description, Listen: listen, Service: service, Backlog: backlog, Install: install,
 		})
 	}
-	if err := socket("backend.listen", "MCP backend (production) listening socket", cfg.Backend, true); err != nil {
+	// Production's socket starts the boot slot when a connection arrives
+	// while no slot runs; the socket passes its descriptors to both.
+	if err := socket("backend.listen", "MCP backend (production) listening socket", cfg.Backend, SlotUnit(cfg.Backend.Unit, BootSlot), true); err != nil {
 		return nil, err
 	}
-	if err := add(cfg.Backend.Unit, "backend.service.tmpl", true, backendData{
-		Header: header, Description: "MCP backend (production)", After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit),
-		Exec: serve(CurrentBinary(cfg.InstallRoot), cfg.Backend), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit, Install: true,
-		Role: "production", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
-		StateDirectory: StateDirectory(cfg.Backend.Unit),
+	if err := add(BackendSlice(cfg.Backend.Unit), "backend.slice.tmpl", false, struct {
+		Header string
+		G      Guardrails
+	}{header, cfg.Guardrails}); err != nil {
+		return nil, err
+	}
+	// The slot's binary is its own link's; %i is the only specifier and is
+	// added after quoting (execLine doubles every %).
+	const slotWord = "SLOT-INSTANCE"
+	slotExec := strings.Replace(serve(filepath.Join(SlotLink(cfg.InstallRoot, slotWord), "mcp-backend"), cfg.Backend), "/"+slotWord+"/", "/%i/", 1)
+	type slotData struct {
+		Header, After, Socket, Slice, StandbyDir, Exec, WatchdogSec string
+		G                                                           Guardrails
+		GoMemLimit, LogRateLimitIntervalSec                         string
+		LogRateLimitBurst                                           int
+		StateDirectory, BootSlot                                    string
+	}
+	if err := add(SlotTemplate(cfg.Backend.Unit), "slot.service.tmpl", true, slotData{
+		Header: header, After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit), Slice: BackendSlice(cfg.Backend.Unit),
+		StandbyDir: DefaultStandbyDir, Exec: slotExec, WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
+		LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
+		StateDirectory: StateDirectory(cfg.Backend.Unit), BootSlot: BootSlot,
 	}); err != nil {
 		return nil, err
 	}
@@ -258,7 +330,7 @@ func Render(p Params) ([]Unit, error) {
 			return nil, err
 		}
 		// The canary is started by hand (mcpctl canary start), never at boot.
-		if err := socket("canary.listen", "MCP backend (canary) listening socket", cfg.Canary, false); err != nil {
+		if err := socket("canary.listen", "MCP backend (canary) listening socket", cfg.Canary, cfg.Canary.Unit, false); err != nil {
 			return nil, err
 		}
 		if err := add(cfg.Canary.Unit, "backend.service.tmpl", false, backendData{
@@ -283,7 +355,7 @@ func Render(p Params) ([]Unit, error) {
 		}
 	}
 	if err := add(WatchdogService, "watchdog.service.tmpl", false, struct{ Header, Backend, MCPCtl string }{
-		header, cfg.Backend.Unit, mcpctlCmd,
+		header, strings.Join(slotUnits(cfg.Backend.Unit), " "), mcpctlCmd,
 	}); err != nil {
 		return nil, err
 	}
@@ -293,11 +365,20 @@ func Render(p Params) ([]Unit, error) {
 		return nil, err
 	}
 	if err := add(PendingRollbackService, "pending-rollback.service.tmpl", true, struct{ Header, Backend, MCPCtl string }{
-		header, cfg.Backend.Unit, mcpctlCmd,
+		header, strings.Join(append([]string{cfg.Backend.Unit}, slotUnits(cfg.Backend.Unit)...), " "), mcpctlCmd,
 	}); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// slotUnits are the units of both production slots.
+func slotUnits(service string) []string {
+	var out []string
+	for _, s := range Slots {
+		out = append(out, SlotUnit(service, s))
+	}
+	return out
 }
 
 // checkValues refuses template data with a string that could break out of

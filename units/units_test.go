@@ -49,7 +49,7 @@ func TestRenderGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"mcp-backend.socket", "mcp-backend.service", "mcp-jobs.slice", "mcp-backend-canary.socket", "mcp-backend-canary.service",
+		"mcp-backend.socket", "mcp-backend.slice", "mcp-backend@.service", "mcp-jobs.slice", "mcp-backend-canary.socket", "mcp-backend-canary.service",
 		"mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service",
 		"mcp-watchdog.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service",
 	}
@@ -119,20 +119,25 @@ func TestRenderContents(t *testing.T) {
 		absent []string
 		enable bool
 	}{
-		{"mcp-backend.service", want{
+		{"mcp-backend@.service", want{
 			"Service.Type": "notify", "Service.Restart": "on-failure", "Service.KillMode": "mixed",
 			"Service.WatchdogSec": "10s", "Service.TasksMax": "300", "Service.LimitNOFILE": "4096",
 			"Service.MemoryHigh": "1G", "Service.MemoryMax": "2G", "Service.CPUWeight": "50", "Service.TimeoutStopSec": "7",
-			"Service.ExecStart":      "/opt/mcp-backend/current/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
-			"Unit.StartLimitBurst":   "5",
-			"Install.WantedBy":       "multi-user.target",
-			"Unit.After":             "network.target mcp-backend.socket mcpctl-pending-rollback.service",
-			"Unit.Requires":          "mcp-backend.socket",
-			"Service.StateDirectory": "mcp-backend", "Service.StateDirectoryMode": "0700",
-		}, []string{"Unit.BindsTo", "Unit.PartOf", "Service.Sockets"}, true},
+			"Service.ExecStart":       "/opt/mcp-backend/slots/%i/mcp-backend serve --config /etc/mcp-backend/config.json --listen 127.0.0.1:3210",
+			"Service.Sockets":         "mcp-backend.socket",
+			"Service.Slice":           "mcp-backend.slice",
+			"Service.EnvironmentFile": "-/run/mcpctl/slots/%i.env",
+			"Unit.StartLimitBurst":    "5",
+			"Install.WantedBy":        "multi-user.target",
+			"Install.DefaultInstance": "blue",
+			"Unit.After":              "network.target mcp-backend.socket mcpctl-pending-rollback.service",
+			"Unit.Requires":           "mcp-backend.socket",
+			"Service.StateDirectory":  "mcp-backend", "Service.StateDirectoryMode": "0700",
+		}, []string{"Unit.BindsTo", "Unit.PartOf"}, true},
+		{"mcp-backend.slice", want{"Slice.MemoryHigh": "1G", "Slice.MemoryMax": "2G", "Slice.TasksMax": "300", "Slice.CPUWeight": "50"}, []string{"Install.WantedBy"}, false},
 		{"mcp-jobs.slice", want{"Slice.MemoryMax": "3G", "Slice.TasksMax": "999"}, []string{"Install.WantedBy"}, false},
 		{"mcp-backend.socket", want{
-			"Socket.ListenStream": "127.0.0.1:3210", "Socket.Service": "mcp-backend.service",
+			"Socket.ListenStream": "127.0.0.1:3210", "Socket.Service": "mcp-backend@blue.service",
 			"Socket.Backlog": "1024", "Socket.FreeBind": "yes", "Install.WantedBy": "sockets.target",
 		}, []string{"Socket.Accept", "Unit.PartOf", "Unit.BindsTo", "Unit.Requires"}, true},
 		{"mcp-backend-canary.socket", want{
@@ -156,7 +161,7 @@ func TestRenderContents(t *testing.T) {
 		}, []string{"Install.WantedBy"}, false},
 		{"mcp-watchdog.timer", want{"Timer.Unit": "mcp-watchdog.service", "Install.WantedBy": "timers.target"}, nil, true},
 		{"mcpctl-pending-rollback.service", want{
-			"Service.Type": "oneshot", "Unit.Before": "mcp-backend.service", "Install.WantedBy": "multi-user.target",
+			"Service.Type": "oneshot", "Unit.Before": "mcp-backend.service mcp-backend@blue.service mcp-backend@green.service", "Install.WantedBy": "multi-user.target",
 			"Service.ExecStart": "/opt/bin/mcpctl --config /etc/x/mcpctl.json rollback --if-pending --boot",
 		}, nil, true},
 	}
@@ -194,8 +199,8 @@ func TestRenderWithoutCanary(t *testing.T) {
 			t.Fatal("canary rendered without a canary binary")
 		}
 	}
-	if len(us) != 8 {
-		t.Fatalf("%d units, want 8: %v", len(us), names(us))
+	if len(us) != 9 {
+		t.Fatalf("%d units, want 9: %v", len(us), names(us))
 	}
 }
 
@@ -260,6 +265,10 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	cfg := goldenConfig(t)
 	cfg.Install.Root = filepath.Join(tmp, "opt")
 	stub(units.CurrentBinary(cfg.Install.Root))
+	// systemd-analyze verifies the template as instance "i".
+	for _, slot := range append([]string{"i"}, units.Slots...) {
+		stub(filepath.Join(units.SlotLink(cfg.Install.Root, slot), "mcp-backend"))
+	}
 	canary := stub(units.CanaryBinary(cfg.Install.Root, "v2"))
 	mcpctl := stub(filepath.Join(tmp, "bin", "mcpctl"))
 	tunnel := stub(filepath.Join(tmp, "bin", "tunnel"))

@@ -15,6 +15,8 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // DrainTimeout is how long in-flight HTTP may drain at shutdown before the
@@ -58,13 +60,6 @@ type Slot struct {
 	Handoff <-chan struct{}
 }
 
-// StatusAccepting is the systemd status text of a process that accepts on
-// the shared socket (mcpctl waits for it after a takeover).
-const StatusAccepting = "accepting on the shared socket"
-
-// StatusStandby is the systemd status text of a standby process.
-const StatusStandby = "standby: serving its own listener only"
-
 // ServeSlot is Serve for one production slot (see Slot).
 func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) error {
 	var handing atomic.Bool
@@ -89,11 +84,11 @@ func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) erro
 	if slot.Standby != nil {
 		standby = newCapListener(slot.Standby, s.httpLim.MaxConns, s.httpLim.ReserveConns)
 		go serve(standby)
-		_, _ = daemon.SdNotify(false, "STATUS="+StatusStandby)
+		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotStandby)
 	} else {
 		go serve(capped)
 		takeover = nil
-		_, _ = daemon.SdNotify(false, "STATUS="+StatusAccepting)
+		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotAccepting)
 	}
 
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
@@ -116,7 +111,7 @@ wait:
 		case <-takeover:
 			takeover = nil
 			go serve(capped)
-			_, _ = daemon.SdNotify(false, "STATUS="+StatusAccepting)
+			_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotAccepting)
 			s.log.Info("took over the shared socket", "listen", ln.Addr().String())
 		case <-slot.Handoff:
 			handoff = true
@@ -150,6 +145,7 @@ wait:
 		// next answer (or, idle, at the drain's end); only what is left
 		// then is answered UNAVAILABLE.
 		s.log.Info("handing off", "drain", drain.String())
+		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotHandingOff)
 		handing.Store(true)
 		_ = capped.Close()
 		if standby != nil {

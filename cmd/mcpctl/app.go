@@ -139,7 +139,7 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 
 // humanNeeded is what a failed rollback (exit 4) adds to its error.
 const humanNeeded = "HUMAN NEEDED: production could not be brought back to a known state. " +
-	"Inspect `mcpctl status`, `mcpctl rollback status` and the backend unit's journal (`journalctl -u` backend.unit of mcpctl.json, mcp-backend.service by default). " +
+	"Inspect `mcpctl status`, `mcpctl rollback status` and the production slots' journal (`journalctl -u 'mcp-backend@*'` for the default backend.unit of mcpctl.json). " +
 	"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone."
 
 // cliError is an error as --json writes it, the last line of stderr: one

@@ -79,8 +79,8 @@ func TestApprovalsListShowDecide(t *testing.T) {
 }
 
 // TestApprovalsDefaultDir: without --dir, mcpctl approvals reads approvals/
-// in the StateDirectory= of the backend unit mcpctl renders for its
-// config's backend.unit, where the backend keeps them.
+// in the StateDirectory= of the production slot template mcpctl renders for
+// its config's backend.unit, where the backend keeps them.
 func TestApprovalsDefaultDir(t *testing.T) {
 	for _, unit := range []string{"mcp-backend.service", "mcp-blue.service"} {
 		t.Run(unit, func(t *testing.T) {
@@ -93,7 +93,7 @@ func TestApprovalsDefaultDir(t *testing.T) {
 			}
 			var sd string
 			for _, u := range us {
-				if u.Name == unit {
+				if u.Name == units.SlotTemplate(unit) {
 					for _, l := range strings.Split(string(u.Content), "\n") {
 						if v, ok := strings.CutPrefix(l, "StateDirectory="); ok {
 							sd = v

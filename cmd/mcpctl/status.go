@@ -138,7 +138,8 @@ var _ unitReader = (*systemd.Client)(nil)
 // one hung part cannot hide the rest.
 func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *verify.Client, now time.Time) *statusReport {
 	rep := &statusReport{Time: now}
-	rep.Production = gatherService(ctx, sd, v, cfg.Backend.Unit, "http://"+cfg.Backend.Listen, true)
+	// Production is whichever slot (or pre-slot unit) accepts now.
+	rep.Production = gatherService(ctx, sd, v, deploy.ServingUnit(ctx, sd, cfg.Backend.Unit), "http://"+cfg.Backend.Listen, true)
 	if rep.Production.Version == "" {
 		if cur, err := (&release.Store{Root: cfg.Install.Root}).Current(); err == nil && cur != "" {
 			rep.Production.Version, rep.Production.VersionFrom = cur, "current link"

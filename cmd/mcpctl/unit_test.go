@@ -51,7 +51,7 @@ func TestUnitRender(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
-		"# unit mcp-backend.service\n", "# unit mcp-backend-canary.service\n", "# unit mcp-tunnel-overdeck-vm.service\n",
+		"# unit mcp-backend@.service\n", "# unit mcp-backend.slice\n", "# unit mcp-backend-canary.service\n", "# unit mcp-tunnel-overdeck-vm.service\n",
 		"# unit mcp-watchdog.timer\n", "# unit mcpctl-pending-rollback.service\n",
 		"TasksMax=512\n", "LimitNOFILE=65536\n", "MemoryHigh=6G\n", "MemoryMax=9G\n", "CPUWeight=80\n", "TimeoutStopSec=5\n",
 		"ExecStart=" + filepath.Join(dir, "opt", "releases", "v7", "mcp-backend") + " serve --config /etc/mcp-backend/canary.json --listen 127.0.0.1:3211\n",
@@ -74,8 +74,8 @@ func TestUnitRender(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if len(list) != 8 || list[0].Name != "mcp-backend.socket" || !list[0].Enable || !strings.Contains(list[0].Content, "ListenStream=") ||
-			list[1].Name != "mcp-backend.service" || !list[1].Enable || !strings.Contains(list[1].Content, "Type=notify") {
+		if len(list) != 9 || list[0].Name != "mcp-backend.socket" || !list[0].Enable || !strings.Contains(list[0].Content, "ListenStream=") ||
+			list[2].Name != "mcp-backend@.service" || !list[2].Enable || !strings.Contains(list[2].Content, "Type=notify") {
 			t.Fatalf("json units: %+v", list)
 		}
 	})
@@ -214,14 +214,17 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep := install()
-	if len(rep.Changed) != 8 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
+	if len(rep.Changed) != 9 || !rep.Reloaded || rep.UnitDir != "/etc/systemd/system" {
 		t.Fatalf("first install: %+v", rep)
 	}
-	wantEnabled := []string{"mcp-backend.socket", "mcp-backend.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
+	wantEnabled := []string{"mcp-backend.socket", "mcp-backend@.service", "mcp-tunnel-overdeck.service", "mcp-tunnel-overdeck-vm.service", "mcp-watchdog.timer", "mcpctl-pending-rollback.service"}
 	if strings.Join(rep.Enabled, " ") != strings.Join(wantEnabled, " ") {
 		t.Fatalf("enabled %v, want %v", rep.Enabled, wantEnabled)
 	}
 	for _, u := range wantEnabled {
+		if u == "mcp-backend@.service" {
+			u = "mcp-backend@blue.service" // the template's DefaultInstance
+		}
 		st, err := m.Client.Unit(ctx, u)
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +243,7 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	}
 
 	rep = install()
-	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 8 {
+	if len(rep.Changed) != 0 || rep.Reloaded || len(rep.Unchanged) != 9 {
 		t.Fatalf("second install changed something: %+v", rep)
 	}
 
@@ -252,12 +255,12 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"updated mcp-backend.service\n", "-TasksMax=512\n", "+TasksMax=256\n", "1 unit(s) written"} {
+	for _, want := range []string{"updated mcp-backend@.service\n", "updated mcp-backend.slice\n", "-TasksMax=512\n", "+TasksMax=256\n", "2 unit(s) written"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install output lacks %q:\n%s", want, out)
 		}
 	}
-	st, err := m.Client.Unit(ctx, "mcp-backend.service")
+	st, err := m.Client.Unit(ctx, "mcp-backend@blue.service")
 	if err != nil || st.TasksMax != 256 {
 		t.Fatalf("TasksMax after install = %d (%v), want 256: not reloaded?", st.TasksMax, err)
 	}
@@ -281,7 +284,7 @@ func TestUnitInstallDryRun(t *testing.T) {
 	stateDir := filepath.Join(dir, "state")
 	conf := unitTestConfig(t, dir, func(m map[string]any) { m["stateDir"] = stateDir })
 	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl", "--dry-run")
-	if code != 0 || !strings.Contains(out, "would create mcp-backend.service") || !strings.Contains(out, "+ExecStart=") || !strings.Contains(out, "nothing was changed") {
+	if code != 0 || !strings.Contains(out, "would create mcp-backend@.service") || !strings.Contains(out, "+ExecStart=") || !strings.Contains(out, "nothing was changed") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "units")); !os.IsNotExist(err) {

@@ -27,6 +27,7 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // issuer is a minimal OAuth authorization server for the audit test: the
@@ -228,7 +229,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 	if code, out, stderr := h.run(ctx, "install", "--build", build, "--json"); code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, stderr)
 	}
-	unitText, err := os.ReadFile(filepath.Join(m.UnitsDir, cfg.Backend.Unit))
+	unitText, err := os.ReadFile(filepath.Join(m.UnitsDir, units.SlotTemplate(cfg.Backend.Unit)))
 	if err != nil || !bytes.Contains(unitText, []byte("LogRateLimitBurst=")) || !bytes.Contains(unitText, []byte("MCP_BACKEND_ROLE=production")) {
 		t.Fatalf("installed unit lacks the journal rate limit or the role (%v):\n%s", err, unitText)
 	}
@@ -281,7 +282,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		case 7:
 			j.tool, j.args = "file.list", map[string]any{"path": wd}
 		case 8:
-			j.tool, j.args = "service.status", map[string]any{"unit": cfg.Backend.Unit}
+			j.tool, j.args = "service.status", map[string]any{"unit": units.SlotUnit(cfg.Backend.Unit, units.BootSlot)}
 		case 9:
 			j.c.token = "not-a-valid-token-" + strconv.Itoa(i)
 			j.tool, j.args, j.refusalKey = "system.info", map[string]any{}, "unauthenticated"
@@ -411,7 +412,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 			endedBy[who] = map[string]int{}
 		}
 		endedBy[who][e[audit.FieldOutcome]]++
-		if s[audit.FieldRole] != "production" || s[audit.FieldTransport] != "http" || s[audit.FieldConversation] == "" || s[audit.FieldQueuedMs] == "" || s["_SYSTEMD_UNIT"] != cfg.Backend.Unit {
+		if s[audit.FieldRole] != "production" || s[audit.FieldTransport] != "http" || s[audit.FieldConversation] == "" || s[audit.FieldQueuedMs] == "" || s["_SYSTEMD_UNIT"] != units.SlotUnit(cfg.Backend.Unit, units.BootSlot) {
 			t.Errorf("call %s start lacks role, transport, conversation, queued or unit: %v", id, s)
 		}
 	}

@@ -248,7 +248,7 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 	log := env.log().With("op", "canary", "version", version, "digest", cand.Digest)
 	v := env.verifier()
 	prodURL := URL(cfg.Backend.Listen)
-	rep.Production = ProductionProof{Unit: cfg.Backend.Unit, URL: prodURL, Before: identity(facts.Production)}
+	rep.Production = ProductionProof{Unit: facts.ProductionUnit, URL: prodURL, Before: identity(facts.Production)}
 	smp := startSampler(ctx, v, prodURL, env.sampleEvery())
 
 	runErr := rep.start(ctx, env, rec, canaryCfg, cand, version)
@@ -258,9 +258,9 @@ func CanaryStart(ctx context.Context, env *Env, opts CanaryOptions) (*CanaryRepo
 		runErr = rep.Canary.Err()
 	}
 	rep.Production.HealthzSamples, rep.Production.HealthzFailures, rep.Production.FirstFailure = smp.finish(ctx, v, prodURL)
-	after, err := env.Systemd.Unit(ctx, cfg.Backend.Unit)
+	after, err := env.Systemd.Unit(ctx, facts.ProductionUnit)
 	if err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("read %s after: %w", cfg.Backend.Unit, err))
+		runErr = errors.Join(runErr, fmt.Errorf("read %s after: %w", facts.ProductionUnit, err))
 	}
 	rep.Production.After = identity(after)
 	if runErr != nil {
@@ -360,10 +360,10 @@ func (rep *CanaryReport) start(ctx context.Context, env *Env, rec *InstallReport
 
 func observeCanary(ctx context.Context, env *Env, version, digest string) (CanaryFacts, error) {
 	cfg := env.Config
-	f := CanaryFacts{ProductionUnit: cfg.Backend.Unit, CanaryUnit: cfg.Canary.Unit, CanaryListen: cfg.Canary.Listen, Version: version, Digest: digest}
+	f := CanaryFacts{ProductionUnit: env.ProductionUnit(ctx), CanaryUnit: cfg.Canary.Unit, CanaryListen: cfg.Canary.Listen, Version: version, Digest: digest}
 	var err error
-	if f.Production, err = env.Systemd.Unit(ctx, cfg.Backend.Unit); err != nil {
-		return f, fmt.Errorf("read %s: %w", cfg.Backend.Unit, err)
+	if f.Production, err = env.Systemd.Unit(ctx, f.ProductionUnit); err != nil {
+		return f, fmt.Errorf("read %s: %w", f.ProductionUnit, err)
 	}
 	if f.Canary, err = env.Systemd.Unit(ctx, cfg.Canary.Unit); err != nil {
 		return f, fmt.Errorf("read %s: %w", cfg.Canary.Unit, err)

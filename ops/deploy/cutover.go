@@ -52,6 +52,9 @@ type Report struct {
 	Pruned *Pruned `json:"pruned,omitempty"`
 	// Jobs says how many backend jobs ran before and still run after.
 	Jobs *JobsReport `json:"jobs,omitempty"`
+	// Takeover names the production slot the cutover started and the unit
+	// it took over from.
+	Takeover *Takeover `json:"takeover,omitempty"`
 }
 
 // Pruned lists the snapshots and releases a confirmed cutover removed.
@@ -126,6 +129,10 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	}
 	if why := c.verify(ctx); why != nil {
 		return c.rollBack(ctx, why)
+	}
+	// Whichever slot starts next (boot, the socket) runs the new release.
+	if err := c.env.settleSlots(c.facts.CandidateVersion); err != nil {
+		c.rep.Warnings = append(c.rep.Warnings, "slot links: "+err.Error())
 	}
 	if err := c.timed("disarm", func() error { return c.confirm(ctx) }); err != nil {
 		return c.rep, err
@@ -217,12 +224,23 @@ func (c *cutover) preflight(ctx context.Context) error {
 	if f.CurrentVersion, err = c.store.Current(); err != nil {
 		f.CandidateErr = errors.Join(f.CandidateErr, fmt.Errorf("current release: %w", err))
 	}
-	if st, err := env.Systemd.Unit(ctx, cfg.Backend.Unit); err != nil {
+	if st, err := env.Systemd.Unit(ctx, env.ProductionUnit(ctx)); err != nil {
 		f.BackendActive = "unknown: " + err.Error()
 	} else {
 		f.BackendActive = st.ActiveState
 		f.Socket = env.socketFact(ctx, env.socketUnit())
-		f.Duplicates = duplicates(cfg.Backend.Listen, int(st.MainPID), f.Socket.Active())
+		var own []int
+		if st.MainPID > 0 {
+			own = append(own, int(st.MainPID))
+		}
+		if facts, err := env.slotFacts(ctx); err == nil {
+			for _, sf := range facts {
+				if sf.MainPID > 0 {
+					own = append(own, int(sf.MainPID))
+				}
+			}
+		}
+		f.Duplicates = duplicates(cfg.Backend.Listen, own, f.Socket.Active())
 	}
 	sup := env.supervision(ctx)
 	f.Supervision = &sup
@@ -292,9 +310,10 @@ func (c *cutover) arm(ctx context.Context) error {
 func (c *cutover) budget() time.Duration { return c.opts.Deadline / 3 }
 
 // swap installs the release, points current at it, writes the units when
-// they changed, reloads and restarts only the backend: its socket keeps the
-// port, so connections wait instead of being refused. It returns why it
-// failed.
+// they changed, reloads, and starts the release in the idle production
+// slot beside the serving one (applySlots): the serving one is touched only
+// once the new one is verified on its own listener. The socket and the
+// tunnels are never restarted. It returns why it failed.
 func (c *cutover) swap(ctx context.Context) (why []string) {
 	env, v := c.env, c.facts.CandidateVersion
 	_ = c.timed("install+restart", func() error {
@@ -307,18 +326,20 @@ func (c *cutover) swap(ctx context.Context) (why []string) {
 		} else if err := env.Systemd.DaemonReload(ctx); err != nil {
 			why = []string{"daemon-reload: " + err.Error()}
 		} else {
-			rctx, cancel := context.WithTimeout(ctx, c.budget())
-			defer cancel()
-			// With the socket unit new (the first cutover onto it), systemd
-			// orders the old process's stop before the socket's start.
-			if err := env.Systemd.Restart(rctx, env.Config.Backend.Unit); err != nil {
-				why = []string{err.Error()} // the client names the job and the unit
+			var facts []SlotFact
+			var err error
+			if facts, err = env.slotFacts(ctx); err != nil {
+				why = []string{err.Error()}
+				return nil
 			}
+			plan := PlanSlots(env.Config.Backend.Unit, facts, v)
+			env.log().Info("slot plan", "start", plan.StartUnit, "standby", plan.Standby, "keep", plan.Keep, "legacy", plan.Legacy)
+			c.rep.Takeover, why = env.applySlots(ctx, plan, v, c.facts.Digest, c.budget())
 		}
 		return nil
 	})
 	if why == nil {
-		env.log().Info("backend restarted", "version", v)
+		env.log().Info("backend took over", "version", v, "unit", c.rep.Takeover.Unit, "from", c.rep.Takeover.From)
 	}
 	return why
 }
@@ -441,7 +462,8 @@ func checkCandidate(ctx context.Context, build, version, backendConfig string) (
 	return res.Version, res.Digest, nil
 }
 
-// writeUnitIfChanged renders the backend unit and its socket unit and
+// writeUnitIfChanged renders production's units (the socket, the slot
+// template and slice, the boot-time check and the watchdog service) and
 // writes each that differs (atomically, as install and canary do). A
 // written socket unit applies at its next start, never by restarting it.
 // Without tunnel commands in the config the units cannot be rendered; the
@@ -459,14 +481,40 @@ func writeUnitIfChanged(env *Env) error {
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
+	prod := map[string]bool{env.socketUnit(): true, units.SlotTemplate(cfg.Backend.Unit): true,
+		units.BackendSlice(cfg.Backend.Unit): true, units.PendingRollbackService: true, units.WatchdogService: true}
 	var write []units.Unit
 	for _, u := range us {
-		if u.Name == cfg.Backend.Unit || u.Name == env.socketUnit() {
+		if prod[u.Name] {
 			write = append(write, u)
 		}
 	}
-	_, err = units.Sync(cfg.UnitDir, write)
-	return err
+	written, err := units.Sync(cfg.UnitDir, write)
+	if err != nil {
+		return err
+	}
+	for _, w := range written {
+		if w == units.SlotTemplate(cfg.Backend.Unit) {
+			// The boot slot starts at boot from now on (its template's
+			// DefaultInstance); the legacy unit is disabled once it handed
+			// off.
+			return enableAfterReload(env, w)
+		}
+	}
+	return nil
+}
+
+// enableAfterReload reloads systemd so it knows unit, then enables it.
+func enableAfterReload(env *Env, unit string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := env.Systemd.DaemonReload(ctx); err != nil {
+		return fmt.Errorf("daemon-reload: %w", err)
+	}
+	if err := env.Systemd.Enable(ctx, unit); err != nil {
+		return fmt.Errorf("enable %s: %w", unit, err)
+	}
+	return nil
 }
 
 // Check verifies production as it runs now (mcpctl verify): the backend's

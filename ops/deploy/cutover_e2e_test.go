@@ -135,12 +135,21 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 	if err := store.SetCurrent("v1"); err != nil {
 		t.Fatal(err)
 	}
+	for _, slot := range units.Slots {
+		link := units.SlotLink(cfg.Install.Root, slot)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "releases", "v1"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.m.Client.DaemonReload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range append([]string{cfg.Backend.Unit}, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit) {
+	for _, u := range append([]string{units.SlotUnit(cfg.Backend.Unit, units.BootSlot)}, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit) {
 		if err := s.m.Client.Start(ctx, u); err != nil {
 			t.Fatalf("start %s: %v", u, err)
 		}
@@ -226,6 +235,27 @@ func (s *site) unit(name string) (active, invocation string) {
 		s.t.Fatal(err)
 	}
 	return st.ActiveState, st.InvocationID
+}
+
+// prod is the production unit that runs now (a slot; the legacy unit on a
+// site installed before the slots) and its main process and invocation.
+func (s *site) prod() (unit string, pid uint32, invocation string) {
+	s.t.Helper()
+	var running []string
+	for _, u := range append([]string{s.cfg.Backend.Unit}, units.SlotUnit(s.cfg.Backend.Unit, units.SlotBlue), units.SlotUnit(s.cfg.Backend.Unit, units.SlotGreen)) {
+		st, err := s.m.Client.Unit(context.Background(), u)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if st.ActiveState != "inactive" && st.ActiveState != "failed" && st.LoadState == "loaded" {
+			running = append(running, u)
+			unit, pid, invocation = u, st.MainPID, st.InvocationID
+		}
+	}
+	if len(running) != 1 {
+		s.t.Fatalf("production units running: %v, want exactly one", running)
+	}
+	return unit, pid, invocation
 }
 
 func (s *site) invocations() map[string]string {
@@ -380,11 +410,15 @@ func TestCutoverInSystemd(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := s.m.Client.Stop(ctx, s.cfg.Backend.Unit); err != nil {
+		unit, _, _ := s.prod()
+		if err := s.m.Client.Stop(ctx, unit); err != nil {
 			t.Fatal(err)
 		}
 		code, out := s.run("rollback", "--if-pending")
-		if active, _ := s.unit(s.cfg.Backend.Unit); code != 0 || active != "active" {
+		if unit, _, _ = s.prod(); code != 0 {
+			t.Fatalf("exit %d, production %s; want 0 with production started:\n%s", code, unit, out)
+		}
+		if active, _ := s.unit(unit); active != "active" {
 			t.Fatalf("exit %d, backend %s; want 0 with production started:\n%s", code, active, out)
 		}
 		if v := s.version(); v != "v1" {
@@ -395,7 +429,7 @@ func TestCutoverInSystemd(t *testing.T) {
 	t.Run("--version naming another version", func(t *testing.T) {
 		s.t = t
 		snaps, _ := snapshot.List(s.cfg.StateDir)
-		_, inv := s.unit(s.cfg.Backend.Unit)
+		_, _, inv := s.prod()
 		code, out := s.run("cutover", "--build", s.build("v3"), "--version", "v4", "--arm-rollback", "--skip-canary-check", "e2e")
 		if code != 2 || !strings.Contains(out, "the build prints version v3; --version v4") {
 			t.Fatalf("exit %d, want 2 naming both versions:\n%s", code, out)
@@ -403,7 +437,7 @@ func TestCutoverInSystemd(t *testing.T) {
 		if after, _ := snapshot.List(s.cfg.StateDir); len(after) != len(snaps) {
 			t.Fatal("a refused cutover took a snapshot")
 		}
-		if _, now := s.unit(s.cfg.Backend.Unit); now != inv || s.current() != "v1" {
+		if _, _, now := s.prod(); now != inv || s.current() != "v1" {
 			t.Fatal("a refused cutover changed production")
 		}
 		s.assertNoRollbackArmed()
@@ -419,11 +453,16 @@ func TestCutoverInSystemd(t *testing.T) {
 		// A genuinely broken v3: it answers --version and check-config, but
 		// its serve never notifies READY.
 		wrapper := writeNeverReady(t, s, s.build("v3"))
+		unit, pid, inv := s.prod()
 		code, out := s.run("cutover", "--build", wrapper, "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e test")
 		if code != 3 {
 			t.Fatalf("exit %d, want 3:\n%s", code, out)
 		}
-		onlyReason(t, out, "restart "+s.cfg.Backend.Unit)
+		// Started in the idle slot, never in the serving one.
+		onlyReason(t, out, "start "+strings.TrimSuffix(s.cfg.Backend.Unit, ".service")+"@")
+		if u, p, i := s.prod(); u != unit || p != pid || i != inv {
+			t.Fatalf("production %s pid %d %s after a never-ready cutover, want %s pid %d %s untouched", u, p, i, unit, pid, inv)
+		}
 		if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
 			t.Fatalf("after rollback production %s current %s, want v1", v, c)
 		}
@@ -453,12 +492,12 @@ func TestCutoverInSystemd(t *testing.T) {
 		if err := os.WriteFile(stored, []byte(`{"listen":"127.0.0.1:1"}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, inv := s.unit(s.cfg.Backend.Unit)
+		_, _, inv := s.prod()
 		code, out := s.run("rollback", "--snapshot", snap.ID)
 		if code != 4 || !strings.Contains(out, "corrupt") {
 			t.Fatalf("exit %d, want 4 naming the corruption:\n%s", code, out)
 		}
-		if _, now := s.unit(s.cfg.Backend.Unit); now != inv {
+		if _, _, now := s.prod(); now != inv {
 			t.Fatal("a refused restore restarted the backend")
 		}
 		if b, _ := os.ReadFile(s.cfg.Backend.Config); strings.Contains(string(b), ":1\"") {
@@ -540,9 +579,18 @@ func (s *site) assertStatus(version, lastAction string) {
 	}
 }
 
+// standbySlot is the production slot that is not serving's.
+func standbySlot(s *site, serving string) string {
+	if serving == units.SlotUnit(s.cfg.Backend.Unit, units.SlotBlue) {
+		return units.SlotUnit(s.cfg.Backend.Unit, units.SlotGreen)
+	}
+	return units.SlotUnit(s.cfg.Backend.Unit, units.SlotBlue)
+}
+
 // killCutoverAfterRestart runs a cutover to the gated candidate, waits until
-// the backend has restarted (its InvocationID left inv0), SIGKILLs mcpctl
-// inside the container, opens the gate and returns what mcpctl printed.
+// the candidate's slot has started (held at its start by the gate) beside
+// the serving one, SIGKILLs mcpctl inside the container, opens the gate and
+// returns what mcpctl printed.
 func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, candidate gatedStart, inv0 string) string {
 	t.Helper()
 	cmd := s.mcpctlCmd(ctx, "cutover", "--build", candidate.wrapper, "--arm-rollback", "--skip-canary-check", "e2e")
@@ -551,8 +599,9 @@ func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, candid
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	proctest.Eventually(t, "the backend restarted onto the candidate", func() bool {
-		_, inv := s.unit(s.cfg.Backend.Unit)
+	serving, _, _ := s.prod()
+	proctest.Eventually(t, "the candidate's slot started", func() bool {
+		_, inv := s.unit(standbySlot(s, serving))
 		return inv != inv0 && inv != ""
 	})
 	h := holder(t, s)
@@ -633,7 +682,7 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 	// The real v2, held at its start: mcpctl waits on the restart until it
 	// is killed in the middle of it.
 	candidate := writeGatedStart(t, s, s.builds["v2"])
-	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	unit0, pid0, inv0 := s.prod()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	out := s.killCutoverAfterRestart(ctx, t, candidate, inv0)
@@ -653,8 +702,15 @@ func TestTimerRollsBackAKilledCutover(t *testing.T) {
 	}
 	t.Logf("figures: restored %s after the kill (deadline 15s from arming)", time.Since(killedAt).Round(time.Millisecond))
 	s.waitHTTP(s.backend+"/readyz", 10*time.Second)
-	if st, _ := s.unit(s.cfg.Backend.Unit); st != "active" {
-		t.Fatalf("backend %s after the timer's rollback", st)
+	// Exactly one slot serves v1: the one that never stopped; the
+	// candidate's slot, left in standby, was stopped.
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if a, _ := s.unit(standbySlot(s, unit0)); a == "inactive" || a == "failed" || time.Now().After(end) {
+			break
+		}
+	}
+	if u, p, i := s.prod(); u != unit0 || p != pid0 || i != inv0 || s.version() != "v1" {
+		t.Fatalf("production %s pid %d %s on %s after the timer's rollback, want %s pid %d %s on v1", u, p, i, s.version(), unit0, pid0, inv0)
 	}
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if gone, err := s.m.Client.Gone(context.Background(), deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
@@ -690,9 +746,9 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 		if err := os.WriteFile(bad, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		files := []string{s.cfg.Backend.Config, filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit), filepath.Join(s.cfg.Install.Root, "current")}
+		files := []string{s.cfg.Backend.Config, filepath.Join(s.m.UnitsDir, units.SlotTemplate(s.cfg.Backend.Unit)), filepath.Join(s.cfg.Install.Root, "current")}
 		before := fileHashes(t, files)
-		_, inv := s.unit(s.cfg.Backend.Unit)
+		_, _, inv := s.prod()
 		code, out := s.run("cutover", "--build", bad, "--arm-rollback", "--skip-canary-check", "e2e")
 		if code != 1 {
 			t.Fatalf("exit %d, want 1 naming check-config:\n%s", code, out)
@@ -701,7 +757,7 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 		if after := fileHashes(t, files); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("files changed by a refused cutover:\nbefore %v\nafter  %v", before, after)
 		}
-		if _, now := s.unit(s.cfg.Backend.Unit); now != inv {
+		if _, _, now := s.prod(); now != inv {
 			t.Fatal("a refused cutover restarted the backend")
 		}
 		if list, _ := snapshot.List(s.cfg.StateDir); len(list) != 0 {
@@ -715,7 +771,7 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 		// backend runs v2, so the tunnel is down exactly while the cutover
 		// verifies (and not after the rollback to v1).
 		tun := s.cfg.Tunnels[0]
-		dropin := filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit+".d", "fault.conf")
+		dropin := filepath.Join(s.m.UnitsDir, units.SlotTemplate(s.cfg.Backend.Unit)+".d", "fault.conf")
 		if err := os.MkdirAll(filepath.Dir(dropin), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -41,7 +42,7 @@ func (s *site) writeUnit(name, content string) {
 // v1 with the same unit invocation, no snapshot, no rollback armed.
 func (s *site) untouched(inv string) {
 	s.t.Helper()
-	if _, now := s.unit(s.cfg.Backend.Unit); now != inv {
+	if _, _, now := s.prod(); now != inv {
 		s.t.Fatal("a refused cutover restarted the backend")
 	}
 	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
@@ -60,7 +61,7 @@ func (s *site) untouched(inv string) {
 func TestCutoverRefusesDuplicateSupervisors(t *testing.T) {
 	s := newSite(t, 60*time.Second)
 	s.pass(s.builds["v2"])
-	_, inv := s.unit(s.cfg.Backend.Unit)
+	_, _, inv := s.prod()
 
 	t.Run("second unit on the same binary", func(t *testing.T) {
 		s.t = t
@@ -147,14 +148,15 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The real v2 build, held at its start: mcpctl is killed while it waits
-	// on the restart, and v2 then serves with the cutover still pending.
-	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	// The real v2 build, held at its start in the idle slot: mcpctl is
+	// killed while it waits on that start, so v2 comes up in standby and
+	// never takes over; the cutover is still pending and current names v2.
+	_, _, inv0 := s.prod()
 	out := s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.builds["v2"]), inv0)
 	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
 	p, err := state.Dir(s.cfg.StateDir).ReadPending()
-	if err != nil || p == nil || s.current() != "v2" || s.version() != "v2" {
-		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, serving it:\n%s",
+	if err != nil || p == nil || s.current() != "v2" || s.version() != "v1" {
+		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, v1 serving:\n%s",
 			p, err, s.current(), s.version(), out)
 	}
 
@@ -173,7 +175,8 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	if st.Result != "success" || st.ExecMainStatus != 0 {
 		t.Fatalf("%s: result %s status %d", units.PendingRollbackService, st.Result, st.ExecMainStatus)
 	}
-	be, err := s.m.Client.Unit(ctx, s.cfg.Backend.Unit)
+	unit, _, _ := s.prod()
+	be, err := s.m.Client.Unit(ctx, unit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +186,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 		t.Fatalf("backend %s with %d restarts, want active, started once", be.ActiveState, be.NRestarts)
 	}
 	restored := s.showMono(units.PendingRollbackService, "ExecMainExitTimestampMonotonic")
-	started := s.showMono(s.cfg.Backend.Unit, "ExecMainStartTimestampMonotonic")
+	started := s.showMono(unit, "ExecMainStartTimestampMonotonic")
 	if restored > started {
 		t.Fatalf("backend started (%d us) before the boot-time rollback finished (%d us)", started, restored)
 	}
@@ -223,7 +226,7 @@ func (s *site) watchdogRun() []string {
 // identities are the InvocationIDs of the backend and both tunnels.
 func (s *site) identities() map[string]string {
 	out := s.invocations()
-	_, out["backend"] = s.unit(s.cfg.Backend.Unit)
+	_, _, out["backend"] = s.prod()
 	return out
 }
 
@@ -279,7 +282,8 @@ func TestWatchdogInSystemd(t *testing.T) {
 		// fill it, and /readyz answers 503 while /healthz stays 200.
 		writeJSON(t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen,
 			"concurrency": map[string]any{"maxActive": 2, "reservedControl": 1, "maxShell": 1, "maxQueue": 1, "queueWaitMs": 120000}})
-		for _, u := range []string{broken.Unit, s.cfg.Backend.Unit} {
+		prod, _, _ := s.prod()
+		for _, u := range []string{broken.Unit, prod} {
 			if err := s.m.Client.Restart(context.Background(), u); err != nil {
 				t.Fatal(err)
 			}
@@ -334,7 +338,7 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	s := newSite(t, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, inv0 := s.unit(s.cfg.Backend.Unit)
+	_, _, inv0 := s.prod()
 	s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.build("v3")), inv0)
 	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
 	snap := lastSnapshotManifest(t, s)
@@ -379,6 +383,68 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	}
 	if v := s.version(); v != "v2" {
 		t.Fatalf("production %s after the next cutover, want v2", v)
+	}
+	s.assertNoRollbackArmed()
+}
+
+// TestTimerRollsBackACutoverKilledInTheHandoff extends the fault matrix to
+// the slots' last step: mcpctl is SIGKILLed while the old slot hands off
+// (it stopped accepting and still finishes a long call it accepted) and the
+// new slot serves unconfirmed. The armed timer must end with exactly one
+// slot serving the snapshot's release, nothing pending, and the call the
+// old slot had accepted must have finished.
+func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
+	s := newSite(t, 15*time.Second)
+	s.pass(s.builds["v2"])
+	old, _, _ := s.prod()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	long := make(chan error, 1)
+	go func() {
+		_, code, err := (&verify.Client{}).CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 6; echo done", "timeoutMs": 30000})
+		if err == nil && code != "" {
+			err = fmt.Errorf("tool error %s", code)
+		}
+		long <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the old slot has accepted it
+	cmd := s.mcpctlCmd(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Eventually(t, "the old slot hands off", func() bool {
+		st, err := s.m.Client.Unit(ctx, old)
+		return err == nil && st.StatusText == mcpwire.SlotHandingOff
+	})
+	h := holder(t, s)
+	if h == nil {
+		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
+	}
+	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killedAt := time.Now()
+	if err := <-long; err != nil {
+		t.Errorf("the call the old slot accepted: %v, want it finished by the handoff", err)
+	}
+	for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		p, _ := state.Dir(s.cfg.StateDir).ReadPending()
+		gone, _ := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
+		if p == nil && gone && s.current() == "v1" {
+			break
+		}
+		if time.Now().After(end) {
+			j, _ := s.m.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
+			t.Fatalf("the timer did not restore: pending %+v current %s\n%s\n%s", p, s.current(), out.String(), j)
+		}
+	}
+	t.Logf("figures: restored %s after the kill in the handoff (deadline 15s from arming)", time.Since(killedAt).Round(time.Millisecond))
+	s.waitHTTP(s.backend+"/readyz", 10*time.Second)
+	if u, _, _ := s.prod(); s.version() != "v1" {
+		t.Fatalf("production %s serves %s after the timer's rollback, want v1", u, s.version())
 	}
 	s.assertNoRollbackArmed()
 }

@@ -41,12 +41,14 @@ func (s *site) socketRun() (active, invocation string, since time.Time) {
 
 // TestCutoversUnderSteadyLoad is what an operator sees during deploys: a
 // steady 20 calls/s (half shell.exec, half system.info) through both tunnels
-// while production goes through three cutovers, a failed cutover that rolls
-// back and an operator's rollback. No caller may see a transport failure, an
-// HTTP error or a JSON-RPC error: the socket unit holds the port through
-// every restart, so connections wait in its backlog. Calls cut by a restart
-// may be tool results (UNAVAILABLE); they are counted apart. The tunnels and
-// the socket are never restarted.
+// while production goes through three cutovers, two cutovers to bad builds
+// (one never ready, one ready but reporting another version) and an
+// operator's rollback. No caller may see any failure at all, OVERLOADED
+// included: each new build starts in the idle slot beside the serving one
+// and takes over the shared socket only once verified, and a bad build never
+// touches the serving process (same unit, MainPID and InvocationID). The
+// tunnels and the socket are never restarted. The figures lines are the
+// longest call and each step's duration.
 func TestCutoversUnderSteadyLoad(t *testing.T) {
 	s := newSite(t, 60*time.Second)
 	for _, v := range []string{"v2", "v3", "v4"} {
@@ -69,11 +71,6 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	targets := []string{s.cfg.Tunnels[0].URL, s.cfg.Tunnels[1].URL}
 	go func() {
 		rep, err := stress.RunSteady(context.Background(), stress.SteadyConfig{
-			// 20 calls/s keeps the shell class near 40% busy (10 x 0.3 s
-			// of 8 slots): the burst a restart leaves in the socket's
-			// backlog drains in seconds. At 40/s it ran at 75-90% on a
-			// loaded machine and the queue could take longer than a
-			// step's settle wait to empty.
 			Targets: targets, Rate: 20, Duration: 10 * time.Minute, Stop: stop,
 			OnCall: func(c stress.SteadyCall) { mu.Lock(); calls = append(calls, c); mu.Unlock() },
 		})
@@ -126,11 +123,15 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		if code != wantCode {
 			t.Fatalf("%s: exit %d, want %d:\n%s", name, code, wantCode, out)
 		}
+		t.Logf("%s:\n%s", name, out)
 		// Each step starts under load with production settled (nothing
 		// queued), so its figures are its own.
 		waitCalls(okCalls() + 40)
 		proctest.Eventually(t, "production's queue empty", func() bool {
 			code, body, err := (&verify.Client{}).Metrics(context.Background(), s.backend)
+			if err != nil || code != 200 {
+				t.Logf("metrics: %d %v %s", code, err, body)
+			}
 			var m struct {
 				Queued struct {
 					Total int `json:"total"`
@@ -142,13 +143,20 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	step("cutover v1->v2", 0, "cutover", "--build", s.builds["v2"], "--arm-rollback")
 	step("cutover v2->v3", 0, "cutover", "--build", s.builds["v3"], "--arm-rollback")
 	step("cutover v3->v4", 0, "cutover", "--build", s.builds["v4"], "--arm-rollback")
-	step("failed cutover v4->v5, rolled back", 3, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback",
+	// Two bad builds: one never becomes ready, one is ready but reports
+	// another version. Neither may touch the serving process.
+	unit0, pid0, inv0 := s.prod()
+	step("bad cutover v4->v5 (never ready)", 3, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback",
 		"--deadline", "15s", "--skip-canary-check", "e2e: never ready")
-	if v := s.version(); v != "v4" {
-		t.Fatalf("after the failed cutover production runs %s, want v4", v)
+	step("bad cutover v4->v6 (fails verification)", 3, "cutover", "--build", writeWrongVersion(t, s, s.build("v6"), s.builds["v4"]), "--arm-rollback",
+		"--deadline", "15s", "--skip-canary-check", "e2e: fails verification")
+	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
+		t.Fatalf("the bad cutovers touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", unit0, pid0, inv0, unit, pid, inv)
 	}
-	// The newest snapshot is v4's (taken by the failed cutover): the
-	// operator names the one the cutover to v4 took, of v3.
+	if v := s.version(); v != "v4" {
+		t.Fatalf("after the failed cutovers production runs %s, want v4", v)
+	}
+	// The operator goes back: the snapshot the cutover to v4 took, of v3.
 	step("operator rollback v4->v3", 0, "rollback", "--snapshot", snapshotOfVersion(t, s, "v3"))
 	if v := s.version(); v != "v3" {
 		t.Fatalf("after the rollback production runs %s, want v3", v)
@@ -162,8 +170,8 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	// Figures per step: what callers saw while each command ran.
 	for _, p := range phases {
 		c := stressCountsIn(calls, p.start, p.end)
-		t.Logf("figures: %-36s %4d calls: %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v; wait p99 %.0f ms, max %.0f ms",
-			p.name, c.Calls, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.ToolByCode, c.Wait.P99Ms, c.Wait.MaxMs)
+		t.Logf("figures: %-42s took %6.0f ms; %4d calls: %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v; wait p99 %.0f ms, max %.0f ms",
+			p.name, float64(p.end.Sub(p.start).Milliseconds()), c.Calls, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.ToolByCode, c.Wait.P99Ms, c.Wait.MaxMs)
 	}
 	t.Logf("figures: peak accept queue of %s: %d connections (Backlog=%d)", units.Socket(s.cfg.Backend.Unit), backlog(), units.SocketBacklog)
 	tot := rep.Total
@@ -177,15 +185,15 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	if !tot.Clean() {
 		t.Errorf("callers saw %d transport failures, %d HTTP errors, %d JSON-RPC errors and %d unreadable replies; want none", tot.Transport, tot.HTTP, tot.JSONRPC, tot.BadReply)
 	}
-	for code := range tot.ToolByCode {
-		// A call cut by a restart answers UNAVAILABLE. The failed cutover
-		// holds every call for its restart budget; when the restored build
-		// accepts them at once, those beyond its queue are OVERLOADED. Both
-		// are answers a client retries; nothing else is expected at a rate
-		// this far under capacity.
-		if code != "UNAVAILABLE" && code != "OVERLOADED" {
-			t.Errorf("tool errors %v: only UNAVAILABLE (a restart) and OVERLOADED (the burst after a stall) are expected", tot.ToolByCode)
-		}
+	// The new build starts beside the old one and takes over only once
+	// verified; the old one finishes every call it accepted: no caller
+	// sees a restart at all.
+	if tot.Tool > 0 {
+		t.Errorf("tool errors %v: want none (no call may be cut or refused across a cutover)", tot.ToolByCode)
+	}
+	// What the issue asks of every step: no caller waits beyond 1.5 s.
+	if tot.Wait.MaxMs > 1500 {
+		t.Errorf("the longest call waited %.0f ms, want at most 1500", tot.Wait.MaxMs)
 	}
 	for i, c := range rep.Targets {
 		if c.OK == 0 {
@@ -199,6 +207,19 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		t.Errorf("socket restarted: was active %s since %s, now %s %s since %s", sockInv, sockSince, a, inv, since)
 	}
 	s.assertNoRollbackArmed()
+}
+
+// writeWrongVersion is a candidate that prints build's version but serves
+// with other: it becomes ready and fails verification (system.info names
+// another version).
+func writeWrongVersion(t testing.TB, s *site, build, other string) string {
+	t.Helper()
+	p := filepath.Join(s.dir, "bin", "wrong-version-"+filepath.Base(build))
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then exec %s \"$@\"; fi\nexec %s \"$@\"\n", other, build)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // stressCountsIn counts the calls that ended in [from, to): a failure
@@ -290,44 +311,149 @@ func peakAcceptQueue(listen string, stop <-chan struct{}) func() int {
 	return func() int { <-done; return int(peak.Load()) }
 }
 
-// TestCutoverOntoTheSocketAndBack: production installed before the socket
-// unit existed (the service binds its port itself). The first cutover
-// installs the socket and hands the port to it; a rollback to the snapshot
-// from before removes the socket file and stops the socket, so the old
-// build binds its port again; the next cutover brings the socket back.
-func TestCutoverOntoTheSocketAndBack(t *testing.T) {
-	s := newSite(t, 60*time.Second)
-	sock := units.Socket(s.cfg.Backend.Unit)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	// The older installation: no socket unit, a service without Requires=.
-	unitPath := filepath.Join(s.m.UnitsDir, s.cfg.Backend.Unit)
-	b, err := os.ReadFile(unitPath)
+// legacyInstall turns the site into an installation made before the
+// production slots: the single production unit (from the slot template,
+// run through current) serves, the slot template and slice are gone, and
+// with socket false also the socket unit (the service binds its port
+// itself, as before the socket unit existed).
+func (s *site) legacyInstall(ctx context.Context, socket bool) {
+	s.t.Helper()
+	sock, svc := units.Socket(s.cfg.Backend.Unit), s.cfg.Backend.Unit
+	tmpl := filepath.Join(s.m.UnitsDir, units.SlotTemplate(svc))
+	b, err := os.ReadFile(tmpl)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	var old []string
+	var legacy []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "Requires=") {
+		switch {
+		case strings.HasPrefix(l, "Sockets="), strings.HasPrefix(l, "Slice="), strings.HasPrefix(l, "EnvironmentFile="),
+			strings.HasPrefix(l, "DefaultInstance="), !socket && strings.HasPrefix(l, "Requires="):
 			continue
+		case strings.HasPrefix(l, "ExecStart="):
+			l = strings.Replace(l, filepath.Join(units.SlotLink(s.cfg.Install.Root, "%i"), "mcp-backend"), units.CurrentBinary(s.cfg.Install.Root), 1)
+		case !socket && strings.HasPrefix(l, "After="):
+			l = strings.Replace(l, " "+sock, "", 1)
 		}
-		old = append(old, strings.Replace(l, " "+sock, "", 1))
+		legacy = append(legacy, l)
 	}
-	if err := os.WriteFile(unitPath, []byte(strings.Join(old, "\n")), 0o644); err != nil {
-		t.Fatal(err)
+	boot := units.SlotUnit(svc, units.BootSlot)
+	steps := []func() error{
+		func() error { return s.m.Client.Stop(ctx, boot) },
+		func() error {
+			return os.WriteFile(filepath.Join(s.m.UnitsDir, svc), []byte(strings.Join(legacy, "\n")), 0o644)
+		},
+		func() error { return os.Remove(tmpl) },
+		func() error { return os.Remove(filepath.Join(s.m.UnitsDir, units.BackendSlice(svc))) },
 	}
-	for _, step := range []func() error{
-		func() error { return s.m.Client.Stop(ctx, s.cfg.Backend.Unit) },
-		func() error { return s.m.Client.Stop(ctx, sock) },
-		func() error { return os.Remove(filepath.Join(s.m.UnitsDir, sock)) },
-		func() error { return s.m.Client.DaemonReload(ctx) },
-		func() error { return s.m.Client.Start(ctx, s.cfg.Backend.Unit) },
-	} {
+	sockPath := filepath.Join(s.m.UnitsDir, sock)
+	if socket {
+		// The socket as the single unit's install wrote it: it starts that unit.
+		steps = append(steps, func() error {
+			b, err := os.ReadFile(sockPath)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(sockPath, []byte(strings.Replace(string(b), "Service="+boot, "Service="+svc, 1)), 0o644)
+		})
+	} else {
+		steps = append(steps, func() error { return s.m.Client.Stop(ctx, sock) }, func() error { return os.Remove(sockPath) })
+	}
+	steps = append(steps, func() error { return s.m.Client.DaemonReload(ctx) },
+		func() error { return s.m.Client.Enable(ctx, svc) },
+		func() error { return s.m.Client.Start(ctx, svc) })
+	for _, step := range steps {
 		if err := step(); err != nil {
-			t.Fatal(err)
+			s.t.Fatal(err)
 		}
 	}
 	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+	if u, _, _ := s.prod(); u != svc {
+		s.t.Fatalf("production %s, want the single unit %s", u, svc)
+	}
+}
+
+// assertLegacyGone: the single unit neither runs nor starts at boot.
+func (s *site) assertLegacyGone(ctx context.Context) {
+	s.t.Helper()
+	st, err := s.m.Client.Unit(ctx, s.cfg.Backend.Unit)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if st.ActiveState != "inactive" || st.UnitFileState == "enabled" {
+		s.t.Fatalf("the single unit %s is %s, %s after the move to slots; want inactive, not enabled", s.cfg.Backend.Unit, st.ActiveState, st.UnitFileState)
+	}
+}
+
+// TestCutoverFromTheSingleUnit is the upgrade path: a host installed
+// before the production slots (one unit behind the socket) moves to slots
+// at its next cutover without a gap: under a steady load no call fails,
+// the socket keeps its run, the single unit is stopped and disabled and
+// the new release serves from the boot slot.
+func TestCutoverFromTheSingleUnit(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s.legacyInstall(ctx, true)
+	_, sockInv, sockSince := s.socketRun()
+	s.pass(s.builds["v2"])
+
+	var mu sync.Mutex
+	var calls []stress.SteadyCall
+	stop := make(chan struct{})
+	done := make(chan *stress.SteadyReport, 1)
+	go func() {
+		rep, err := stress.RunSteady(context.Background(), stress.SteadyConfig{
+			Targets: []string{s.cfg.Tunnels[0].URL, s.cfg.Tunnels[1].URL}, Rate: 20, Duration: 5 * time.Minute, Stop: stop,
+			OnCall: func(c stress.SteadyCall) { mu.Lock(); calls = append(calls, c); mu.Unlock() },
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	time.Sleep(3 * time.Second)
+	start := time.Now()
+	code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+	end := time.Now()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	rep := <-done
+	if code != 0 {
+		t.Fatalf("cutover from the single unit: exit %d\n%s", code, out)
+	}
+	t.Logf("cutover:\n%s", out)
+	mu.Lock()
+	c := stressCountsIn(calls, start, end)
+	mu.Unlock()
+	t.Logf("figures: cutover from the single unit took %d ms; %d calls: %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v; wait p99 %.0f ms, max %.0f ms",
+		end.Sub(start).Milliseconds(), c.Calls, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.ToolByCode, c.Wait.P99Ms, c.Wait.MaxMs)
+	if tot := rep.Total; !tot.Clean() || tot.Tool > 0 || tot.OK == 0 {
+		t.Errorf("callers saw %d ok, %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v, %d unreadable; want every call ok",
+			tot.OK, tot.Transport, tot.HTTP, tot.JSONRPC, tot.Tool, tot.ToolByCode, tot.BadReply)
+	}
+	if u, _, _ := s.prod(); u != units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot) || s.version() != "v2" {
+		t.Fatalf("production %s on %s, want %s on v2", u, s.version(), units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot))
+	}
+	s.assertLegacyGone(ctx)
+	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
+		t.Errorf("socket restarted: was %s since %s, now %s %s since %s", sockInv, sockSince, a, inv, since)
+	}
+	s.assertNoRollbackArmed()
+}
+
+// TestCutoverOntoTheSocketAndBack: production installed before the socket
+// unit existed (the service binds its port itself). The first cutover
+// stops it (the one move with a gap: the socket needs its port), installs
+// the socket and the slots and starts the new release in the boot slot; a
+// rollback to the snapshot from before restores that release in the other
+// slot beside it, keeping the socket (the slot layout is this mcpctl's);
+// the next cutover goes on from there.
+func TestCutoverOntoTheSocketAndBack(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s.legacyInstall(ctx, false)
 	if a, _, _ := s.socketRun(); a == "active" {
 		t.Fatal("the older installation has an active socket")
 	}
@@ -336,28 +462,29 @@ func TestCutoverOntoTheSocketAndBack(t *testing.T) {
 	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
 		t.Fatalf("first cutover onto the socket: exit %d\n%s", code, out)
 	}
-	if a, inv, _ := s.socketRun(); a != "active" || inv == "" || s.version() != "v2" {
-		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, inv, s.version())
+	a, sockInv, _ := s.socketRun()
+	if a != "active" || sockInv == "" || s.version() != "v2" {
+		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, sockInv, s.version())
 	}
+	s.assertLegacyGone(ctx)
 
 	if code, out := s.run("rollback", "--last"); code != 0 {
 		t.Fatalf("rollback to the snapshot without a socket: exit %d\n%s", code, out)
 	}
-	if _, err := os.Stat(filepath.Join(s.m.UnitsDir, sock)); !os.IsNotExist(err) {
-		t.Fatalf("socket unit file after the rollback: %v, want removed (the snapshot had none)", err)
-	}
-	if a, _, _ := s.socketRun(); a == "active" {
-		t.Fatal("socket still active after rolling back to an installation without one")
+	if a, inv, _ := s.socketRun(); a != "active" || inv != sockInv {
+		t.Fatalf("socket %s %s after the rollback, want the same run %s", a, inv, sockInv)
 	}
 	if s.version() != "v1" {
-		t.Fatalf("production %s after the rollback, want v1 serving on its own port", s.version())
+		t.Fatalf("production %s after the rollback, want v1", s.version())
 	}
+	s.assertLegacyGone(ctx)
 
 	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
-		t.Fatalf("cutover onto the socket again: exit %d\n%s", code, out)
+		t.Fatalf("cutover after the rollback: exit %d\n%s", code, out)
 	}
 	if a, _, _ := s.socketRun(); a != "active" || s.version() != "v2" {
 		t.Fatalf("socket %s, production %s; want active and v2", a, s.version())
 	}
+	s.prod()
 	s.assertNoRollbackArmed()
 }

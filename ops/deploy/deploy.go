@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/candidate"
@@ -36,6 +37,9 @@ type Systemd interface {
 	Start(ctx context.Context, unit string) error
 	Stop(ctx context.Context, unit string) error
 	Restart(ctx context.Context, unit string) error
+	// Kill signals a unit's main process (a production slot's takeover
+	// and handoff).
+	Kill(ctx context.Context, unit string, signal syscall.Signal) error
 	ResetFailed(ctx context.Context, unit string) error
 	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 	ArmTransient(ctx context.Context, t unitstate.Transient) error

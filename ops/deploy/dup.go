@@ -6,16 +6,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// duplicates finds processes other than mainPID listening on listen's port:
-// a second supervisor (a stray manual run, another unit) would keep serving
-// the old build, or steal the port from the new one. With ownSocket (the
-// backend's socket unit is active) PID 1 holds the port for production and
-// is not one. Best effort: what /proc cannot show is not reported.
-func duplicates(listen string, mainPID int, ownSocket bool) []string {
+// duplicates finds processes other than production's own (own: the main
+// PID of each production unit, both slots included: a slot in standby holds
+// the shared socket too) listening on listen's port: a second supervisor (a
+// stray manual run, another unit) would keep serving the old build, or steal
+// the port from the new one. With ownSocket (the backend's socket unit is
+// active) PID 1 holds the port for production and is not one. Best effort:
+// what /proc cannot show is not reported.
+func duplicates(listen string, own []int, ownSocket bool) []string {
 	_, p, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil
@@ -35,7 +38,7 @@ func duplicates(listen string, mainPID int, ownSocket bool) []string {
 	procs, _ := os.ReadDir("/proc")
 	for _, d := range procs {
 		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == mainPID || (ownSocket && pid == 1) || (mainPID > 0 && parent(pid) == mainPID) {
+		if err != nil || slices.Contains(own, pid) || (ownSocket && pid == 1) || slices.Contains(own, parent(pid)) {
 			// A child of the backend holds its listening socket between fork
 			// and exec (the descriptor closes at exec): not a supervisor.
 			continue

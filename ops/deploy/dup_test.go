@@ -25,7 +25,7 @@ func TestDuplicates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := duplicates(addr, tc.mainPID, false)
+			got := duplicates(addr, []int{tc.mainPID}, false)
 			if len(got) != tc.want {
 				t.Fatalf("duplicates = %q, want %d", got, tc.want)
 			}
@@ -57,10 +57,10 @@ func TestDuplicatesSkipsTheBackendsChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { child.Process.Kill(); child.Wait() }()
-	if got := duplicates(ln.Addr().String(), os.Getpid(), false); len(got) != 0 {
+	if got := duplicates(ln.Addr().String(), []int{os.Getpid()}, false); len(got) != 0 {
 		t.Fatalf("duplicates = %q, want none: the only other holder is our child", got)
 	}
-	if got := duplicates(ln.Addr().String(), 1<<30, false); len(got) != 2 {
+	if got := duplicates(ln.Addr().String(), []int{1 << 30}, false); len(got) != 2 {
 		t.Fatalf("duplicates = %q, want us and our child when another process is production", got)
 	}
 }

@@ -242,7 +242,12 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 	}
 	// Planned: there was no current link.
 	undo.push("remove current", func(context.Context) error { return atomicfs.Remove(st.CurrentPath()) })
-	if err := rep.step("set current", func() error { return st.SetCurrent(version) }); err != nil {
+	if err := rep.step("set current", func() error {
+		if err := st.SetCurrent(version); err != nil {
+			return err
+		}
+		return env.settleSlots(version)
+	}); err != nil {
 		return err
 	}
 	if rep.Plan.WriteConfig {
@@ -287,7 +292,7 @@ func (rep *InstallReport) run(ctx context.Context, env *Env, undo *undoer, cand 
 		return err
 	}
 	// The socket first: it owns the port before the backend that takes it.
-	start := []string{env.socketUnit(), cfg.Backend.Unit}
+	start := []string{env.socketUnit(), units.SlotUnit(cfg.Backend.Unit, units.BootSlot)}
 	for _, t := range cfg.Tunnels {
 		start = append(start, t.Unit)
 	}
@@ -399,6 +404,14 @@ func observeInstall(ctx context.Context, env *Env) (InstallFacts, error) {
 	u, err := env.Systemd.Unit(ctx, cfg.Backend.Unit)
 	if err != nil {
 		return f, fmt.Errorf("read %s: %w", cfg.Backend.Unit, err)
+	}
+	if !loaded(u) {
+		// Production is the slots (the legacy unit only on older installs).
+		boot := units.SlotUnit(cfg.Backend.Unit, units.BootSlot)
+		if u, err = env.Systemd.Unit(ctx, boot); err != nil {
+			return f, fmt.Errorf("read %s: %w", boot, err)
+		}
+		f.BackendUnit = boot
 	}
 	f.Backend = u
 	f.PortFree = PortFree(cfg.Backend.Listen)

@@ -122,13 +122,19 @@ func (h *host) assertNotInstalled(ctx context.Context, when string) {
 	if _, err := os.Stat(h.cfg.Backend.Config); !errors.Is(err, os.ErrNotExist) {
 		h.t.Errorf("%s: backend config: %v, want absent (it was absent before)", when, err)
 	}
-	names := []string{units.Socket(h.cfg.Backend.Unit), h.cfg.Backend.Unit, units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
+	names := []string{units.Socket(h.cfg.Backend.Unit), units.SlotTemplate(h.cfg.Backend.Unit), units.BackendSlice(h.cfg.Backend.Unit), units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
 	for _, tn := range h.cfg.Tunnels {
 		names = append(names, tn.Unit)
 	}
 	for _, n := range names {
 		if _, err := os.Stat(filepath.Join(h.m.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
 			h.t.Errorf("%s: unit file %s: %v, want absent", when, n, err)
+		}
+		switch n {
+		case units.SlotTemplate(h.cfg.Backend.Unit):
+			n = units.SlotUnit(h.cfg.Backend.Unit, units.BootSlot) // a template has no state of its own
+		case units.BackendSlice(h.cfg.Backend.Unit):
+			continue // the file is what the undo owns
 		}
 		if a, load, _, _ := h.unit(ctx, n); a != "inactive" || load != "not-found" {
 			h.t.Errorf("%s: %s is %s/%s, want inactive/not-found", when, n, a, load)
@@ -239,7 +245,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	if cur, err := store.Current(); err != nil || cur != "v1" {
 		t.Fatalf("current = %q, %v; want v1", cur, err)
 	}
-	for _, u := range []string{units.Socket(cfg.Backend.Unit), cfg.Backend.Unit, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer} {
+	for _, u := range []string{units.Socket(cfg.Backend.Unit), units.SlotUnit(cfg.Backend.Unit, units.BootSlot), cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer} {
 		if a, _, _, _ := h.unit(ctx, u); a != "active" {
 			t.Errorf("%s is %s after install, want active", u, a)
 		}
@@ -249,7 +255,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		t.Fatalf("second install: exit %d, want 1 and \"production exists\"\n%s\n%s", code, out, stderr)
 	}
 
-	_, _, pid0, inv0 := h.unit(ctx, cfg.Backend.Unit)
+	_, _, pid0, inv0 := h.unit(ctx, units.SlotUnit(cfg.Backend.Unit, units.BootSlot))
 	refusedCode := func(t *testing.T, wantCode int, wantMsg string, args ...string) {
 		t.Helper()
 		code, out, stderr := h.run(ctx, append([]string{"canary", "start"}, args...)...)
@@ -265,7 +271,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		if rs, _ := store.List(); len(rs) != 1 {
 			t.Errorf("%d releases after a refusal, want only v1", len(rs))
 		}
-		if _, _, pid, inv := h.unit(ctx, cfg.Backend.Unit); pid != pid0 || inv != inv0 {
+		if _, _, pid, inv := h.unit(ctx, units.SlotUnit(cfg.Backend.Unit, units.BootSlot)); pid != pid0 || inv != inv0 {
 			t.Errorf("production changed by a refused canary: MainPID %d InvocationID %s, was %d %s", pid, inv, pid0, inv0)
 		}
 	}
@@ -323,7 +329,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	if p.HealthzSamples < 2 || p.HealthzFailures != 0 {
 		t.Errorf("production /healthz: %d samples, %d failures; want >= 2 and 0", p.HealthzSamples, p.HealthzFailures)
 	}
-	if _, _, pid, inv := h.unit(ctx, cfg.Backend.Unit); pid != pid0 || inv != inv0 {
+	if _, _, pid, inv := h.unit(ctx, units.SlotUnit(cfg.Backend.Unit, units.BootSlot)); pid != pid0 || inv != inv0 {
 		t.Errorf("production now MainPID %d InvocationID %s, was %d %s", pid, inv, pid0, inv0)
 	}
 	if cur, _ := store.Current(); cur != "v1" {
@@ -375,7 +381,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	if cur, _ := store.Current(); cur != "v1" {
 		t.Errorf("current = %q after stop, want v1", cur)
 	}
-	if _, _, pid, inv := h.unit(ctx, cfg.Backend.Unit); pid != pid0 || inv != inv0 {
+	if _, _, pid, inv := h.unit(ctx, units.SlotUnit(cfg.Backend.Unit, units.BootSlot)); pid != pid0 || inv != inv0 {
 		t.Errorf("production changed by canary stop: MainPID %d InvocationID %s, was %d %s", pid, inv, pid0, inv0)
 	}
 }

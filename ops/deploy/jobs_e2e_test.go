@@ -174,7 +174,8 @@ func (s *site) restartBackend() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := s.m.Client.Restart(ctx, s.cfg.Backend.Unit); err != nil {
+	unit, _, _ := s.prod()
+	if err := s.m.Client.Restart(ctx, unit); err != nil {
 		s.t.Fatal(err)
 	}
 	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
@@ -248,7 +249,7 @@ func TestJobsInSystemd(t *testing.T) {
 		pids := pidsOf(t, s.allOutput(alice, st.Job.ID, "stdout"))
 		for _, pid := range append(pids, int(u.MainPID)) {
 			cg := s.systemdCgroup(pid)
-			if !strings.HasSuffix(cg, "/"+units.JobsSlice+"/"+st.Job.Unit) || strings.Contains(cg, s.cfg.Backend.Unit) {
+			if !strings.HasSuffix(cg, "/"+units.JobsSlice+"/"+st.Job.Unit) || strings.Contains(cg, units.BackendSlice(s.cfg.Backend.Unit)) {
 				t.Fatalf("pid %d is in %q, want the job's own unit", pid, cg)
 			}
 		}
@@ -339,7 +340,8 @@ func TestJobsInSystemd(t *testing.T) {
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if err := s.m.Client.Stop(cctx, s.cfg.Backend.Unit); err != nil {
+		prod, _, _ := s.prod()
+		if err := s.m.Client.Stop(cctx, prod); err != nil {
 			t.Fatal(err)
 		}
 		openGate(t, gate)
@@ -347,7 +349,7 @@ func TestJobsInSystemd(t *testing.T) {
 			gone, err := s.m.Client.Gone(ctx, st.Job.Unit)
 			return err == nil && gone
 		})
-		if err := s.m.Client.Start(cctx, s.cfg.Backend.Unit); err != nil {
+		if err := s.m.Client.Start(cctx, prod); err != nil {
 			t.Fatal(err)
 		}
 		var end mcpwire.JobStatus
@@ -453,7 +455,7 @@ func TestJobsInSystemd(t *testing.T) {
 		s.m.Reboot(t)
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		for _, u := range []string{s.cfg.Backend.Unit} {
+		for _, u := range []string{units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)} {
 			if err := s.m.Client.Start(cctx, u); err != nil {
 				t.Fatal(err)
 			}
@@ -487,7 +489,8 @@ func TestJobContainment(t *testing.T) {
 		t.Skipf("containment not testable here: the container's systemd has no delegated memory and pids controllers (cgroup v2 controllers inside: %q; host: %q, %v): limits are set on the job's unit but the kernel does not enforce them", strings.TrimSpace(inside), strings.TrimSpace(string(ctrl)), err)
 	}
 	const alice = "alice"
-	before, err := s.m.Client.Unit(context.Background(), s.cfg.Backend.Unit)
+	prod, _, _ := s.prod()
+	before, err := s.m.Client.Unit(context.Background(), prod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +504,7 @@ func TestJobContainment(t *testing.T) {
 	if end.State == mcpwire.JobExited && (end.ExitCode == nil || *end.ExitCode == 0) {
 		t.Fatalf("the memory hog was not killed: %+v", end)
 	}
-	after, err := s.m.Client.Unit(context.Background(), s.cfg.Backend.Unit)
+	after, err := s.m.Client.Unit(context.Background(), prod)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -37,8 +38,10 @@ type RollbackReport struct {
 	Version    string            `json:"version,omitempty"`
 	Changes    []snapshot.Change `json:"changes,omitempty"`
 	Restarted  bool              `json:"restarted"`
-	Duration   time.Duration     `json:"-"` // durationMs in JSON
-	Timings    []Timing          `json:"timings,omitempty"`
+	// Takeover names the slot that serves the restored release.
+	Takeover *Takeover     `json:"takeover,omitempty"`
+	Duration time.Duration `json:"-"` // durationMs in JSON
+	Timings  []Timing      `json:"timings,omitempty"`
 }
 
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
@@ -100,54 +103,61 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	rep.Changes = res.Changes
 	step("restore", t0)
 
-	unit := env.Config.Backend.Unit
 	hasSocket := snapshotHasSocket(m, env.Config.UnitDir, env.socketUnit())
-	st, err := env.Systemd.Unit(ctx, unit)
+	facts, err := env.slotFacts(ctx)
 	if err != nil {
-		return failed(fmt.Errorf("read %s: %w", unit, err))
+		return failed(err)
 	}
-	healthy := st.ActiveState == "active" && env.verifier().OK(ctx, env.backendURL(), "/healthz") == nil
+	slots := PlanSlots(env.Config.Backend.Unit, facts, m.Version)
+	keep := ""
+	if s := serving(facts); s != nil && s.Unit == slots.Keep {
+		keep = s.Unit
+	}
+	healthy := keep != "" && env.verifier().OK(ctx, env.backendURL(), "/healthz") == nil
 	// The build is identified by its digest, not by the release's name
 	// (which an operator may once have typed).
 	_, build, infoErr := env.info(ctx, env.backendURL())
+	anyRunning := false
+	for _, f := range facts {
+		anyRunning = anyRunning || f.Running()
+	}
 	switch {
-	case res.Changed() == 0 && healthy && infoErr == nil && (m.Digest == "" || build == m.Digest):
+	case res.Changed() == 0 && healthy && len(slots.Old)+len(slots.StopFirst) == 0 && infoErr == nil && (m.Digest == "" || build == m.Digest):
 		rep.Noop = true
 		rep.Reason = fmt.Sprintf("snapshot %s (%s) is already in place and running: no-op", plan.SnapshotID, m.Version)
-	case boot && st.ActiveState != "active":
+	case boot && !anyRunning:
 		// The boot-time unit runs ordered before the backend: starting it
-		// from here would wait on ourselves. Reload so the restored unit is
-		// what systemd starts next.
+		// from here would wait on ourselves. Point both slots at the
+		// restored release and reload, so what systemd starts next is it.
 		t0 = env.now()
-		if err := env.Systemd.DaemonReload(ctx); err != nil {
-			return failed(fmt.Errorf("daemon-reload: %w", err))
-		}
-		if err := env.settleSocket(ctx, hasSocket); err != nil {
+		if err := env.restoreUnits(ctx, m.Version, hasSocket); err != nil {
 			return failed(err)
 		}
-		_ = env.Systemd.ResetFailed(ctx, unit)
+		for _, f := range facts {
+			_ = env.Systemd.ResetFailed(ctx, f.Unit)
+		}
 		step("daemon-reload", t0)
 	default:
 		t0 = env.now()
-		if err := env.Systemd.DaemonReload(ctx); err != nil {
-			return failed(fmt.Errorf("daemon-reload: %w", err))
-		}
-		// The socket is restored with the unit; a listening one is left
-		// alone, so the restart below is invisible to clients.
-		if err := env.settleSocket(ctx, hasSocket); err != nil {
+		if err := env.restoreUnits(ctx, m.Version, hasSocket); err != nil {
 			return failed(err)
 		}
-		if err := env.Systemd.ResetFailed(ctx, unit); err != nil {
-			log.Warn("reset-failed", "unit", unit, "err", err)
+		// The restored release starts in the idle slot beside the serving
+		// one and takes over only once verified: no moment without a
+		// process accepting.
+		tk, why := env.applySlots(ctx, slots, m.Version, m.Digest, 30*time.Second)
+		if why != nil {
+			return failed(fmt.Errorf("back to %s: %s", m.Version, strings.Join(why, "; ")))
 		}
-		if err := env.Systemd.Restart(ctx, unit); err != nil {
-			return failed(fmt.Errorf("back to %s: %w", m.Version, err))
-		}
-		rep.Restarted = true
+		rep.Restarted = slots.Keep == ""
+		rep.Takeover = tk
 		step("restart", t0)
 		t0 = env.now()
 		if err := env.waitReady(ctx, env.backendURL(), m.Digest, 15*time.Second); err != nil {
 			return failed(fmt.Errorf("restored %s but the backend is not healthy: %w", m.Version, err))
+		}
+		if err := env.settleSlots(m.Version); err != nil {
+			log.Warn("slot links", "err", err)
 		}
 		step("verify", t0)
 	}
@@ -170,6 +180,34 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 		Details: map[string]string{"duration": rep.Duration.String()}})
 	rep.OK = true
 	return rep, nil
+}
+
+// restoreUnits makes systemd read the restored files, with production's
+// units re-rendered by this mcpctl (the slot layout is mcpctl's, not the
+// release's: a snapshot older than the slots restores the release, not the
+// single unit), both slots pointing at version when neither runs.
+func (e *Env) restoreUnits(ctx context.Context, version string, hasSocket bool) error {
+	if err := writeUnitIfChanged(e); err != nil {
+		return fmt.Errorf("units: %w", err)
+	}
+	if err := e.Systemd.DaemonReload(ctx); err != nil {
+		return fmt.Errorf("daemon-reload: %w", err)
+	}
+	// The socket is restored with the units; a listening one is left
+	// alone, so the takeover below is invisible to clients.
+	if err := e.settleSocket(ctx, hasSocket || e.Config.ValidateTunnels() == nil); err != nil {
+		return err
+	}
+	if facts, err := e.slotFacts(ctx); err == nil {
+		for _, f := range facts {
+			if f.Slot != "" && !f.Running() {
+				if err := e.setSlotLink(f.Slot, version); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // disarm stops the armed rollback timer, if any, and confirms it is gone. A

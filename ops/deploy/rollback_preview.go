@@ -5,6 +5,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // RollbackPreview is what a rollback would do, found without the lock,
@@ -22,7 +23,7 @@ type RollbackPreview struct {
 
 // PreviewRollback plans a rollback as Rollback would (PlanRollback over the
 // pending marker and the snapshots in stateDir) and lists the file changes
-// its restore would make. unit is the backend unit it would restart.
+// its restore would make. unit is backend.unit, whose slots it would use.
 func PreviewRollback(stateDir, unit string, opts RollbackOptions) (*RollbackPreview, error) {
 	pending, err := state.Dir(stateDir).ReadPending()
 	if err != nil {
@@ -47,9 +48,12 @@ func PreviewRollback(stateDir, unit string, opts RollbackOptions) (*RollbackPrev
 	if p.Changes, err = snapshot.Preview(m); err != nil {
 		return p, err
 	}
-	p.Then = []string{"daemon-reload", "reset-failed " + unit, "restart " + unit + " (its socket stays)", "verify the backend", "clear the pending marker"}
+	slots := units.SlotUnit(unit, units.SlotBlue) + "/" + units.SlotUnit(unit, units.SlotGreen)
+	p.Then = []string{"re-render production's units, daemon-reload",
+		"start " + m.Version + " in the idle slot of " + slots + " beside the serving one (unless one already serves it); it takes over once verified, the other hands off (the socket stays)",
+		"verify the backend", "clear the pending marker"}
 	if opts.Boot {
-		p.Then = []string{"daemon-reload", "clear the pending marker (the backend starts after this boot-time run)"}
+		p.Then = []string{"re-render production's units, point the slots at " + m.Version + ", daemon-reload", "clear the pending marker (the backend starts after this boot-time run)"}
 	}
 	return p, nil
 }

@@ -59,6 +59,13 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "releases", "v-it-1"), filepath.Join(root, "current")); err != nil {
 		t.Fatal(err)
 	}
+	// Production is the boot slot, which runs the release its link names.
+	if err := os.MkdirAll(filepath.Join(root, "slots"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "releases", "v-it-1"), units.SlotLink(root, units.BootSlot)); err != nil {
+		t.Fatal(err)
+	}
 	mcpctl := filepath.Join(work, "bin", "mcpctl")
 	writeFile(t, mcpctl, "#!/bin/sh\nexit 0\n", 0o755) // the units name it; this test never runs it
 
@@ -100,6 +107,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	prod := units.SlotUnit(cfg.Backend.Unit, units.BootSlot)
 	t.Run("enable", func(t *testing.T) {
 		var enable []string
 		for _, u := range rendered {
@@ -111,6 +119,9 @@ func TestUnitsInRealSystemd(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range enable {
+			if name == units.SlotTemplate(cfg.Backend.Unit) {
+				name = prod // a template has no state; its DefaultInstance is enabled
+			}
 			st, err := sd.Unit(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -119,15 +130,15 @@ func TestUnitsInRealSystemd(t *testing.T) {
 				t.Errorf("%s: UnitFileState = %q, want enabled", name, st.UnitFileState)
 			}
 		}
-		if _, err := os.Lstat(filepath.Join(m.UnitsDir, "multi-user.target.wants", cfg.Backend.Unit)); err != nil {
+		if _, err := os.Lstat(filepath.Join(m.UnitsDir, "multi-user.target.wants", prod)); err != nil {
 			t.Errorf("no enablement symlink for the backend: %v", err)
 		}
 	})
 
-	if err := sd.Start(ctx, cfg.Backend.Unit); err != nil {
+	if err := sd.Start(ctx, prod); err != nil {
 		t.Fatalf("start the backend: %v", err)
 	}
-	be, err := sd.Unit(ctx, cfg.Backend.Unit)
+	be, err := sd.Unit(ctx, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +147,7 @@ func TestUnitsInRealSystemd(t *testing.T) {
 		if be.Type != "notify" || be.ActiveState != "active" || be.SubState != "running" || be.MainPID == 0 {
 			t.Fatalf("backend = type %s %s/%s pid %d, want notify active/running", be.Type, be.ActiveState, be.SubState, be.MainPID)
 		}
-		if be.FragmentPath != "/etc/systemd/system/"+cfg.Backend.Unit {
+		if be.FragmentPath != "/etc/systemd/system/"+units.SlotTemplate(cfg.Backend.Unit) {
 			t.Errorf("FragmentPath = %s", be.FragmentPath)
 		}
 		healthz(t, backendAddr)
@@ -189,10 +200,10 @@ func TestUnitsInRealSystemd(t *testing.T) {
 			}
 			before[tu.Unit] = st
 		}
-		if err := sd.Restart(ctx, cfg.Backend.Unit); err != nil {
+		if err := sd.Restart(ctx, prod); err != nil {
 			t.Fatal(err)
 		}
-		after, err := sd.Unit(ctx, cfg.Backend.Unit)
+		after, err := sd.Unit(ctx, prod)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,10 +232,10 @@ func TestUnitsInRealSystemd(t *testing.T) {
 	})
 
 	t.Run("stop within TimeoutStopSec", func(t *testing.T) {
-		if err := sd.Stop(ctx, cfg.Backend.Unit); err != nil {
+		if err := sd.Stop(ctx, prod); err != nil {
 			t.Fatal(err)
 		}
-		st, err := sd.Unit(ctx, cfg.Backend.Unit)
+		st, err := sd.Unit(ctx, prod)
 		if err != nil {
 			t.Fatal(err)
 		}

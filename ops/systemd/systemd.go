@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
@@ -384,7 +385,17 @@ func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error
 		st.RuntimeMax = time.Duration(us) * time.Microsecond
 	}
 	st.Slice = str(sp["Slice"])
+	st.StatusText = str(sp["StatusText"])
 	return st, nil
+}
+
+// Kill sends signal to unit's main process only (a production slot's
+// takeover and handoff signals must not reach its commands).
+func (c *Client) Kill(ctx context.Context, unit string, signal syscall.Signal) error {
+	if err := c.conn.KillUnitWithTarget(ctx, unit, sddbus.Main, int32(signal)); err != nil {
+		return fmt.Errorf("signal %v to %s: %w", signal, unit, err)
+	}
+	return nil
 }
 
 func str(v any) string     { s, _ := v.(string); return s }

@@ -39,6 +39,9 @@ type State struct {
 	Watchdog       time.Duration
 	RuntimeMax     time.Duration // RuntimeMaxSec; max uint64 microseconds is infinity
 	Slice          string
+	// StatusText is what the service last said with sd_notify STATUS= (a
+	// production slot: standby, accepting, handing off).
+	StatusText string
 }
 
 // Listed is one unit systemd has loaded, as ListUnits reports it.

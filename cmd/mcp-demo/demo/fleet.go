@@ -16,6 +16,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/nspawn"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -89,7 +90,7 @@ func (s *site) fleetStep(ctx context.Context) error {
 		return err
 	}
 	lab := hosts[2]
-	if _, err := lab.m.AddDropIn(ctx, lab.cfg.Backend.Unit, "demo-fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /v4$'\n",
+	if _, err := lab.m.AddDropIn(ctx, units.SlotTemplate(lab.cfg.Backend.Unit), "demo-fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /v4$'\n",
 		filepath.Join(lab.cfg.Install.Root, "current"))); err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func fleetSummary(out string) string {
 }
 
 func fleetIdentities(ctx context.Context, h *fleetHost) ([]Identity, error) {
-	names := []string{h.cfg.Backend.Unit}
+	names := []string{deploy.ServingUnit(ctx, h.m.Client, h.cfg.Backend.Unit)}
 	for _, t := range h.cfg.Tunnels {
 		names = append(names, t.Unit)
 	}

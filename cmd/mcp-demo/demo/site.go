@@ -149,7 +149,7 @@ func (s *site) install(ctx context.Context) error {
 	}
 	s.res.InstalledVersion = ir.Version
 
-	names := []string{cfg.Backend.Unit, cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer}
+	names := []string{deploy.ServingUnit(ctx, s.m.Client, cfg.Backend.Unit), cfg.Tunnels[0].Unit, cfg.Tunnels[1].Unit, units.WatchdogTimer}
 	rows := [][]string{}
 	var problems []string
 	for _, n := range names {
@@ -291,7 +291,8 @@ func (s *site) cutover(ctx context.Context) error {
 
 // overload attacks production through the first tunnel's URL.
 func (s *site) overload(ctx context.Context) error {
-	names := append([]string{s.cfg.Backend.Unit}, s.tunnelUnits()...)
+	prod := deploy.ServingUnit(ctx, s.m.Client, s.cfg.Backend.Unit)
+	names := append([]string{prod}, s.tunnelUnits()...)
 	before, err := s.identities(ctx, names...)
 	if err != nil {
 		return err
@@ -299,7 +300,7 @@ func (s *site) overload(ctx context.Context) error {
 	tun := s.cfg.Tunnels[0]
 	s.v.say("attacking production through tunnel %s (%s) well above its capacity", tun.Name, tun.URL)
 	plot := filepath.Join(s.res.ResultsDir, "overload-through-tunnel.html")
-	rep, code, err := s.stress(ctx, plot, "--target", tun.URL, "--unit", s.cfg.Backend.Unit, "--duration", s.opts.Overload.String())
+	rep, code, err := s.stress(ctx, plot, "--target", tun.URL, "--unit", prod, "--duration", s.opts.Overload.String())
 	if err != nil {
 		return err
 	}
@@ -349,7 +350,7 @@ exec %s "$@"
 		return err
 	}
 	s.v.say("v3 answers --version and check-config, but its serve never becomes ready: its canary and stress cannot pass")
-	names := append([]string{s.cfg.Backend.Unit}, s.tunnelUnits()...)
+	names := append([]string{deploy.ServingUnit(ctx, s.m.Client, s.cfg.Backend.Unit)}, s.tunnelUnits()...)
 	before, err := s.identities(ctx, names...)
 	if err != nil {
 		return err
@@ -390,10 +391,14 @@ exec %s "$@"
 		return err
 	}
 	s.res.TunnelsBadCutover = [2][]Identity{before[1:], after[1:]}
-	s.v.say("units across the failed cutover (the backend restarted twice: v3, then v2 again):")
+	s.v.say("units across the failed cutover (v3 started in the idle slot beside production and was stopped there):")
 	s.v.identities(before, after)
-	problems = append(problems, changedUnits(before[1:], after[1:])...)
+	// The serving process was never touched: same unit, PID and invocation.
+	problems = append(problems, changedUnits(before, after)...)
 	problems = append(problems, s.steadyProblems("the failed cutover and its rollback", s.res.SteadyBadCutover)...)
+	if c := s.res.SteadyBadCutover; c != nil && c.Tool > 0 {
+		problems = append(problems, fmt.Sprintf("during the failed cutover callers saw tool errors %v, want none: production was never stopped", c.ToolByCode))
+	}
 	ver, err := s.probe(ctx, s.backend)
 	s.res.VersionAfterBadCutover = ver
 	if err != nil || ver != "v2" {
@@ -404,7 +409,7 @@ exec %s "$@"
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
-	s.v.say("exit 3: rolled back; production serves v2 again, current -> v2, tunnels untouched, rollback disarmed")
+	s.v.say("exit 3: rolled back; production kept serving v2 in the same process, current -> v2, tunnels untouched, rollback disarmed")
 
 	// The operator's screen afterwards (shown, not judged).
 	if _, out, errOut, err := s.run(ctx, "status"); err == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -111,7 +112,8 @@ func ReadFacts(ctx context.Context, a *Facts) (*fleet.Facts, error) {
 		}
 		return uf
 	}
-	f.Backend = unit("backend", cfg.Backend.Unit)
+	// Production is whichever slot (or pre-slot unit) accepts now.
+	f.Backend = unit("backend", deploy.ServingUnit(cctx, client, cfg.Backend.Unit))
 	for _, t := range cfg.Tunnels {
 		f.Tunnels = append(f.Tunnels, unit(t.Name, t.Unit))
 	}

@@ -1,0 +1,15 @@
+package mcpwire
+
+// A production slot's systemd status text (sd_notify STATUS=), which mcpctl
+// reads over D-Bus to tell what each of the two slots does during a
+// cutover.
+const (
+	// SlotStandby: serving only its own loopback listener, not accepting
+	// on the shared socket.
+	SlotStandby = "standby: serving its own listener only"
+	// SlotAccepting: accepting on the shared socket.
+	SlotAccepting = "accepting on the shared socket"
+	// SlotHandingOff: stopped accepting (SIGUSR2), finishing what it
+	// accepted, then exiting.
+	SlotHandingOff = "handing off: finishing accepted calls"
+)

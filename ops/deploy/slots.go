@@ -1,0 +1,438 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/units"
+)
+
+// A production slot is one instance of the slot template (see units.Slots);
+// both take the backend socket's descriptors, so a new build starts beside
+// the old one, is verified on a loopback listener of its own, and only then
+// takes over the shared socket while the old one finishes what it accepted.
+// An installation older than the slots runs the single legacy unit
+// (Backend.Unit); its first cutover or `mcpctl unit install` moves it to a
+// slot the same way.
+
+// SlotFact is one production unit as observed: a slot, or the legacy unit.
+type SlotFact struct {
+	Unit string
+	// Slot is "" for the legacy unit.
+	Slot         string
+	ActiveState  string
+	StatusText   string
+	MainPID      uint32
+	InvocationID string
+	// Release is the release its process runs (from its executable), or
+	// else the one its link names; "" when unknown.
+	Release string
+	// OwnPort marks a legacy unit installed before the socket unit: it
+	// binds the port itself (the socket is not listening), so no slot can
+	// start beside it.
+	OwnPort bool
+}
+
+// Running reports a unit with a process (starting, serving or stopping).
+func (f SlotFact) Running() bool {
+	switch f.ActiveState {
+	case "active", "activating", "reloading", "deactivating":
+		return true
+	}
+	return false
+}
+
+// Accepting reports a unit that takes connections from the shared socket:
+// a running legacy unit, or a slot that said so (a slot that says nothing
+// runs a build older than the slots, which accepts at once).
+func (f SlotFact) Accepting() bool {
+	if !f.Running() || f.ActiveState == "deactivating" {
+		return false
+	}
+	return f.StatusText != mcpwire.SlotStandby && f.StatusText != mcpwire.SlotHandingOff
+}
+
+// SlotPlan is the decision of PlanSlots: how production comes to run the
+// target release in exactly one slot.
+type SlotPlan struct {
+	// Keep is the unit that already serves the target release (nothing to
+	// start); "" when a slot must be started.
+	Keep string
+	// StopFirst are units to stop before anything starts (a standby or a
+	// handing-off slot left by an interrupted run, in the slot to use).
+	StopFirst []string
+	// Start is the slot to start with the target release, StartUnit its
+	// unit; Standby says it starts in standby beside the serving Old.
+	Start, StartUnit string
+	Standby          bool
+	// Old are the units that accept now and hand off to the new slot (or
+	// to Keep); Legacy names the legacy unit among them or left over.
+	Old    []SlotFact
+	Legacy string
+	// Refusal is set when no plan keeps production serving.
+	Refusal string
+}
+
+// PlanSlots decides how production comes to run release target in exactly
+// one slot without a moment where nothing accepts: keep a slot that already
+// runs it (and hand the others off to it), else start an idle slot beside
+// whatever accepts now.
+func PlanSlots(service string, facts []SlotFact, target string) SlotPlan {
+	var p SlotPlan
+	var accepting, idle []SlotFact
+	for _, f := range facts {
+		if f.Slot == "" && (f.Running() || f.ActiveState == "failed") {
+			p.Legacy = f.Unit
+		}
+		switch {
+		case f.Slot == "" && f.OwnPort && f.Running():
+			// It holds the port the socket needs: it stops before the
+			// slot starts (the one move with a gap, done once).
+			p.StopFirst = append(p.StopFirst, f.Unit)
+		case f.Accepting():
+			accepting = append(accepting, f)
+		case f.Running():
+			// Standby or handing off: a leftover of an interrupted run.
+			p.StopFirst = append(p.StopFirst, f.Unit)
+			if f.Slot != "" {
+				idle = append(idle, f)
+			}
+		case f.Slot != "":
+			idle = append(idle, f)
+		}
+	}
+	for _, f := range accepting {
+		if f.Release == target && f.Release != "" && p.Keep == "" {
+			p.Keep = f.Unit
+			continue
+		}
+		p.Old = append(p.Old, f)
+	}
+	if p.Keep != "" {
+		return p
+	}
+	if len(idle) == 0 {
+		p.Refusal = fmt.Sprintf("both slots of %s accept and neither runs %s: run `mcpctl status` and `mcpctl rollback --last`", service, target)
+		return p
+	}
+	// Prefer a slot that is not running at all over one to stop first.
+	pick := idle[0]
+	for _, f := range idle {
+		if !f.Running() {
+			pick = f
+			break
+		}
+	}
+	p.Start, p.StartUnit, p.Standby = pick.Slot, pick.Unit, len(p.Old) > 0
+	return p
+}
+
+// serving is the unit that accepts production's connections now: the one
+// accepting slot or legacy unit; "" when none or several do.
+func serving(facts []SlotFact) *SlotFact {
+	var out *SlotFact
+	for i := range facts {
+		if facts[i].Accepting() {
+			if out != nil {
+				return nil
+			}
+			out = &facts[i]
+		}
+	}
+	return out
+}
+
+// UnitReader reads one unit's state (the systemd client does).
+type UnitReader interface {
+	Unit(ctx context.Context, unit string) (*unitstate.State, error)
+}
+
+// ProductionFacts observes service's legacy unit (only when loaded) and
+// both of its slots, without the releases they run.
+func ProductionFacts(ctx context.Context, sd UnitReader, service string) ([]SlotFact, error) {
+	names := []string{service}
+	for _, s := range units.Slots {
+		names = append(names, units.SlotUnit(service, s))
+	}
+	sock, err := sd.Unit(ctx, units.Socket(service))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", units.Socket(service), err)
+	}
+	var out []SlotFact
+	for _, n := range names {
+		st, err := sd.Unit(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", n, err)
+		}
+		f := SlotFact{Unit: n, Slot: units.SlotOf(service, n), ActiveState: st.ActiveState, StatusText: st.StatusText,
+			MainPID: st.MainPID, InvocationID: st.InvocationID}
+		if f.Slot == "" && !loaded(st) {
+			continue
+		}
+		f.OwnPort = f.Slot == "" && sock.ActiveState != "active"
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// ServingUnit is the unit of service that accepts production's
+// connections now (a slot, or the legacy unit); the boot slot's unit when
+// none or several accept, or when they cannot be read.
+func ServingUnit(ctx context.Context, sd UnitReader, service string) string {
+	if facts, err := ProductionFacts(ctx, sd, service); err == nil {
+		if s := serving(facts); s != nil {
+			return s.Unit
+		}
+	}
+	return units.SlotUnit(service, units.BootSlot)
+}
+
+// slotFacts observes the legacy unit and both slots, with the release each
+// runs.
+func (e *Env) slotFacts(ctx context.Context) ([]SlotFact, error) {
+	out, err := ProductionFacts(ctx, e.Systemd, e.Config.Backend.Unit)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Release = e.releaseOf(out[i])
+	}
+	return out, nil
+}
+
+// releaseOf is the release f's process runs: its executable's release
+// directory, or, without a process, what its link (the slot's, or current
+// for the legacy unit) names.
+func (e *Env) releaseOf(f SlotFact) string {
+	releases := filepath.Join(e.Config.Install.Root, "releases") + string(filepath.Separator)
+	if f.MainPID > 0 {
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(int(f.MainPID)) + "/exe"); err == nil && strings.HasPrefix(exe, releases) {
+			return strings.SplitN(strings.TrimPrefix(exe, releases), string(filepath.Separator), 2)[0]
+		}
+	}
+	link := units.CurrentBinary(e.Config.Install.Root)
+	if f.Slot != "" {
+		link = filepath.Join(units.SlotLink(e.Config.Install.Root, f.Slot), "mcp-backend")
+	}
+	if p, err := filepath.EvalSymlinks(link); err == nil && strings.HasPrefix(p, releases) {
+		return strings.SplitN(strings.TrimPrefix(p, releases), string(filepath.Separator), 2)[0]
+	}
+	return ""
+}
+
+// ProductionUnit is the unit serving production now (see ServingUnit).
+func (e *Env) ProductionUnit(ctx context.Context) string {
+	return ServingUnit(ctx, e.Systemd, e.Config.Backend.Unit)
+}
+
+// setSlotLink points slot's link at release version.
+func (e *Env) setSlotLink(slot, version string) error {
+	root := e.Config.Install.Root
+	link := units.SlotLink(root, slot)
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("slot %s: %w", slot, err)
+	}
+	if err := atomicfs.Symlink(filepath.Join("..", "releases", version), link); err != nil {
+		return fmt.Errorf("slot %s -> %s: %w", slot, version, err)
+	}
+	return nil
+}
+
+// standbyEnv is the environment file a slot's unit reads at its start.
+func standbyEnv(slot string) string { return filepath.Join(units.DefaultStandbyDir, slot+".env") }
+
+// freeLoopback returns a loopback address nobody listens on now.
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Takeover is what applying a SlotPlan did, for the report.
+type Takeover struct {
+	Slot    string `json:"slot"`
+	Unit    string `json:"unit"`
+	Standby string `json:"standby,omitempty"`
+	// From is the unit that served before ("" when none did).
+	From string `json:"from,omitempty"`
+}
+
+// handoffWait bounds the wait for the old slot's exit after SIGUSR2: its
+// drain (10 s in the backend) and a margin; then it is stopped.
+const handoffWait = 15 * time.Second
+
+// applySlots applies plan to run version (build digest) within budget: a
+// new slot starts in standby beside the one serving, is verified on its own
+// listener (readiness, system.info version and build), takes over the
+// shared socket (SIGUSR1), and only then does the old one hand off
+// (SIGUSR2: it finishes what it accepted and exits) and stop. A new slot
+// that is not ready or not verified is stopped and its link put back: the
+// old one was never touched. It returns why it failed.
+func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest string, budget time.Duration) (*Takeover, []string) {
+	sd, log := e.Systemd, e.log()
+	if plan.Refusal != "" {
+		return nil, []string{plan.Refusal}
+	}
+	for _, u := range plan.StopFirst {
+		if err := sd.Stop(ctx, u); err != nil {
+			return nil, []string{fmt.Sprintf("stop %s before the start: %v", u, err)}
+		}
+		_ = sd.ResetFailed(ctx, u)
+	}
+	tk := &Takeover{}
+	if plan.Keep != "" {
+		tk.Unit, tk.Slot = plan.Keep, units.SlotOf(e.Config.Backend.Unit, plan.Keep)
+	} else {
+		tk.Unit, tk.Slot = plan.StartUnit, plan.Start
+		if len(plan.Old) > 0 {
+			tk.From = plan.Old[0].Unit
+		}
+		var oldRelease string
+		if len(plan.Old) > 0 {
+			oldRelease = plan.Old[0].Release
+		}
+		if why := e.startSlot(ctx, plan, tk, version, digest, oldRelease, budget); why != nil {
+			return tk, why
+		}
+	}
+	// The new slot accepts: the old ones stop accepting and finish.
+	for _, o := range plan.Old {
+		if err := e.handOff(ctx, o); err != nil {
+			return tk, []string{err.Error()}
+		}
+	}
+	if plan.Legacy != "" {
+		// Reloaded as systemctl disable does: systemd reads enablement
+		// (UnitFileState) again only then.
+		if err := sd.Disable(ctx, plan.Legacy); err != nil {
+			log.Warn("disable the legacy unit", "unit", plan.Legacy, "err", err)
+		} else if err := sd.DaemonReload(ctx); err != nil {
+			log.Warn("daemon-reload after disabling the legacy unit", "err", err)
+		}
+		_ = sd.ResetFailed(ctx, plan.Legacy)
+	}
+	return tk, nil
+}
+
+// startSlot starts plan's slot with version and makes it accept.
+func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, version, digest, oldRelease string, budget time.Duration) []string {
+	sd, unit := e.Systemd, plan.StartUnit
+	if err := e.setSlotLink(plan.Start, version); err != nil {
+		return []string{err.Error()}
+	}
+	undo := func() {
+		// Not ready or not verified: stop it; the old slot never noticed.
+		sctx := context.WithoutCancel(ctx)
+		_ = sd.Stop(sctx, unit)
+		_ = sd.ResetFailed(sctx, unit)
+		if oldRelease != "" {
+			_ = e.setSlotLink(plan.Start, oldRelease)
+		}
+	}
+	envFile := standbyEnv(plan.Start)
+	_ = os.Remove(envFile)
+	url := e.backendURL()
+	if plan.Standby {
+		addr, err := freeLoopback()
+		if err == nil {
+			err = os.MkdirAll(filepath.Dir(envFile), 0o700)
+		}
+		if err == nil {
+			err = atomicfs.WriteFile(envFile, []byte("MCP_BACKEND_STANDBY="+addr+"\n"), 0o600)
+		}
+		if err != nil {
+			return []string{"standby address: " + err.Error()}
+		}
+		tk.Standby, url = addr, URL(addr)
+	}
+	_ = sd.ResetFailed(ctx, unit)
+	sctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	err := sd.Start(sctx, unit)
+	// Read at the start only: a later restart of this slot (Restart=,
+	// the socket) must accept at once.
+	_ = os.Remove(envFile)
+	if err != nil {
+		undo()
+		return []string{fmt.Sprintf("start %s: %v", unit, err)}
+	}
+	if err := e.waitReady(sctx, url, digest, budget); err != nil {
+		undo()
+		return []string{fmt.Sprintf("%s not ready: %v", unit, err)}
+	}
+	if got, _, err := e.info(sctx, url); err != nil || got != version {
+		undo()
+		if err != nil {
+			return []string{fmt.Sprintf("%s system.info: %v", unit, err)}
+		}
+		return []string{fmt.Sprintf("%s reports version %q, want %q", unit, got, version)}
+	}
+	if !plan.Standby {
+		return nil
+	}
+	if err := sd.Kill(sctx, unit, syscall.SIGUSR1); err != nil {
+		undo()
+		return []string{err.Error()}
+	}
+	for {
+		st, err := sd.Unit(sctx, unit)
+		if err == nil && st.StatusText == mcpwire.SlotAccepting {
+			return nil
+		}
+		if sctx.Err() != nil {
+			undo()
+			return []string{fmt.Sprintf("%s did not take over the shared socket (status %q, %v)", unit, st.StatusText, err)}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// handOff makes o stop accepting and finish: a slot hands off (SIGUSR2)
+// and exits by itself; the legacy unit (an older build that knows no
+// handoff) is stopped, which drains its running calls.
+func (e *Env) handOff(ctx context.Context, o SlotFact) error {
+	sd := e.Systemd
+	if o.Slot != "" && o.StatusText == mcpwire.SlotAccepting {
+		if err := sd.Kill(ctx, o.Unit, syscall.SIGUSR2); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, handoffWait)
+		defer cancel()
+		for wctx.Err() == nil {
+			st, err := sd.Unit(wctx, o.Unit)
+			if err == nil && !active(st) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := sd.Stop(ctx, o.Unit); err != nil {
+		return fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
+	}
+	_ = sd.ResetFailed(ctx, o.Unit)
+	return nil
+}
+
+// settleSlots points every slot's link at version once it alone serves:
+// whichever slot the boot or the socket starts next runs it.
+func (e *Env) settleSlots(version string) error {
+	var errs []error
+	for _, s := range units.Slots {
+		errs = append(errs, e.setSlotLink(s, version))
+	}
+	return errors.Join(errs...)
+}
