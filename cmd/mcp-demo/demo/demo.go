@@ -48,6 +48,14 @@ type Options struct {
 	// CanaryStress and Overload are the attack durations of steps 2 and 4;
 	// 5s and 3s when zero.
 	CanaryStress, Overload time.Duration
+	// ControlP99 is the bound both stress runs hold control calls' p99
+	// to; mcpctl stress's own default (1s) when zero.
+	ControlP99 time.Duration
+	// Timed names stress checks of the overload step (step 4) whose
+	// failure is shown but does not fail the step. What they measure
+	// depends on the machine's speed, not only on the bounds: a test on a
+	// shared machine sets them; an operator's run leaves them empty.
+	Timed []string
 }
 
 // StepResult is one line of the summary.
