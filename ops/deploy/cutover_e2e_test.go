@@ -604,6 +604,18 @@ func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, candid
 		_, inv := s.unit(standbySlot(s, serving))
 		return inv != inv0 && inv != ""
 	})
+	killHolder(ctx, t, s, cmd, &out)
+	// mcpctl is gone: let the candidate start, as it would have.
+	if err := os.WriteFile(candidate.gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// killHolder SIGKILLs the mcpctl holding the lock (cmd, whose output is
+// out) and waits for cmd: a cutover's operator gone mid-step.
+func killHolder(ctx context.Context, t testing.TB, s *site, cmd *exec.Cmd, out *strings.Builder) {
+	t.Helper()
 	h := holder(t, s)
 	if h == nil {
 		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
@@ -612,11 +624,6 @@ func (s *site) killCutoverAfterRestart(ctx context.Context, t testing.TB, candid
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	// mcpctl is gone: let the candidate start, as it would have.
-	if err := os.WriteFile(candidate.gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out.String()
 }
 
 func holder(t testing.TB, s *site) *state.Holder {

@@ -418,14 +418,7 @@ func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 		st, err := s.m.Client.Unit(ctx, old)
 		return err == nil && st.StatusText == mcpwire.SlotHandingOff
 	})
-	h := holder(t, s)
-	if h == nil {
-		t.Fatalf("no lock holder while the cutover runs:\n%s", out.String())
-	}
-	if _, err := s.m.Exec(ctx, "kill", "-KILL", fmt.Sprint(h.PID)); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	killHolder(ctx, t, s, cmd, &out)
 	killedAt := time.Now()
 	if err := <-long; err != nil {
 		t.Errorf("the call the old slot accepted: %v, want it finished by the handoff", err)
