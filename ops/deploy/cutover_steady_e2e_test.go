@@ -423,6 +423,11 @@ func TestCutoverFromTheSingleUnit(t *testing.T) {
 		t.Fatalf("cutover from the single unit: exit %d\n%s", code, out)
 	}
 	t.Logf("cutover:\n%s", out)
+	// The single unit runs a build that knows the slots: it hands off
+	// instead of being stopped (a stop answers its next calls UNAVAILABLE).
+	if want := `msg="handed off" unit=` + s.cfg.Backend.Unit + ` exited=true`; !strings.Contains(out, want) {
+		t.Errorf("the single unit did not hand off (want %q in the output)", want)
+	}
 	mu.Lock()
 	c := stressCountsIn(calls, start, end)
 	mu.Unlock()

@@ -401,15 +401,18 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 	}
 }
 
-// handOff makes o stop accepting and finish: a slot hands off (SIGUSR2)
-// and exits by itself; the legacy unit (an older build that knows no
-// handoff) is stopped, which drains its running calls.
+// handOff makes o stop accepting and finish: a process that said it
+// accepts on the shared socket (a slot, or a legacy unit already running a
+// build that knows the slots) hands off (SIGUSR2) and exits by itself; one
+// that said nothing (an older build, to which SIGUSR2 is fatal) is stopped,
+// which drains its running calls but answers its next ones UNAVAILABLE.
 func (e *Env) handOff(ctx context.Context, o SlotFact) error {
 	sd := e.Systemd
-	if o.Slot != "" && o.StatusText == mcpwire.SlotAccepting {
+	if o.StatusText == mcpwire.SlotAccepting {
 		if err := sd.Kill(ctx, o.Unit, syscall.SIGUSR2); err != nil {
 			return err
 		}
+		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, handoffWait)
 		defer cancel()
 		for wctx.Err() == nil {
@@ -419,6 +422,9 @@ func (e *Env) handOff(ctx context.Context, o SlotFact) error {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		e.log().Info("handed off", "unit", o.Unit, "exited", wctx.Err() == nil, "after", time.Since(start).Round(time.Millisecond))
+	} else {
+		e.log().Info("stopping; its build knows no handoff", "unit", o.Unit)
 	}
 	if err := sd.Stop(ctx, o.Unit); err != nil {
 		return fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
