@@ -122,7 +122,13 @@ func orList(names []string) string {
 // path, a value flag has a value, and the command it ends at can run
 // (has an action). Placeholders (ID, FILE, N) stand for values.
 func Validate(app *cli.App, line string) error {
-	words := strings.Fields(line)
+	return validate(app, line, strings.Fields(line), false)
+}
+
+// validate is Validate over words already split. partial accepts a line
+// that stops early, as prose quotes one: at a command group, or at a
+// value flag whose value it leaves out.
+func validate(app *cli.App, line string, words []string, partial bool) error {
 	if len(words) == 0 || words[0] != app.Name {
 		return fmt.Errorf("%q: does not start with %s", line, app.Name)
 	}
@@ -147,6 +153,9 @@ func Validate(app *cli.App, line string) error {
 			}
 			if TakesValue(f) && !hasValue {
 				if i+1 >= len(words) {
+					if partial {
+						continue
+					}
 					return fmt.Errorf("%q: flag %s needs a value", line, w)
 				}
 				i++
@@ -166,6 +175,8 @@ func Validate(app *cli.App, line string) error {
 		args++
 	}
 	switch {
+	case partial:
+		return nil
 	case len(words) == 1:
 		return fmt.Errorf("%q: names no command", line)
 	case help:
