@@ -54,7 +54,10 @@ func (c *keyCache) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, e
 	// Concurrent requests queue here; the first fetches, and the rest find
 	// the interval not yet over and reuse its result.
 	if c.lastTry.IsZero() || c.now().Sub(c.lastTry) >= c.minRefresh {
-		_ = c.fetchLocked(ctx)
+		// The fetch serves every request queued here and the next interval:
+		// the caller that happens to run it leaving (a client giving up)
+		// must not fail it for all of them.
+		_ = c.fetchLocked(context.WithoutCancel(ctx))
 	}
 	c.fetchMu.Unlock()
 	if ks := c.match(kid); len(ks) > 0 {

@@ -33,6 +33,7 @@ type issuer struct {
 	keys    []jose.JSONWebKey // published (public)
 	extra   []json.RawMessage // published as they are
 	fetches atomic.Int64
+	hold    chan struct{} // when set, /keys answers only once it is closed
 }
 
 func newIssuer(t testing.TB, path string) *issuer {
@@ -61,6 +62,9 @@ func (is *issuer) serve(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(meta)
 	case "/keys":
 		is.fetches.Add(1)
+		if is.hold != nil {
+			<-is.hold
+		}
 		is.mu.Lock()
 		defer is.mu.Unlock()
 		set := map[string]any{"keys": append(slicesOfAny(is.keys), slicesOfAny(is.extra)...)}
@@ -199,6 +203,37 @@ func TestRotationAndRefreshRate(t *testing.T) {
 	}
 	if _, err := v.Verify(ctx, a.token(t, is.url(), c.now())); err == nil || !strings.Contains(err.Error(), `unknown signing key "a"`) {
 		t.Fatalf("token of a retired key: %v", err)
+	}
+}
+
+// TestKeyFetchOutlivesTheCallerThatRanIt: the first token's caller runs
+// the key fetch and gives up while it is under way (a client timing out):
+// the fetch still completes, so the tokens that follow within the refresh
+// interval verify instead of finding no key for a minute.
+func TestKeyFetchOutlivesTheCallerThatRanIt(t *testing.T) {
+	is := newIssuer(t, "")
+	is.hold = make(chan struct{})
+	c := newClock()
+	a := newKey(t, "a")
+	is.publish(a)
+	v := newVerifier(t, is.url(), is.hs.URL+"/keys", c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := v.Verify(ctx, a.token(t, is.url(), c.now()))
+		done <- err
+	}()
+	for is.fetches.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(is.hold)
+	<-done
+	if _, err := v.Verify(context.Background(), a.token(t, is.url(), c.now())); err != nil {
+		t.Fatalf("a token after the first caller gave up: %v", err)
+	}
+	if n := is.fetches.Load(); n != 1 {
+		t.Fatalf("%d key fetches, want 1", n)
 	}
 }
 
