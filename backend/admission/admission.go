@@ -324,6 +324,9 @@ func (c *Controller) notePeaks(s uint64) {
 // Invariant after dispatch: no queued waiter could start now. That is what
 // lets a new arrival that may start do so at once without overtaking anyone.
 func (c *Controller) dispatch(now instant) {
+	if queuedTotal(c.state.Load()) == 0 {
+		return // nothing to grant, nor a redo to arm (armRedo wants waiters)
+	}
 	for queuedTotal(c.state.Load()) > 0 {
 		w := c.flows.pick(usageOf(c.state.Load()), now)
 		if w == nil {
