@@ -112,6 +112,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			i := 0
 			for b.Loop() {
 				cw := caller.Resolve(caller.Claims{SessionID: ids[i%n]})
@@ -127,6 +128,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			var next atomic.Int64
 			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
@@ -152,6 +154,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			var next atomic.Int64
 			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
