@@ -279,7 +279,7 @@ type Permit struct {
 	c        *Controller
 	kind     Kind
 	conv     *flowState
-	released atomic.Bool
+	released bool // guarded by the controller's mutex
 }
 
 // Kind is the class the permit was granted for.
@@ -288,12 +288,15 @@ func (p *Permit) Kind() Kind { return p.kind }
 // Release frees the slot and hands it to the next startable waiter. A second
 // Release is a bug in the caller and panics rather than corrupting the counts.
 func (p *Permit) Release() {
-	if !p.released.CompareAndSwap(false, true) {
+	c := p.c
+	now := c.lock()
+	// Checked under mu, where the permit is handed out again: no atomic.
+	if p.released {
+		c.mu.Unlock()
 		panic("admission: permit released twice")
 	}
-	c := p.c
+	p.released = true
 	c.completed.Add(1)
-	now := c.lock()
 	c.state.Add(-takeDelta[p.kind])
 	c.flows.finish(p.conv, p.kind, now)
 	c.drain.note(p.kind, now)
@@ -321,6 +324,9 @@ func (c *Controller) notePeaks(s uint64) {
 // Invariant after dispatch: no queued waiter could start now. That is what
 // lets a new arrival that may start do so at once without overtaking anyone.
 func (c *Controller) dispatch(now instant) {
+	if queuedTotal(c.state.Load()) == 0 {
+		return // nothing to grant, nor a redo to arm (armRedo wants waiters)
+	}
 	for queuedTotal(c.state.Load()) > 0 {
 		w := c.flows.pick(usageOf(c.state.Load()), now)
 		if w == nil {
@@ -380,7 +386,7 @@ func (c *Controller) permit(k Kind, conv *flowState) *Permit {
 	var p *Permit
 	if n := len(c.spare); n > 0 {
 		p, c.spare = c.spare[n-1], c.spare[:n-1]
-		p.released.Store(false)
+		p.released = false
 	} else {
 		p = &Permit{c: c}
 	}

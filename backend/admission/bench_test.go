@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,10 +21,32 @@ func benchLimits() Limits {
 	return Limits{MaxActive: 48, ReservedControl: 8, MaxShell: 8, MaxQueue: 64, QueueWait: 30 * time.Second}
 }
 
+// cpuTime is the process's CPU time (user and system) so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds cpu-ns/op, the CPU time the process spent per operation
+// from here to the benchmark's end: on a shared machine, wall time per
+// operation moves with the load, CPU time much less.
+func reportCPU(b *testing.B) {
+	start := cpuTime(b)
+	b.Cleanup(func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+		}
+	})
+}
+
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	b.Run("admission/uncontended", func(b *testing.B) {
 		c := New(benchLimits())
+		reportCPU(b)
 		for b.Loop() {
 			p, err := c.Acquire(ctx, Normal)
 			if err != nil {
@@ -34,6 +57,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 	b.Run("semaphore/uncontended", func(b *testing.B) {
 		s := semaphore.NewWeighted(40)
+		reportCPU(b)
 		for b.Loop() {
 			if err := s.Acquire(ctx, 1); err != nil {
 				b.Fatal(err)
@@ -44,6 +68,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("admission/16goroutines", func(b *testing.B) {
 		c := New(benchLimits())
 		b.SetParallelism(16) // 16 x GOMAXPROCS goroutines; GOMAXPROCS is 2 here
+		reportCPU(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				p, err := c.Acquire(ctx, Normal)
@@ -58,6 +83,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("semaphore/16goroutines", func(b *testing.B) {
 		s := semaphore.NewWeighted(40)
 		b.SetParallelism(16)
+		reportCPU(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := s.Acquire(ctx, 1); err != nil {
@@ -86,6 +112,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			i := 0
 			for b.Loop() {
 				cw := caller.Resolve(caller.Claims{SessionID: ids[i%n]})
@@ -101,6 +128,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			var next atomic.Int64
 			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
@@ -126,6 +154,7 @@ func BenchmarkAcquireReleaseFlows(b *testing.B) {
 			lim := benchLimits()
 			lim.FlowReserve = 1
 			c := New(lim)
+			reportCPU(b)
 			var next atomic.Int64
 			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {

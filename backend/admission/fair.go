@@ -233,10 +233,17 @@ func (f *flowState) idle(now instant) bool {
 
 // servedNow is the service so far, running slots included.
 func (f *flowState) servedNow(now instant) float64 {
-	return f.served + float64(f.running())*(now-f.servedAt).Seconds()
+	r := f.running()
+	if r == 0 {
+		return f.served // the same as adding 0, without the conversion
+	}
+	return f.served + float64(r)*(now-f.servedAt).Seconds()
 }
 
 func (f *flowState) accrue(now instant) {
+	if f.servedAt == now {
+		return // nothing to add
+	}
 	f.served = f.servedNow(now)
 	f.servedAt = now
 }
@@ -407,17 +414,24 @@ func (t *flowTable) setEff(f *flowState, pool, v int) {
 // remember records an arrival in f's remembered demand: the peak since the
 // memory last lapsed, kept for demandMemory from now.
 func (t *flowTable) remember(f *flowState, now instant) {
-	if !f.lapseL.in {
+	until := now + demandMemory
+	in := f.lapseL.in
+	if !in {
 		f.peak = [numPools]int{}
-	} else {
+	} else if next := f.lapseL.next; next != nil && next.peakUntil != until {
+		// Listed lapses are never after until (now does not go back), so
+		// f keeps its place only when nothing after it lapses sooner.
 		t.lapsing.remove(f, lapseLinks)
+		in = false
 	}
 	for pool := range numPools {
 		f.peak[pool] = max(f.peak[pool], f.demand(pool))
 		t.setEff(f, pool, f.peak[pool])
 	}
-	f.peakUntil = now + demandMemory
-	t.lapsing.push(f, lapseLinks)
+	f.peakUntil = until
+	if !in {
+		t.lapsing.push(f, lapseLinks)
+	}
 }
 
 // fell updates f's effective demand after its demand fell: while the
@@ -481,8 +495,9 @@ func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 		c.queued[pool]++
 		p.queued[pool]++
 	}
-	t.remember(c, now)
+	// The principal first: listed just before it, c then keeps its place.
 	t.remember(p, now)
+	t.remember(c, now)
 }
 
 // leave takes one queued operation of kind k of c out of the demand.

@@ -377,3 +377,42 @@ func TestRetryAfterFollowsDrainAndRefusals(t *testing.T) {
 	releaseAll(held)
 	assertIdle(t, c)
 }
+
+// TestServiceWhileAloneCounts: a flow's slot-seconds count while it is the
+// only flow with demand. Held alone for 10 s, it later loses a freed slot
+// to a flow that has held one for 1 s; not measuring the lone flow's
+// service (skipping the clock while no one else is busy) would make them
+// even, and the older waiter, the lone flow's, would get the slot.
+func TestServiceWhileAloneCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		lone, other Flow
+	}{
+		{"principals", flow("a", "1"), flow("b", "1")},
+		{"conversations", flow("x", "lone"), flow("x", "other")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := small()
+			lim.MaxShell, lim.FlowReserve = 1, 0
+			c, clk := fairController(t, lim)
+			lone := holdFlow(t, c, Shell, tc.lone, 1)
+			clk.add(10 * time.Second)
+			lone[0].Release()
+			other := holdFlow(t, c, Shell, tc.other, 1)
+			clk.add(time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			lq := enqueueFlow(t, ctx, c, Shell, tc.lone)
+			oq := enqueueFlow(t, ctx, c, Shell, tc.other)
+			other[0].Release()
+			r := get(t, oq)
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			pending(t, lq)
+			r.p.Release()
+			get(t, lq).p.Release()
+			assertIdle(t, c)
+		})
+	}
+}
