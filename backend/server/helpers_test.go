@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
@@ -178,18 +179,39 @@ func (b *backend) metrics(t testing.TB) mcpwire.Metrics {
 	return s
 }
 
-// gate is a file whose existence releases the test's blocked commands.
-type gate string
-
-func newGate(t testing.TB) gate { return gate(filepath.Join(t.TempDir(), "go")) }
-
-// command blocks until the gate opens (bounded, so nothing outlives a failed test).
-func (g gate) command() string {
-	return fmt.Sprintf("for i in $(seq 600); do [ -e %s ] && exit 0; sleep 0.05; done; exit 1", g)
+// gate releases the test's blocked commands: the test holds an exclusive
+// flock on a file and each command waits for a shared one, so a blocked
+// command costs no CPU (a polling loop of 40 shells forked 800 sleeps a
+// second and starved a 2-core machine) and one started after the gate
+// opened passes at once.
+type gate struct {
+	path string
+	f    *os.File
 }
+
+func newGate(t testing.TB) gate {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "go")
+	f, err := os.Create(path)
+	if err == nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return gate{path, f}
+}
+
+// command blocks until the gate opens (bounded, so nothing outlives a
+// failed test: it fails after 30 s).
+func (g gate) command() string {
+	return fmt.Sprintf("flock -s -w 30 %s true", g.path)
+}
+
 func (g gate) open(t testing.TB) {
 	t.Helper()
-	if err := os.WriteFile(string(g), nil, 0o644); err != nil {
+	if err := syscall.Flock(int(g.f.Fd()), syscall.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
 }
