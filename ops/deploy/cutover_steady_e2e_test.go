@@ -41,9 +41,11 @@ func (s *site) socketRun() (active, invocation string, since time.Time) {
 
 // TestCutoversUnderSteadyLoad is what an operator sees during deploys: a
 // steady 20 calls/s (half shell.exec, half system.info) through both tunnels
-// while production goes through three cutovers, two cutovers to bad builds
-// (one never ready, one ready but reporting another version) and an
-// operator's rollback. No caller may see any failure at all, OVERLOADED
+// while production goes through three cutovers, a `rollback --last` after a
+// confirmed one, two cutovers to bad builds (one never ready, one ready but
+// reporting another version) and an operator's rollback to a snapshot. Each
+// good step moves production to the other slot, whose predecessor hands
+// off and exits by itself. No caller may see any failure at all, OVERLOADED
 // included: each new build starts in the idle slot beside the serving one
 // and takes over the shared socket only once verified, and a bad build never
 // touches the serving process (same unit, MainPID and InvocationID). The
@@ -115,7 +117,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	backlog := peakAcceptQueue(s.cfg.Backend.Listen, stop)
 
 	var phases []phase
-	step := func(name string, wantCode int, args ...string) {
+	step := func(name string, wantCode int, args ...string) string {
 		t.Helper()
 		start := time.Now()
 		code, out := s.run(args...)
@@ -139,27 +141,59 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 			}
 			return err == nil && code == 200 && json.Unmarshal(body, &m) == nil && m.Queued.Total == 0
 		})
+		return out
 	}
-	step("cutover v1->v2", 0, "cutover", "--build", s.builds["v2"], "--arm-rollback")
-	step("cutover v2->v3", 0, "cutover", "--build", s.builds["v3"], "--arm-rollback")
-	step("cutover v3->v4", 0, "cutover", "--build", s.builds["v4"], "--arm-rollback")
-	// Two bad builds: one never becomes ready, one is ready but reports
-	// another version. Neither may touch the serving process.
-	unit0, pid0, inv0 := s.prod()
-	step("bad cutover v4->v5 (never ready)", 3, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback",
-		"--deadline", "15s", "--skip-canary-check", "e2e: never ready")
-	step("bad cutover v4->v6 (fails verification)", 3, "cutover", "--build", writeWrongVersion(t, s, s.build("v6"), s.builds["v4"]), "--arm-rollback",
-		"--deadline", "15s", "--skip-canary-check", "e2e: fails verification")
-	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
-		t.Fatalf("the bad cutovers touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", unit0, pid0, inv0, unit, pid, inv)
-	}
-	if v := s.version(); v != "v4" {
-		t.Fatalf("after the failed cutovers production runs %s, want v4", v)
-	}
-	// The operator goes back: the snapshot the cutover to v4 took, of v3.
-	step("operator rollback v4->v3", 0, "rollback", "--snapshot", snapshotOfVersion(t, s, "v3"))
-	if v := s.version(); v != "v3" {
-		t.Fatalf("after the rollback production runs %s, want v3", v)
+	// Built before the load starts: only the steps run under it.
+	neverReady := writeNeverReady(t, s, s.build("v5"))
+	wrongVersion := writeWrongVersion(t, s, s.build("v6"), s.builds["v4"])
+	for _, c := range []struct {
+		name    string
+		code    int
+		args    func() []string // at the step: a snapshot named by an earlier one
+		version string
+		// switched: production moves to the other slot; untouched: the
+		// serving process is the same (unit, MainPID, InvocationID).
+		switched, untouched bool
+	}{
+		{name: "cutover v1->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v2"], "--arm-rollback"} }},
+		{name: "cutover v2->v3", version: "v3", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v3"], "--arm-rollback"} }},
+		// After a confirmed cutover: the newest snapshot (of v2) starts in
+		// the idle slot beside v3, which hands off.
+		{name: "rollback --last v3->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"rollback", "--last"} }},
+		{name: "cutover v2->v4", version: "v4", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v4"], "--arm-rollback"} }},
+		// Two bad builds: one never becomes ready, one is ready but reports
+		// another version. Neither may touch the serving process.
+		{name: "bad cutover v4->v5 (never ready)", code: 3, version: "v4", untouched: true,
+			args: func() []string {
+				return []string{"cutover", "--build", neverReady, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "e2e: never ready"}
+			}},
+		{name: "bad cutover v4->v6 (fails verification)", code: 3, version: "v4", untouched: true,
+			args: func() []string {
+				return []string{"cutover", "--build", wrongVersion, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "e2e: fails verification"}
+			}},
+		// The operator goes back: the snapshot the cutover to v4 took, of v2.
+		{name: "operator rollback --snapshot v4->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"rollback", "--snapshot", snapshotOfVersion(t, s, "v2")} }},
+	} {
+		unit0, pid0, inv0 := s.prod()
+		out := step(c.name, c.code, c.args()...)
+		unit, pid, inv := s.prod()
+		if c.untouched && (unit != unit0 || pid != pid0 || inv != inv0) {
+			t.Fatalf("%s touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", c.name, unit0, pid0, inv0, unit, pid, inv)
+		}
+		if c.switched && unit == unit0 {
+			t.Fatalf("%s: production still in %s, want the other slot", c.name, unit)
+		}
+		if c.switched && !strings.Contains(out, `msg="handed off" unit=`+unit0+` exited=true`) {
+			t.Fatalf("%s: %s did not hand off and exit by itself:\n%s", c.name, unit0, out)
+		}
+		if v := s.version(); v != c.version {
+			t.Fatalf("after %s production runs %s, want %s", c.name, v, c.version)
+		}
 	}
 	o := stopLoad()
 	if o.err != nil {
