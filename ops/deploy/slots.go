@@ -309,6 +309,9 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 			return tk, why
 		}
 	}
+	if len(plan.Old) > 0 {
+		e.pause(ctx, PauseTookOver)
+	}
 	// The new slot accepts: the old ones stop accepting and finish.
 	for _, o := range plan.Old {
 		if err := e.handOff(ctx, o); err != nil {
@@ -384,6 +387,7 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 	if !plan.Standby {
 		return nil
 	}
+	e.pause(ctx, PauseVerified)
 	if err := sd.Kill(sctx, unit, syscall.SIGUSR1); err != nil {
 		undo()
 		return []string{err.Error()}
