@@ -421,14 +421,92 @@ func (s *site) assertLegacyGone(ctx context.Context) {
 
 // TestCutoverFromTheSingleUnit is the upgrade path: a host installed
 // before the production slots (one unit behind the socket) moves to slots
-// at its next cutover without a gap: under a steady load no call fails,
-// the socket keeps its run, the single unit is stopped and disabled and
-// the new release serves from the boot slot.
+// at its next cutover, or at `mcpctl unit install` and the cutover after
+// it, without a gap: under a steady load no call fails, the socket keeps
+// its run, the single unit hands off, is disabled and the new release
+// serves from the boot slot.
 func TestCutoverFromTheSingleUnit(t *testing.T) {
-	s := newSite(t, 60*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	s.legacyInstall(ctx, true)
+	for _, c := range []struct {
+		name        string
+		unitInstall bool
+	}{
+		{name: "at its next cutover"},
+		{name: "after unit install", unitInstall: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSite(t, 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			s.legacyInstall(ctx, true)
+			if c.unitInstall {
+				s.unitInstallOverSingleUnit(ctx)
+			}
+			s.cutoverFromSingleUnit(ctx)
+		})
+	}
+}
+
+// unitInstallOverSingleUnit runs `mcpctl unit install` on a host whose
+// single unit serves, with no slot links yet (as one installed before the
+// slots): it writes the slot template, their slice and the socket's
+// Service=, enables the boot slot, and touches no running process.
+func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
+	t := s.t
+	t.Helper()
+	if err := os.RemoveAll(filepath.Dir(units.SlotLink(s.cfg.Install.Root, units.BootSlot))); err != nil {
+		t.Fatal(err)
+	}
+	unit0, pid0, inv0 := s.prod()
+	_, sockInv, sockSince := s.socketRun()
+	code, out := s.run("--json", "unit", "install")
+	if code != 0 {
+		t.Fatalf("unit install over the single unit: exit %d\n%s", code, out)
+	}
+	var rep struct {
+		Changed []struct {
+			Unit string `json:"unit"`
+		} `json:"changed"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
+		t.Fatalf("unit install --json: %v\n%s", err, out)
+	}
+	var changed []string
+	for _, ch := range rep.Changed {
+		changed = append(changed, ch.Unit)
+	}
+	slices.Sort(changed)
+	svc, boot := s.cfg.Backend.Unit, units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
+	want := []string{units.BackendSlice(svc), units.Socket(svc), units.SlotTemplate(svc)}
+	slices.Sort(want)
+	if !slices.Equal(changed, want) {
+		t.Fatalf("unit install changed %v, want %v:\n%s", changed, want, out)
+	}
+	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
+		t.Fatalf("unit install touched production: was %s pid %d %s, now %s pid %d %s", unit0, pid0, inv0, unit, pid, inv)
+	}
+	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
+		t.Fatalf("unit install restarted the socket: was %s since %s, now %s %s since %s", sockInv, sockSince, a, inv, since)
+	}
+	// The socket starts the boot slot from now on, at boot too (the other
+	// slot is listed as well: its Sockets= names the socket).
+	triggers, err := s.m.Exec(ctx, "systemctl", "show", "-P", "Triggers", units.Socket(svc))
+	if f := strings.Fields(triggers); err != nil || !slices.Contains(f, boot) || slices.Contains(f, svc) {
+		t.Fatalf("%s triggers %q (%v), want %s and not %s", units.Socket(svc), triggers, err, boot, svc)
+	}
+	if st, err := s.m.Client.Unit(ctx, boot); err != nil || st.LoadState != "loaded" || st.UnitFileState != "enabled" {
+		t.Fatalf("%s after unit install: %+v %v, want loaded, enabled", boot, st, err)
+	}
+	if v := s.version(); v != "v1" {
+		t.Fatalf("production %s after unit install, want v1", v)
+	}
+}
+
+// cutoverFromSingleUnit cuts the single unit over to v2 under a steady
+// load: no call may fail, the single unit hands off and is disabled, the
+// boot slot serves v2, the socket keeps its run.
+func (s *site) cutoverFromSingleUnit(ctx context.Context) {
+	t := s.t
+	t.Helper()
 	_, sockInv, sockSince := s.socketRun()
 	s.pass(s.builds["v2"])
 
