@@ -427,11 +427,13 @@ func (s *site) assertLegacyGone(ctx context.Context) {
 // serves from the boot slot.
 func TestCutoverFromTheSingleUnit(t *testing.T) {
 	for _, c := range []struct {
-		name        string
-		unitInstall bool
+		name                string
+		unitInstall, reboot bool
 	}{
 		{name: "at its next cutover"},
 		{name: "after unit install", unitInstall: true},
+		// Rebooted before any cutover: the boot slot comes up alone.
+		{name: "after unit install and a reboot", unitInstall: true, reboot: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSite(t, 60*time.Second)
@@ -441,7 +443,17 @@ func TestCutoverFromTheSingleUnit(t *testing.T) {
 			if c.unitInstall {
 				s.unitInstallOverSingleUnit(ctx)
 			}
-			s.cutoverFromSingleUnit(ctx)
+			if !c.reboot {
+				s.cutoverFromSingleUnit(ctx)
+				return
+			}
+			s.m.Reboot(t)
+			s.waitHTTP(s.backend+"/readyz", 30*time.Second)
+			boot := units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
+			if u, _, _ := s.prod(); u != boot || s.version() != "v1" {
+				t.Fatalf("after the reboot production %s on %s, want %s on v1", u, s.version(), boot)
+			}
+			s.assertLegacyGone(ctx)
 		})
 	}
 }
@@ -466,6 +478,8 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 		Changed []struct {
 			Unit string `json:"unit"`
 		} `json:"changed"`
+		LinkedSlots []string `json:"linkedSlots"`
+		Disabled    []string `json:"disabled"`
 	}
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
 		t.Fatalf("unit install --json: %v\n%s", err, out)
@@ -480,6 +494,19 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 	slices.Sort(want)
 	if !slices.Equal(changed, want) {
 		t.Fatalf("unit install changed %v, want %v:\n%s", changed, want, out)
+	}
+	// The slots start on what runs now; the single unit serves on, no
+	// longer started at boot.
+	if !slices.Equal(rep.LinkedSlots, units.Slots) || !slices.Equal(rep.Disabled, []string{svc}) {
+		t.Fatalf("unit install linked slots %v and disabled %v, want %v and %s", rep.LinkedSlots, rep.Disabled, units.Slots, svc)
+	}
+	for _, slot := range units.Slots {
+		if l, err := os.Readlink(units.SlotLink(s.cfg.Install.Root, slot)); err != nil || filepath.Base(l) != "v1" {
+			t.Fatalf("slot %s links %q (%v), want the current release v1", slot, l, err)
+		}
+	}
+	if st, err := s.m.Client.Unit(ctx, svc); err != nil || st.UnitFileState != "disabled" {
+		t.Fatalf("%s after unit install: %+v %v, want disabled", svc, st, err)
 	}
 	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
 		t.Fatalf("unit install touched production: was %s pid %d %s, now %s pid %d %s", unit0, pid0, inv0, unit, pid, inv)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -445,4 +446,36 @@ func (e *Env) settleSlots(version string) error {
 		errs = append(errs, e.setSlotLink(s, version))
 	}
 	return errors.Join(errs...)
+}
+
+// LinkMissingSlots points each slot link that does not exist at the
+// current release, so that a host moved to the slots by `mcpctl unit
+// install` starts its boot slot (at boot, by the socket) on what it runs
+// now. A host without a current release links nothing. It returns the
+// slots it linked.
+func LinkMissingSlots(root string) ([]string, error) {
+	cur, err := (&release.Store{Root: root}).Current()
+	if errors.Is(err, release.ErrNoCurrent) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var linked []string
+	for _, s := range units.Slots {
+		link := units.SlotLink(root, s)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return linked, err
+		}
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return linked, err
+		}
+		if err := atomicfs.Symlink(filepath.Join("..", "releases", cur), link); err != nil {
+			return linked, fmt.Errorf("slot %s -> %s: %w", s, cur, err)
+		}
+		linked = append(linked, s)
+	}
+	return linked, nil
 }
