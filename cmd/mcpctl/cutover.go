@@ -88,6 +88,9 @@ func deployEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error
 	if wait == 0 {
 		env.LockWait = -1 // the flag's 0: do not wait
 	}
+	if spec := d.getenv(deploy.PauseEnv); spec != "" {
+		env.Pause = deploy.PauseAt(spec, d.logger)
+	}
 	return env, b.sd.Close, nil
 }
 

@@ -142,6 +142,11 @@ type unitInstallReport struct {
 	Unchanged []string     `json:"unchanged"`
 	Reloaded  bool         `json:"reloaded"`
 	Enabled   []string     `json:"enabled"`
+	// A host moved from the single unit: the slots linked to the current
+	// release, and the single unit disabled (it serves until the next
+	// cutover hands it off).
+	LinkedSlots []string `json:"linkedSlots,omitempty"`
+	Disabled    []string `json:"disabled,omitempty"`
 }
 
 func unitInstall(c *cli.Context, d *deps) error {
@@ -191,6 +196,10 @@ func unitInstall(c *cli.Context, d *deps) error {
 			Diff: units.Diff(path+" (installed)", path+" (rendered)", string(w.Old), string(w.Unit.Content)),
 		})
 	}
+	// Before the boot slot is enabled: it must start on what runs now.
+	if rep.LinkedSlots, err = deploy.LinkMissingSlots(cfg.Install.Root); err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but slot links: %w", err))
+	}
 	if len(rep.Changed) > 0 {
 		if err := sd.DaemonReload(ctx); err != nil {
 			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
@@ -204,6 +213,18 @@ func unitInstall(c *cli.Context, d *deps) error {
 	}
 	if err := sd.Enable(ctx, rep.Enabled...); err != nil {
 		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
+	}
+	// The single unit would start at boot beside the boot slot without the
+	// socket's descriptors and fail on its port; it keeps running now.
+	if st, err := sd.UnitFileState(ctx, cfg.Backend.Unit); err == nil && st == "enabled" {
+		if err := sd.Disable(ctx, cfg.Backend.Unit); err != nil {
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: disable the single unit %s: %w", cfg.Backend.Unit, err))
+		}
+		// systemd reads enablement (UnitFileState) again only then.
+		if err := sd.DaemonReload(ctx); err != nil {
+			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
+		}
+		rep.Disabled = append(rep.Disabled, cfg.Backend.Unit)
 	}
 
 	if d.out.json {
@@ -251,6 +272,12 @@ func printUnitInstall(o *output, rep unitInstallReport) {
 		fmt.Fprintf(w, "%d unit(s) written to %s, %d unchanged; systemd reloaded\n", len(rep.Changed), rep.UnitDir, len(rep.Unchanged))
 	}
 	fmt.Fprintf(w, "enabled at boot: %s\n", strings.Join(rep.Enabled, " "))
+	if len(rep.LinkedSlots) > 0 {
+		fmt.Fprintf(w, "slots linked to the current release: %s\n", strings.Join(rep.LinkedSlots, " "))
+	}
+	if len(rep.Disabled) > 0 {
+		fmt.Fprintf(w, "disabled at boot (serves until the next cutover hands it off): %s\n", strings.Join(rep.Disabled, " "))
+	}
 }
 
 // unitInstallDryRun is unit install --dry-run: the same comparison and

@@ -441,3 +441,89 @@ func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 	}
 	s.assertNoRollbackArmed()
 }
+
+// TestTimerRollsBackACutoverKilledInTheTakeover extends the fault matrix to
+// the takeover's two middle windows, reached by deploy.PauseEnv: mcpctl is
+// SIGKILLed with the new slot verified but still in standby, and with both
+// slots accepting before the old one hands off. In each the armed timer
+// must leave exactly one slot serving the snapshot's release, the one that
+// never stopped (same MainPID and InvocationID), and nothing pending: no
+// standby or handing-off unit, no timer, no marker.
+func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
+	s := newSite(t, 15*time.Second)
+	s.pass(s.builds["v2"])
+	for _, c := range []struct {
+		name, point string
+		// The statuses of the old and the new slot at the kill.
+		old, new string
+	}{
+		{"verified, before SIGUSR1", deploy.PauseVerified, mcpwire.SlotAccepting, mcpwire.SlotStandby},
+		{"took over, before SIGUSR2", deploy.PauseTookOver, mcpwire.SlotAccepting, mcpwire.SlotAccepting},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.t = t
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			old, pid0, inv0 := s.prod()
+			paused := filepath.Join(s.dir, "paused-"+c.point)
+			cmd := s.mcpctlCmd(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+			cmd.Env = append(cmd.Env, deploy.PauseEnv+"="+c.point+"="+paused)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for end := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(paused); err == nil {
+					break
+				}
+				if time.Now().After(end) {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Fatalf("mcpctl never paused at %s:\n%s", c.point, out.String())
+				}
+			}
+			// The window is the one named: both slots run, in these states.
+			oldSt, err := s.m.Client.Unit(ctx, old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			newSt, err := s.m.Client.Unit(ctx, standbySlot(s, old))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if oldSt.StatusText != c.old || newSt.StatusText != c.new || newSt.ActiveState != "active" {
+				killHolder(ctx, t, s, cmd, &out)
+				t.Fatalf("at %s: old slot %q, new slot %s %q; want %q and active %q", c.point, oldSt.StatusText, newSt.ActiveState, newSt.StatusText, c.old, c.new)
+			}
+			killHolder(ctx, t, s, cmd, &out)
+			killedAt := time.Now()
+			for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				p, _ := state.Dir(s.cfg.StateDir).ReadPending()
+				gone, _ := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
+				a, _ := s.unit(standbySlot(s, old))
+				if p == nil && gone && s.current() == "v1" && (a == "inactive" || a == "failed") {
+					break
+				}
+				if time.Now().After(end) {
+					j, _ := s.m.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
+					t.Fatalf("the timer did not restore: pending %+v current %s, new slot %s\n%s\n%s", p, s.current(), a, out.String(), j)
+				}
+			}
+			t.Logf("figures: restored %s after the kill at %s (deadline 15s from arming)", time.Since(killedAt).Round(time.Millisecond), c.point)
+			unit, pid, inv := s.prod() // exactly one production unit runs
+			st, err := s.m.Client.Unit(ctx, unit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unit != old || pid != pid0 || inv != inv0 || st.StatusText != mcpwire.SlotAccepting || s.version() != "v1" {
+				t.Fatalf("production %s pid %d %s %q on %s after the timer's rollback, want %s pid %d %s accepting on v1",
+					unit, pid, inv, st.StatusText, s.version(), old, pid0, inv0)
+			}
+			if code, out := s.run("verify"); code != 0 {
+				t.Fatalf("verify after the timer's rollback: exit %d\n%s", code, out)
+			}
+			s.assertNoRollbackArmed()
+		})
+	}
+}

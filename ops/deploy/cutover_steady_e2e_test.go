@@ -41,9 +41,11 @@ func (s *site) socketRun() (active, invocation string, since time.Time) {
 
 // TestCutoversUnderSteadyLoad is what an operator sees during deploys: a
 // steady 20 calls/s (half shell.exec, half system.info) through both tunnels
-// while production goes through three cutovers, two cutovers to bad builds
-// (one never ready, one ready but reporting another version) and an
-// operator's rollback. No caller may see any failure at all, OVERLOADED
+// while production goes through three cutovers, a `rollback --last` after a
+// confirmed one, two cutovers to bad builds (one never ready, one ready but
+// reporting another version) and an operator's rollback to a snapshot. Each
+// good step moves production to the other slot, whose predecessor hands
+// off and exits by itself. No caller may see any failure at all, OVERLOADED
 // included: each new build starts in the idle slot beside the serving one
 // and takes over the shared socket only once verified, and a bad build never
 // touches the serving process (same unit, MainPID and InvocationID). The
@@ -115,7 +117,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	backlog := peakAcceptQueue(s.cfg.Backend.Listen, stop)
 
 	var phases []phase
-	step := func(name string, wantCode int, args ...string) {
+	step := func(name string, wantCode int, args ...string) string {
 		t.Helper()
 		start := time.Now()
 		code, out := s.run(args...)
@@ -139,27 +141,59 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 			}
 			return err == nil && code == 200 && json.Unmarshal(body, &m) == nil && m.Queued.Total == 0
 		})
+		return out
 	}
-	step("cutover v1->v2", 0, "cutover", "--build", s.builds["v2"], "--arm-rollback")
-	step("cutover v2->v3", 0, "cutover", "--build", s.builds["v3"], "--arm-rollback")
-	step("cutover v3->v4", 0, "cutover", "--build", s.builds["v4"], "--arm-rollback")
-	// Two bad builds: one never becomes ready, one is ready but reports
-	// another version. Neither may touch the serving process.
-	unit0, pid0, inv0 := s.prod()
-	step("bad cutover v4->v5 (never ready)", 3, "cutover", "--build", writeNeverReady(t, s, s.build("v5")), "--arm-rollback",
-		"--deadline", "15s", "--skip-canary-check", "e2e: never ready")
-	step("bad cutover v4->v6 (fails verification)", 3, "cutover", "--build", writeWrongVersion(t, s, s.build("v6"), s.builds["v4"]), "--arm-rollback",
-		"--deadline", "15s", "--skip-canary-check", "e2e: fails verification")
-	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
-		t.Fatalf("the bad cutovers touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", unit0, pid0, inv0, unit, pid, inv)
-	}
-	if v := s.version(); v != "v4" {
-		t.Fatalf("after the failed cutovers production runs %s, want v4", v)
-	}
-	// The operator goes back: the snapshot the cutover to v4 took, of v3.
-	step("operator rollback v4->v3", 0, "rollback", "--snapshot", snapshotOfVersion(t, s, "v3"))
-	if v := s.version(); v != "v3" {
-		t.Fatalf("after the rollback production runs %s, want v3", v)
+	// Built before the load starts: only the steps run under it.
+	neverReady := writeNeverReady(t, s, s.build("v5"))
+	wrongVersion := writeWrongVersion(t, s, s.build("v6"), s.builds["v4"])
+	for _, c := range []struct {
+		name    string
+		code    int
+		args    func() []string // at the step: a snapshot named by an earlier one
+		version string
+		// switched: production moves to the other slot; untouched: the
+		// serving process is the same (unit, MainPID, InvocationID).
+		switched, untouched bool
+	}{
+		{name: "cutover v1->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v2"], "--arm-rollback"} }},
+		{name: "cutover v2->v3", version: "v3", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v3"], "--arm-rollback"} }},
+		// After a confirmed cutover: the newest snapshot (of v2) starts in
+		// the idle slot beside v3, which hands off.
+		{name: "rollback --last v3->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"rollback", "--last"} }},
+		{name: "cutover v2->v4", version: "v4", switched: true,
+			args: func() []string { return []string{"cutover", "--build", s.builds["v4"], "--arm-rollback"} }},
+		// Two bad builds: one never becomes ready, one is ready but reports
+		// another version. Neither may touch the serving process.
+		{name: "bad cutover v4->v5 (never ready)", code: 3, version: "v4", untouched: true,
+			args: func() []string {
+				return []string{"cutover", "--build", neverReady, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "e2e: never ready"}
+			}},
+		{name: "bad cutover v4->v6 (fails verification)", code: 3, version: "v4", untouched: true,
+			args: func() []string {
+				return []string{"cutover", "--build", wrongVersion, "--arm-rollback", "--deadline", "15s", "--skip-canary-check", "e2e: fails verification"}
+			}},
+		// The operator goes back: the snapshot the cutover to v4 took, of v2.
+		{name: "operator rollback --snapshot v4->v2", version: "v2", switched: true,
+			args: func() []string { return []string{"rollback", "--snapshot", snapshotOfVersion(t, s, "v2")} }},
+	} {
+		unit0, pid0, inv0 := s.prod()
+		out := step(c.name, c.code, c.args()...)
+		unit, pid, inv := s.prod()
+		if c.untouched && (unit != unit0 || pid != pid0 || inv != inv0) {
+			t.Fatalf("%s touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", c.name, unit0, pid0, inv0, unit, pid, inv)
+		}
+		if c.switched && unit == unit0 {
+			t.Fatalf("%s: production still in %s, want the other slot", c.name, unit)
+		}
+		if c.switched && !strings.Contains(out, `msg="handed off" unit=`+unit0+` exited=true`) {
+			t.Fatalf("%s: %s did not hand off and exit by itself:\n%s", c.name, unit0, out)
+		}
+		if v := s.version(); v != c.version {
+			t.Fatalf("after %s production runs %s, want %s", c.name, v, c.version)
+		}
 	}
 	o := stopLoad()
 	if o.err != nil {
@@ -387,14 +421,119 @@ func (s *site) assertLegacyGone(ctx context.Context) {
 
 // TestCutoverFromTheSingleUnit is the upgrade path: a host installed
 // before the production slots (one unit behind the socket) moves to slots
-// at its next cutover without a gap: under a steady load no call fails,
-// the socket keeps its run, the single unit is stopped and disabled and
-// the new release serves from the boot slot.
+// at its next cutover, or at `mcpctl unit install` and the cutover after
+// it, without a gap: under a steady load no call fails, the socket keeps
+// its run, the single unit hands off, is disabled and the new release
+// serves from the boot slot.
 func TestCutoverFromTheSingleUnit(t *testing.T) {
-	s := newSite(t, 60*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	s.legacyInstall(ctx, true)
+	for _, c := range []struct {
+		name                string
+		unitInstall, reboot bool
+	}{
+		{name: "at its next cutover"},
+		{name: "after unit install", unitInstall: true},
+		// Rebooted before any cutover: the boot slot comes up alone.
+		{name: "after unit install and a reboot", unitInstall: true, reboot: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSite(t, 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			s.legacyInstall(ctx, true)
+			if c.unitInstall {
+				s.unitInstallOverSingleUnit(ctx)
+			}
+			if !c.reboot {
+				s.cutoverFromSingleUnit(ctx)
+				return
+			}
+			s.m.Reboot(t)
+			s.waitHTTP(s.backend+"/readyz", 30*time.Second)
+			boot := units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
+			if u, _, _ := s.prod(); u != boot || s.version() != "v1" {
+				t.Fatalf("after the reboot production %s on %s, want %s on v1", u, s.version(), boot)
+			}
+			s.assertLegacyGone(ctx)
+		})
+	}
+}
+
+// unitInstallOverSingleUnit runs `mcpctl unit install` on a host whose
+// single unit serves, with no slot links yet (as one installed before the
+// slots): it writes the slot template, their slice and the socket's
+// Service=, enables the boot slot, and touches no running process.
+func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
+	t := s.t
+	t.Helper()
+	if err := os.RemoveAll(filepath.Dir(units.SlotLink(s.cfg.Install.Root, units.BootSlot))); err != nil {
+		t.Fatal(err)
+	}
+	unit0, pid0, inv0 := s.prod()
+	_, sockInv, sockSince := s.socketRun()
+	code, out := s.run("--json", "unit", "install")
+	if code != 0 {
+		t.Fatalf("unit install over the single unit: exit %d\n%s", code, out)
+	}
+	var rep struct {
+		Changed []struct {
+			Unit string `json:"unit"`
+		} `json:"changed"`
+		LinkedSlots []string `json:"linkedSlots"`
+		Disabled    []string `json:"disabled"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
+		t.Fatalf("unit install --json: %v\n%s", err, out)
+	}
+	var changed []string
+	for _, ch := range rep.Changed {
+		changed = append(changed, ch.Unit)
+	}
+	slices.Sort(changed)
+	svc, boot := s.cfg.Backend.Unit, units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
+	want := []string{units.BackendSlice(svc), units.Socket(svc), units.SlotTemplate(svc)}
+	slices.Sort(want)
+	if !slices.Equal(changed, want) {
+		t.Fatalf("unit install changed %v, want %v:\n%s", changed, want, out)
+	}
+	// The slots start on what runs now; the single unit serves on, no
+	// longer started at boot.
+	if !slices.Equal(rep.LinkedSlots, units.Slots) || !slices.Equal(rep.Disabled, []string{svc}) {
+		t.Fatalf("unit install linked slots %v and disabled %v, want %v and %s", rep.LinkedSlots, rep.Disabled, units.Slots, svc)
+	}
+	for _, slot := range units.Slots {
+		if l, err := os.Readlink(units.SlotLink(s.cfg.Install.Root, slot)); err != nil || filepath.Base(l) != "v1" {
+			t.Fatalf("slot %s links %q (%v), want the current release v1", slot, l, err)
+		}
+	}
+	if st, err := s.m.Client.Unit(ctx, svc); err != nil || st.UnitFileState != "disabled" {
+		t.Fatalf("%s after unit install: %+v %v, want disabled", svc, st, err)
+	}
+	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
+		t.Fatalf("unit install touched production: was %s pid %d %s, now %s pid %d %s", unit0, pid0, inv0, unit, pid, inv)
+	}
+	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
+		t.Fatalf("unit install restarted the socket: was %s since %s, now %s %s since %s", sockInv, sockSince, a, inv, since)
+	}
+	// The socket starts the boot slot from now on, at boot too (the other
+	// slot is listed as well: its Sockets= names the socket).
+	triggers, err := s.m.Exec(ctx, "systemctl", "show", "-P", "Triggers", units.Socket(svc))
+	if f := strings.Fields(triggers); err != nil || !slices.Contains(f, boot) || slices.Contains(f, svc) {
+		t.Fatalf("%s triggers %q (%v), want %s and not %s", units.Socket(svc), triggers, err, boot, svc)
+	}
+	if st, err := s.m.Client.Unit(ctx, boot); err != nil || st.LoadState != "loaded" || st.UnitFileState != "enabled" {
+		t.Fatalf("%s after unit install: %+v %v, want loaded, enabled", boot, st, err)
+	}
+	if v := s.version(); v != "v1" {
+		t.Fatalf("production %s after unit install, want v1", v)
+	}
+}
+
+// cutoverFromSingleUnit cuts the single unit over to v2 under a steady
+// load: no call may fail, the single unit hands off and is disabled, the
+// boot slot serves v2, the socket keeps its run.
+func (s *site) cutoverFromSingleUnit(ctx context.Context) {
+	t := s.t
+	t.Helper()
 	_, sockInv, sockSince := s.socketRun()
 	s.pass(s.builds["v2"])
 

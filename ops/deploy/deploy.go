@@ -80,6 +80,10 @@ type Env struct {
 	// starts.
 	LockWait    time.Duration
 	LockWaiting func(*state.Holder)
+	// Pause, when set, is called at each named point of a takeover
+	// (PauseVerified, PauseTookOver): only the fault matrix's e2e tests
+	// set it (PauseEnv), to kill mcpctl exactly there.
+	Pause func(ctx context.Context, point string)
 }
 
 // lock takes the mcpctl lock for owner, waiting for a short holder (a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -309,6 +310,9 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 			return tk, why
 		}
 	}
+	if len(plan.Old) > 0 {
+		e.pause(ctx, PauseTookOver)
+	}
 	// The new slot accepts: the old ones stop accepting and finish.
 	for _, o := range plan.Old {
 		if err := e.handOff(ctx, o); err != nil {
@@ -384,6 +388,7 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 	if !plan.Standby {
 		return nil
 	}
+	e.pause(ctx, PauseVerified)
 	if err := sd.Kill(sctx, unit, syscall.SIGUSR1); err != nil {
 		undo()
 		return []string{err.Error()}
@@ -441,4 +446,36 @@ func (e *Env) settleSlots(version string) error {
 		errs = append(errs, e.setSlotLink(s, version))
 	}
 	return errors.Join(errs...)
+}
+
+// LinkMissingSlots points each slot link that does not exist at the
+// current release, so that a host moved to the slots by `mcpctl unit
+// install` starts its boot slot (at boot, by the socket) on what it runs
+// now. A host without a current release links nothing. It returns the
+// slots it linked.
+func LinkMissingSlots(root string) ([]string, error) {
+	cur, err := (&release.Store{Root: root}).Current()
+	if errors.Is(err, release.ErrNoCurrent) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var linked []string
+	for _, s := range units.Slots {
+		link := units.SlotLink(root, s)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return linked, err
+		}
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return linked, err
+		}
+		if err := atomicfs.Symlink(filepath.Join("..", "releases", cur), link); err != nil {
+			return linked, fmt.Errorf("slot %s -> %s: %w", s, cur, err)
+		}
+		linked = append(linked, s)
+	}
+	return linked, nil
 }
