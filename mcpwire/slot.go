@@ -10,6 +10,9 @@ const (
 	// SlotAccepting: accepting on the shared socket.
 	SlotAccepting = "accepting on the shared socket"
 	// SlotHandingOff: stopped accepting (SIGUSR2), finishing what it
-	// accepted, then exiting.
+	// accepted, then parking.
 	SlotHandingOff = "handing off: finishing accepted calls"
+	// SlotParked: serving nothing new, able to accept on the shared socket
+	// again at once (SIGUSR1); it exits when stopped.
+	SlotParked = "parked: able to take over at once"
 )

@@ -24,11 +24,10 @@ import (
 // TimeoutStopSec=5 even when saturated.
 const DrainTimeout = 2 * time.Second
 
-// HandoffDrainTimeout bounds a handoff's drain (SIGUSR2): the calls the
-// old slot accepted run to their end within it while the new slot already
-// accepts. It is longer than DrainTimeout because no caller waits on it
-// (the shared socket is served meanwhile) and a call cut short is a failed
-// call; it is shorter than the cutover waits for the old slot's exit.
+// HandoffDrainTimeout bounds how long a handoff (SIGUSR2) waits for the
+// calls the old slot accepted before it says it is parked; a call still
+// running then goes on until it ends or the slot is stopped. It is shorter
+// than the cutover waits for the old slot to park.
 const HandoffDrainTimeout = 10 * time.Second
 
 // answerGrace is how long, after the drain deadline, the calls still running
@@ -45,18 +44,25 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Slot is how a production slot shares its socket with the other slot
 // during a cutover: both processes hold the same listening socket (one
 // accept queue), and only the one that accepts takes connections from it.
+//
+// A slot moves between four states, each told to systemd as its status
+// (mcpwire.Slot*): standby (its own listener only) --Takeover--> accepting
+// --Handoff--> handing off (finishing what it accepted) --> parked (serving
+// nothing, able to take over again at once) --Takeover--> accepting. It
+// exits only when ctx ends (SIGTERM: systemd stops it).
 type Slot struct {
 	// Standby, when set, is a listener of the process's own (a loopback
 	// port): the process serves there only and does not accept on the
 	// shared socket until Takeover, so it can be verified before any
 	// production connection reaches it. READY=1 is sent once it serves.
 	Standby net.Listener
-	// Takeover fires when the process is to start accepting on the shared
-	// socket (SIGUSR1). Ignored without Standby or once accepting.
+	// Takeover receives a value when the process is to accept on the
+	// shared socket (SIGUSR1): from standby, or again from handing off or
+	// parked. Ignored while accepting.
 	Takeover <-chan struct{}
-	// Handoff fires when another process has taken over (SIGUSR2): stop
-	// accepting, let every accepted call run to its end (queued ones
-	// included) within DrainTimeout, then shut down as on ctx's end.
+	// Handoff receives a value when another process has taken over
+	// (SIGUSR2): stop accepting, let every accepted call run to its end
+	// (queued ones included), then park. Ignored unless accepting.
 	Handoff <-chan struct{}
 }
 
@@ -73,23 +79,33 @@ func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) erro
 	}
 	var pending connStates
 	hs.ConnState = pending.track
-	capped := newCapListener(ln, s.httpLim.MaxConns, s.httpLim.ReserveConns)
+	// The shared socket is served from the start behind a gate: closed in
+	// standby and while handing off or parked, open while accepting.
+	gate := newGateListener(ln, slot.Standby == nil)
+	capped := newCapListener(gate, s.httpLim.MaxConns, s.httpLim.ReserveConns)
 	s.conns.Store(capped)
 	// Both listeners feed one http.Server (one connection cap, one drain);
-	// errc carries the first Serve error of either.
+	// errc carries the first Serve error of either, except the standby's
+	// end when the handoff closes it.
 	errc := make(chan error, 2)
-	serve := func(l net.Listener) { errc <- hs.Serve(l) }
 	var standby *capListener
-	takeover := slot.Takeover
+	var standbyClosed atomic.Bool
+	go func() { errc <- hs.Serve(capped) }()
+	state := mcpwire.SlotAccepting
 	if slot.Standby != nil {
 		standby = newCapListener(slot.Standby, s.httpLim.MaxConns, s.httpLim.ReserveConns)
-		go serve(standby)
-		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotStandby)
-	} else {
-		go serve(capped)
-		takeover = nil
-		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotAccepting)
+		go func() {
+			if err := hs.Serve(standby); !standbyClosed.Load() {
+				errc <- err
+			}
+		}()
+		state = mcpwire.SlotStandby
 	}
+	tell := func(st string) {
+		state = st
+		_, _ = daemon.SdNotify(false, "STATUS="+st)
+	}
+	tell(state)
 
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		s.log.Warn("sd_notify READY failed", "err", err)
@@ -101,76 +117,88 @@ func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) erro
 	go s.feedWatchdog(wdCtx, probe)
 	s.log.Info("serving", "listen", ln.Addr().String(), "standby", standby != nil, "maxActive", s.cfg.Concurrency.MaxActive, "maxShell", s.cfg.Concurrency.MaxShell, "maxQueue", s.cfg.Concurrency.MaxQueue)
 
-	handoff := false
+	// drained is closed when a handoff's calls are answered (or its drain
+	// bound passed); stopDrain abandons that wait on a takeover.
+	var drained chan struct{}
+	stopDrain := func() {}
+	defer func() { stopDrain() }()
 wait:
 	for {
 		select {
 		case err := <-errc:
 			s.Close()
 			return fmt.Errorf("serve: %w", err)
-		case <-takeover:
-			takeover = nil
-			go serve(capped)
-			_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotAccepting)
-			s.log.Info("took over the shared socket", "listen", ln.Addr().String())
+		case <-slot.Takeover:
+			if state == mcpwire.SlotAccepting {
+				continue
+			}
+			from := state
+			stopDrain()
+			drained = nil
+			handing.Store(false)
+			gate.set(true)
+			tell(mcpwire.SlotAccepting)
+			s.log.Info("took over the shared socket", "listen", ln.Addr().String(), "from", from)
 		case <-slot.Handoff:
-			handoff = true
-			break wait
+			if state != mcpwire.SlotAccepting {
+				continue
+			}
+			// Another process accepts on the shared socket now: every call
+			// this one accepted, queued ones included, runs to its end, and
+			// each kept-alive connection is closed after its next answer.
+			s.log.Info("handing off", "drain", HandoffDrainTimeout.String())
+			tell(mcpwire.SlotHandingOff)
+			handing.Store(true)
+			gate.set(false)
+			if standby != nil && !standbyClosed.Load() {
+				standbyClosed.Store(true)
+				_ = standby.Close()
+			}
+			d := make(chan struct{})
+			dctx, cancel := context.WithTimeout(ctx, HandoffDrainTimeout)
+			drained, stopDrain = d, cancel
+			go func() {
+				defer close(d)
+				// Most clients send their next request within the grace: it
+				// is answered and its connection closed. Then every call
+				// still running has the rest of the drain.
+				ictx, icancel := context.WithTimeout(dctx, idleGrace)
+				pending.waitClosed(ictx)
+				icancel()
+				pending.waitAnswered(dctx)
+			}()
+		case <-drained:
+			drained = nil
+			stopDrain()
+			// Connections never used or idle are closed, as a shutdown
+			// would: a client dials ahead and pools them. A call still
+			// running past the drain goes on and is answered here.
+			unused := pending.closeUnused()
+			tell(mcpwire.SlotParked)
+			s.log.Info("handed off; parked", "unused", unused, "running", pending.active())
 		case <-ctx.Done():
 			break wait
 		}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	drain := DrainTimeout
-	if handoff {
-		drain = HandoffDrainTimeout
-	}
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
-	if !handoff {
-		s.log.Info("shutting down", "drain", DrainTimeout.String())
-		// Queued and new calls are answered UNAVAILABLE at once; running
-		// calls have the drain to finish.
-		s.beginStopping()
-	}
+	s.log.Info("shutting down", "drain", DrainTimeout.String(), "state", state)
+	// Queued and new calls are answered UNAVAILABLE at once; running calls
+	// have the drain to finish.
+	s.beginStopping()
 	// http.Server.Shutdown drops a request that it reads after shutdown
 	// began: a connection accepted a moment before (under socket
 	// activation, one the kernel queued for this process) would see EOF.
 	// So first stop accepting and let every accepted connection get its
 	// request answered; only then shut down, within the same drain.
-	if handoff {
-		// Another process accepts on the shared socket now: every call
-		// this one accepted, queued ones included, runs to its end within
-		// the drain, and each kept-alive connection is closed after its
-		// next answer (or, idle, at the drain's end); only what is left
-		// then is answered UNAVAILABLE.
-		s.log.Info("handing off", "drain", drain.String())
-		_, _ = daemon.SdNotify(false, "STATUS="+mcpwire.SlotHandingOff)
-		handing.Store(true)
-		_ = capped.Close()
-		if standby != nil {
-			_ = standby.Close()
-		}
-		// Most clients send their next request within the grace: it is
-		// answered and its connection closed. Then every call still
-		// running has the rest of the drain; connections still idle or
-		// never used are closed (a client dials ahead and pools them).
-		ictx, icancel := context.WithTimeout(dctx, idleGrace)
-		pending.waitClosed(ictx)
-		icancel()
-		pending.waitAnswered(dctx)
-		unused := pending.closeUnused()
-		s.log.Info("handed off", "unused", unused)
-		hs.SetKeepAlivesEnabled(false)
-		s.beginStopping()
-	} else {
-		hs.SetKeepAlivesEnabled(false)
-		_ = capped.Close()
-		if standby != nil {
-			_ = standby.Close()
-		}
-		pending.waitQuiet(dctx)
+	hs.SetKeepAlivesEnabled(false)
+	_ = capped.Close()
+	if standby != nil {
+		standbyClosed.Store(true)
+		_ = standby.Close()
 	}
+	pending.waitQuiet(dctx)
 	err := hs.Shutdown(dctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Every call still running is answered UNAVAILABLE on its own
@@ -340,14 +368,22 @@ func (c *connStates) waitAnswered(ctx context.Context) {
 	c.waitUntil(ctx, func() bool { return c.count(http.StateActive) == 0 })
 }
 
-// closeUnused closes the connections that never sent a request: a client
-// dials ahead and keeps them in its pool. It returns how many it closed.
+// active returns the connections whose call runs now.
+func (c *connStates) active() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count(http.StateActive)
+}
+
+// closeUnused closes the connections that never sent a request (a client
+// dials ahead and keeps them in its pool) and the idle ones, as
+// http.Server.Shutdown does. It returns how many it closed.
 func (c *connStates) closeUnused() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for conn, st := range c.st {
-		if st == http.StateNew {
+		if st == http.StateNew || st == http.StateIdle {
 			_ = conn.Close()
 			n++
 		}

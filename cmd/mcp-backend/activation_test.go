@@ -169,18 +169,23 @@ func TestSocketActivationListenMismatch(t *testing.T) {
 // the two production slots do during a cutover. The standby serves only its
 // own listener, so every call through the shared socket is the old
 // process's; after SIGUSR1 to the new one and SIGUSR2 to the old, the old
-// finishes what it accepted and exits 0 and the new one serves. Steady
+// finishes what it accepted and parks, and the new one serves alone. Then
+// back, as a rollback before the cutover is confirmed does: SIGUSR1 to the
+// parked one makes it accept again at once (same process), SIGUSR2 parks
+// the new one. Each says its state to systemd's notify socket. Steady
 // concurrent load through the shared socket sees no failed call at all.
 func TestStandbyTakeoverHandoff(t *testing.T) {
 	ln, sock := passedSocket(t)
 	addr := ln.Addr().String()
 	base := "http://" + addr
 	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, addr))
+	oldStatus := slotStatus(t)
 	old, oldErr := activated(t, sock, "serve", "--config", cfg)
 	standby := proctest.FreeAddr(t)
 	// The standby address comes from the environment, as the slot unit's
 	// EnvironmentFile= gives it.
 	t.Setenv(StandbyEnv, standby)
+	nextStatus := slotStatus(t)
 	next, nextErr := activated(t, sock, "serve", "--config", cfg)
 	ready := func(base string) bool {
 		r, err := http.Get(base + "/readyz")
@@ -242,12 +247,32 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 	proctest.Eventually(t, "the new process serves calls from the shared socket", func() bool { return count(nextPID) >= 20 })
 	oldServed := count(oldPID)
 	proctest.Eventually(t, "both serve at once", func() bool { return count(oldPID) >= oldServed+20 })
-	old.cmd.Process.Signal(syscall.SIGUSR2)
-	if err := old.exited(t, oldErr); err != nil {
-		t.Fatalf("old process after the handoff: %v\n%s", err, oldErr)
+	parks := func(b *backend, status func() string, who string) {
+		t.Helper()
+		b.cmd.Process.Signal(syscall.SIGUSR2)
+		proctest.Eventually(t, who+" parks", func() bool { return status() == mcpwire.SlotParked })
+		select {
+		case <-b.done:
+			t.Fatalf("%s exited after the handoff: %v", who, b.err)
+		default:
+		}
 	}
-	after := count(nextPID)
-	proctest.Eventually(t, "the new process serves alone", func() bool { return count(nextPID) >= after+40 })
+	alone := func(serving, parked int, who string) {
+		t.Helper()
+		idle, after := count(parked), count(serving)
+		proctest.Eventually(t, who+" serves alone", func() bool { return count(serving) >= after+40 })
+		if n := count(parked) - idle; n != 0 {
+			t.Fatalf("the parked process served %d calls from the shared socket", n)
+		}
+	}
+	parks(old, oldStatus, "the old process")
+	alone(nextPID, oldPID, "the new process")
+
+	// Back before the confirmation: the parked process takes over again.
+	old.cmd.Process.Signal(syscall.SIGUSR1)
+	proctest.Eventually(t, "the parked process accepts again", func() bool { return oldStatus() == mcpwire.SlotAccepting })
+	parks(next, nextStatus, "the new process")
+	alone(oldPID, nextPID, "the old process")
 	close(stopLoad)
 	wg.Wait()
 	mu.Lock()
@@ -262,6 +287,35 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 		}
 	}
 	stop(t, next, nextErr)
+	stop(t, old, oldErr)
+}
+
+// slotStatus makes the next process started send its sd_notify messages
+// to a socket of the test's (NOTIFY_SOCKET, as systemd gives) and returns
+// the last STATUS= it sent there.
+func slotStatus(t testing.TB) func() string {
+	t.Helper()
+	sock, conn := notifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", sock)
+	var mu sync.Mutex
+	var last string
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			for _, line := range strings.Split(string(buf[:n]), "\n") {
+				if v, ok := strings.CutPrefix(line, "STATUS="); ok {
+					mu.Lock()
+					last = v
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	return func() string { mu.Lock(); defer mu.Unlock(); return last }
 }
 
 // callIn is one tools/call in a conversation, classified as every client

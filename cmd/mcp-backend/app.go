@@ -65,7 +65,7 @@ func newApp(d *deps) *cli.App {
 				Name:  "serve",
 				Usage: "serve MCP over HTTP with /healthz, /readyz and /metrics",
 				Flags: []cli.Flag{configFlag, &cli.StringFlag{Name: "listen", Usage: "override the config's listen `ADDR`"}, logLevelFlag,
-					&cli.StringFlag{Name: "standby", EnvVars: []string{StandbyEnv}, Usage: "a production slot's standby: serve only on this loopback `ADDR` and accept on the socket systemd passed only after SIGUSR1 (SIGUSR2 hands off: stop accepting, finish every accepted call, exit)"}},
+					&cli.StringFlag{Name: "standby", EnvVars: []string{StandbyEnv}, Usage: "a production slot's standby: serve only on this loopback `ADDR` and accept on the socket systemd passed only after SIGUSR1 (SIGUSR2 hands off: stop accepting, finish every accepted call, park until SIGUSR1 takes over again or SIGTERM stops it)"}},
 				Action: func(c *cli.Context) error {
 					cfg, err := loadConfig(c.String("config"), c.String("listen"), true)
 					if err != nil {
@@ -260,10 +260,10 @@ func listen(listen string, passed []*os.File) (net.Listener, error) {
 const StandbyEnv = "MCP_BACKEND_STANDBY"
 
 // slotFor sets up serve as a production slot: SIGUSR1 takes over the
-// shared socket (a standby start only) and SIGUSR2 hands it off. Signals
-// are the control channel because only root or the service's own user may
-// send them (systemd's KillUnit over D-Bus is privileged): no token, no
-// port. standby must be a loopback address: it serves production's tools
+// shared socket (from standby, or again once parked) and SIGUSR2 hands it
+// off. Signals are the control channel because only root or the
+// service's own user may send them (systemd's KillUnit over D-Bus is
+// privileged): no token, no port. standby must be a loopback address: it serves production's tools
 // before the cutover is verified, and only mcpctl on this host needs it.
 func slotFor(standby string, ln net.Listener) (server.Slot, error) {
 	_ = os.Unsetenv(StandbyEnv) // not inherited by the tools' commands
@@ -287,14 +287,22 @@ func slotFor(standby string, ln net.Listener) (server.Slot, error) {
 	handoff := make(chan os.Signal, 1)
 	signal.Notify(takeover, syscall.SIGUSR1)
 	signal.Notify(handoff, syscall.SIGUSR2)
-	slot.Takeover, slot.Handoff = once(takeover), once(handoff)
+	slot.Takeover, slot.Handoff = each(takeover), each(handoff)
 	return slot, nil
 }
 
-// once turns a signal channel into one that is closed at the first signal.
-func once(c <-chan os.Signal) <-chan struct{} {
-	out := make(chan struct{})
-	go func() { <-c; close(out) }()
+// each turns a signal channel into one that receives a value per signal
+// (signals that arrive while one is pending are one).
+func each(c <-chan os.Signal) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	go func() {
+		for range c {
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	return out
 }
 
