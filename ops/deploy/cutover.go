@@ -134,8 +134,16 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	if err := c.env.settleSlots(c.facts.CandidateVersion); err != nil {
 		c.rep.Warnings = append(c.rep.Warnings, "slot links: "+err.Error())
 	}
+	// The old slot is parked until here, able to take over again at once:
+	// a rollback from now (the timer, if mcpctl dies) resumes it.
+	c.env.pause(ctx, PauseParked)
 	if err := c.timed("disarm", func() error { return c.confirm(ctx) }); err != nil {
 		return c.rep, err
+	}
+	if tk := c.rep.Takeover; tk != nil && len(tk.Parked) > 0 {
+		if err := c.env.stopParked(context.WithoutCancel(ctx), tk.Parked); err != nil {
+			c.rep.Warnings = append(c.rep.Warnings, err.Error())
+		}
 	}
 	return c.done(), nil
 }
@@ -334,7 +342,7 @@ func (c *cutover) swap(ctx context.Context) (why []string) {
 			}
 			plan := PlanSlots(env.Config.Backend.Unit, facts, v)
 			env.log().Info("slot plan", "start", plan.StartUnit, "standby", plan.Standby, "keep", plan.Keep, "legacy", plan.Legacy)
-			c.rep.Takeover, why = env.applySlots(ctx, plan, v, c.facts.Digest, c.budget())
+			c.rep.Takeover, why = env.applySlots(ctx, plan, v, c.facts.Digest, c.budget(), true)
 		}
 		return nil
 	})

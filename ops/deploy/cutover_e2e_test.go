@@ -788,6 +788,7 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.Remove(dropin) })
+		unit, pid, inv := s.prod()
 		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback", "--deadline", "30s", "--skip-canary-check", "e2e")
 		if code != 3 {
 			t.Fatalf("exit %d, want 3 naming tunnel %s:\n%s", code, tun.Name, out)
@@ -795,6 +796,14 @@ func TestCutoverRefusalsAndTunnelFaults(t *testing.T) {
 		onlyReason(t, out, "tunnel "+tun.Name+" ")
 		if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
 			t.Fatalf("after rollback production %s current %s, want v1", v, c)
+		}
+		// The old slot handed off and parked; the rollback made that same
+		// process accept again instead of starting one.
+		if u, p, i := s.prod(); u != unit || p != pid || i != inv {
+			t.Fatalf("after rollback production is %s pid %d invocation %s, want the parked %s pid %d invocation %s resumed:\n%s", u, p, i, unit, pid, inv, out)
+		}
+		if !strings.Contains(out, "resumed the parked slot") {
+			t.Fatalf("the rollback did not resume the parked slot:\n%s", out)
 		}
 		s.assertNoRollbackArmed()
 	})

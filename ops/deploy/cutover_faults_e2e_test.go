@@ -443,9 +443,10 @@ func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 }
 
 // TestTimerRollsBackACutoverKilledInTheTakeover extends the fault matrix to
-// the takeover's two middle windows, reached by deploy.PauseEnv: mcpctl is
-// SIGKILLed with the new slot verified but still in standby, and with both
-// slots accepting before the old one hands off. In each the armed timer
+// the takeover's middle windows, reached by deploy.PauseEnv: mcpctl is
+// SIGKILLed with the new slot verified but still in standby, with both
+// slots accepting before the old one hands off, and with the cutover
+// verified and the old slot parked before the confirmation. In each the armed timer
 // must leave exactly one slot serving the snapshot's release, the one that
 // never stopped (same MainPID and InvocationID), and nothing pending: no
 // standby or handing-off unit, no timer, no marker.
@@ -459,6 +460,8 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 	}{
 		{"verified, before SIGUSR1", deploy.PauseVerified, mcpwire.SlotAccepting, mcpwire.SlotStandby},
 		{"took over, before SIGUSR2", deploy.PauseTookOver, mcpwire.SlotAccepting, mcpwire.SlotAccepting},
+		// The old slot is parked: the rollback resumes it, nothing starts.
+		{"parked, before the confirmation", deploy.PauseParked, mcpwire.SlotParked, mcpwire.SlotAccepting},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s.t = t

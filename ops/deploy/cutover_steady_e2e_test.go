@@ -188,8 +188,11 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		if c.switched && unit == unit0 {
 			t.Fatalf("%s: production still in %s, want the other slot", c.name, unit)
 		}
-		if c.switched && !strings.Contains(out, `msg="handed off" unit=`+unit0+` exited=true`) {
-			t.Fatalf("%s: %s did not hand off and exit by itself:\n%s", c.name, unit0, out)
+		if c.switched && !strings.Contains(out, `msg="handed off" unit=`+unit0+` state=parked`) {
+			t.Fatalf("%s: %s did not hand off and park:\n%s", c.name, unit0, out)
+		}
+		if a, _ := s.unit(unit0); c.switched && a != "inactive" {
+			t.Fatalf("%s: %s is %s after the step, want inactive (a parked slot is stopped once confirmed)", c.name, unit0, a)
 		}
 		if v := s.version(); v != c.version {
 			t.Fatalf("after %s production runs %s, want %s", c.name, v, c.version)
@@ -564,7 +567,7 @@ func (s *site) cutoverFromSingleUnit(ctx context.Context) {
 	t.Logf("cutover:\n%s", out)
 	// The single unit runs a build that knows the slots: it hands off
 	// instead of being stopped (a stop answers its next calls UNAVAILABLE).
-	if want := `msg="handed off" unit=` + s.cfg.Backend.Unit + ` exited=true`; !strings.Contains(out, want) {
+	if want := `msg="handed off" unit=` + s.cfg.Backend.Unit + ` state=parked`; !strings.Contains(out, want) {
 		t.Errorf("the single unit did not hand off (want %q in the output)", want)
 	}
 	mu.Lock()

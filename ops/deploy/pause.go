@@ -13,7 +13,7 @@ import (
 // is killed. Nothing else sets it.
 const PauseEnv = "MCPCTL_TEST_PAUSE"
 
-// The points of a takeover (applySlots) where the fault matrix kills
+// The points of a cutover's takeover where the fault matrix kills
 // mcpctl; each is a state a dead mcpctl may leave behind.
 const (
 	// PauseVerified: the new slot is verified on its own listener and
@@ -22,6 +22,9 @@ const (
 	// PauseTookOver: the new slot accepts on the shared socket and so do
 	// the old ones (before SIGUSR2).
 	PauseTookOver = "took-over"
+	// PauseParked: the cutover is verified and the old slot parked (before
+	// the confirmation).
+	PauseParked = "parked"
 )
 
 // PauseAt is Env.Pause for spec, PauseEnv's value.

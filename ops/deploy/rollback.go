@@ -143,13 +143,14 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 			return failed(err)
 		}
 		// The restored release starts in the idle slot beside the serving
-		// one and takes over only once verified: no moment without a
-		// process accepting.
-		tk, why := env.applySlots(ctx, slots, m.Version, m.Digest, 30*time.Second)
+		// one and takes over only once verified, or, parked since a
+		// cutover not yet confirmed, takes over again at once: no moment
+		// without a process accepting.
+		tk, why := env.applySlots(ctx, slots, m.Version, m.Digest, 30*time.Second, false)
 		if why != nil {
 			return failed(fmt.Errorf("back to %s: %s", m.Version, strings.Join(why, "; ")))
 		}
-		rep.Restarted = slots.Keep == ""
+		rep.Restarted = slots.Keep == "" && slots.Resume == ""
 		rep.Takeover = tk
 		step("restart", t0)
 		t0 = env.now()

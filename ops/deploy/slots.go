@@ -61,7 +61,17 @@ func (f SlotFact) Accepting() bool {
 	if !f.Running() || f.ActiveState == "deactivating" {
 		return false
 	}
-	return f.StatusText != mcpwire.SlotStandby && f.StatusText != mcpwire.SlotHandingOff
+	switch f.StatusText {
+	case mcpwire.SlotStandby, mcpwire.SlotHandingOff, mcpwire.SlotParked:
+		return false
+	}
+	return true
+}
+
+// Parked reports a slot that handed off and waits, able to accept again at
+// once (SIGUSR1): the old release's process until its cutover is confirmed.
+func (f SlotFact) Parked() bool {
+	return f.Running() && f.ActiveState != "deactivating" && f.StatusText == mcpwire.SlotParked
 }
 
 // SlotPlan is the decision of PlanSlots: how production comes to run the
@@ -70,6 +80,9 @@ type SlotPlan struct {
 	// Keep is the unit that already serves the target release (nothing to
 	// start); "" when a slot must be started.
 	Keep string
+	// Resume is a parked unit that runs the target release: it accepts
+	// again at once (nothing to start); "" when none.
+	Resume string
 	// StopFirst are units to stop before anything starts (a standby or a
 	// handing-off slot left by an interrupted run, in the slot to use).
 	StopFirst []string
@@ -87,8 +100,9 @@ type SlotPlan struct {
 
 // PlanSlots decides how production comes to run release target in exactly
 // one slot without a moment where nothing accepts: keep a slot that already
-// runs it (and hand the others off to it), else start an idle slot beside
-// whatever accepts now.
+// runs it (and hand the others off to it), else resume a parked one that
+// runs it (a rollback before the cutover was confirmed), else start an idle
+// slot beside whatever accepts now.
 func PlanSlots(service string, facts []SlotFact, target string) SlotPlan {
 	var p SlotPlan
 	var accepting, idle []SlotFact
@@ -103,6 +117,8 @@ func PlanSlots(service string, facts []SlotFact, target string) SlotPlan {
 			p.StopFirst = append(p.StopFirst, f.Unit)
 		case f.Accepting():
 			accepting = append(accepting, f)
+		case f.Parked() && f.Release == target && f.Release != "" && p.Resume == "":
+			p.Resume = f.Unit
 		case f.Running():
 			// Standby or handing off: a leftover of an interrupted run.
 			p.StopFirst = append(p.StopFirst, f.Unit)
@@ -120,7 +136,12 @@ func PlanSlots(service string, facts []SlotFact, target string) SlotPlan {
 		}
 		p.Old = append(p.Old, f)
 	}
-	if p.Keep != "" {
+	if p.Keep != "" && p.Resume != "" {
+		// Two processes of the target: the one accepting stays.
+		p.StopFirst = append(p.StopFirst, p.Resume)
+		p.Resume = ""
+	}
+	if p.Keep != "" || p.Resume != "" {
 		return p
 	}
 	if len(idle) == 0 {
@@ -270,20 +291,29 @@ type Takeover struct {
 	Standby string `json:"standby,omitempty"`
 	// From is the unit that served before ("" when none did).
 	From string `json:"from,omitempty"`
+	// Resumed says Unit was parked and accepts again: nothing started.
+	Resumed bool `json:"resumed,omitempty"`
+	// Parked are the units that handed off and wait, able to take over
+	// again at once, until the cutover is confirmed (then stopped).
+	Parked []string `json:"parked,omitempty"`
 }
 
-// handoffWait bounds the wait for the old slot's exit after SIGUSR2: its
-// drain (10 s in the backend) and a margin; then it is stopped.
+// handoffWait bounds the wait for the old slot to park (or, a build before
+// parking, exit) after SIGUSR2: its drain (10 s in the backend) and a
+// margin; then it is stopped.
 const handoffWait = 15 * time.Second
 
 // applySlots applies plan to run version (build digest) within budget: a
 // new slot starts in standby beside the one serving, is verified on its own
 // listener (readiness, system.info version and build), takes over the
 // shared socket (SIGUSR1), and only then does the old one hand off
-// (SIGUSR2: it finishes what it accepted and exits) and stop. A new slot
-// that is not ready or not verified is stopped and its link put back: the
-// old one was never touched. It returns why it failed.
-func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest string, budget time.Duration) (*Takeover, []string) {
+// (SIGUSR2: it finishes what it accepted and parks). A parked old one is
+// kept, able to take over again at once, when keepParked is set (a cutover
+// stops it once confirmed), and stopped otherwise. A new slot that is not
+// ready or not verified is stopped and its link put back: the old one was
+// never touched. A parked slot of the plan (Resume) takes over again at
+// once instead of a start. It returns why it failed.
+func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest string, budget time.Duration, keepParked bool) (*Takeover, []string) {
 	sd, log := e.Systemd, e.log()
 	if plan.Refusal != "" {
 		return nil, []string{plan.Refusal}
@@ -295,13 +325,19 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 		_ = sd.ResetFailed(ctx, u)
 	}
 	tk := &Takeover{}
-	if plan.Keep != "" {
+	if len(plan.Old) > 0 {
+		tk.From = plan.Old[0].Unit
+	}
+	switch {
+	case plan.Keep != "":
 		tk.Unit, tk.Slot = plan.Keep, units.SlotOf(e.Config.Backend.Unit, plan.Keep)
-	} else {
-		tk.Unit, tk.Slot = plan.StartUnit, plan.Start
-		if len(plan.Old) > 0 {
-			tk.From = plan.Old[0].Unit
+	case plan.Resume != "":
+		tk.Unit, tk.Slot, tk.Resumed = plan.Resume, units.SlotOf(e.Config.Backend.Unit, plan.Resume), true
+		if why := e.resume(ctx, plan.Resume, budget); why != nil {
+			return tk, why
 		}
+	default:
+		tk.Unit, tk.Slot = plan.StartUnit, plan.Start
 		var oldRelease string
 		if len(plan.Old) > 0 {
 			oldRelease = plan.Old[0].Release
@@ -315,8 +351,12 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 	}
 	// The new slot accepts: the old ones stop accepting and finish.
 	for _, o := range plan.Old {
-		if err := e.handOff(ctx, o); err != nil {
+		parked, err := e.handOff(ctx, o, keepParked)
+		if err != nil {
 			return tk, []string{err.Error()}
+		}
+		if parked {
+			tk.Parked = append(tk.Parked, o.Unit)
 		}
 	}
 	if plan.Legacy != "" {
@@ -389,53 +429,104 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 		return nil
 	}
 	e.pause(ctx, PauseVerified)
-	if err := sd.Kill(sctx, unit, syscall.SIGUSR1); err != nil {
+	if why := e.takeOver(sctx, unit); why != nil {
 		undo()
+		return why
+	}
+	return nil
+}
+
+// takeOver makes unit (in standby, or parked) accept on the shared socket
+// (SIGUSR1) and waits until it says so.
+func (e *Env) takeOver(ctx context.Context, unit string) []string {
+	sd := e.Systemd
+	if err := sd.Kill(ctx, unit, syscall.SIGUSR1); err != nil {
 		return []string{err.Error()}
 	}
 	for {
-		st, err := sd.Unit(sctx, unit)
+		st, err := sd.Unit(ctx, unit)
 		if err == nil && st.StatusText == mcpwire.SlotAccepting {
 			return nil
 		}
-		if sctx.Err() != nil {
-			undo()
-			return []string{fmt.Sprintf("%s did not take over the shared socket (status %q, %v)", unit, st.StatusText, err)}
+		if ctx.Err() != nil {
+			status := ""
+			if st != nil {
+				status = st.StatusText
+			}
+			return []string{fmt.Sprintf("%s did not take over the shared socket (status %q, %v)", unit, status, err)}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// resume makes the parked unit accept again: it runs the same process that
+// served, verified, before it parked; the caller verifies production after.
+func (e *Env) resume(ctx context.Context, unit string, budget time.Duration) []string {
+	rctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	if why := e.takeOver(rctx, unit); why != nil {
+		return why
+	}
+	e.log().Info("resumed the parked slot", "unit", unit)
+	return nil
+}
+
+// stopParked stops the units a confirmed cutover kept parked.
+func (e *Env) stopParked(ctx context.Context, parked []string) error {
+	var errs []error
+	for _, u := range parked {
+		if err := e.Systemd.Stop(ctx, u); err != nil {
+			errs = append(errs, fmt.Errorf("stop the parked %s: %w", u, err))
+			continue
+		}
+		_ = e.Systemd.ResetFailed(ctx, u)
+		e.log().Info("stopped the parked slot", "unit", u)
+	}
+	return errors.Join(errs...)
+}
+
 // handOff makes o stop accepting and finish: a process that said it
 // accepts on the shared socket (a slot, or a legacy unit already running a
-// build that knows the slots) hands off (SIGUSR2) and exits by itself; one
-// that said nothing (an older build, to which SIGUSR2 is fatal) is stopped,
-// which drains its running calls but answers its next ones UNAVAILABLE.
-func (e *Env) handOff(ctx context.Context, o SlotFact) error {
+// build that knows the slots) hands off (SIGUSR2) and parks once its calls
+// are answered (a build before parking exits instead); one that said
+// nothing (an older build, to which SIGUSR2 is fatal) is stopped, which
+// drains its running calls but answers its next ones UNAVAILABLE. A parked
+// o is left running when keep is set, and stopped otherwise. It reports
+// whether o was left parked.
+func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, err error) {
 	sd := e.Systemd
 	if o.StatusText == mcpwire.SlotAccepting {
 		if err := sd.Kill(ctx, o.Unit, syscall.SIGUSR2); err != nil {
-			return err
+			return false, err
 		}
 		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, handoffWait)
 		defer cancel()
+		state := "still handing off"
 		for wctx.Err() == nil {
 			st, err := sd.Unit(wctx, o.Unit)
 			if err == nil && !active(st) {
+				state = "exited"
+				break
+			}
+			if err == nil && st.StatusText == mcpwire.SlotParked {
+				state, parked = "parked", true
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		e.log().Info("handed off", "unit", o.Unit, "exited", wctx.Err() == nil, "after", time.Since(start).Round(time.Millisecond))
+		e.log().Info("handed off", "unit", o.Unit, "state", state, "after", time.Since(start).Round(time.Millisecond))
+		if parked && keep {
+			return true, nil
+		}
 	} else {
 		e.log().Info("stopping; its build knows no handoff", "unit", o.Unit)
 	}
 	if err := sd.Stop(ctx, o.Unit); err != nil {
-		return fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
+		return false, fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
 	}
 	_ = sd.ResetFailed(ctx, o.Unit)
-	return nil
+	return false, nil
 }
 
 // settleSlots points every slot's link at version once it alone serves:
@@ -454,21 +545,13 @@ func (e *Env) settleSlots(version string) error {
 // now. A host without a current release links nothing. It returns the
 // slots it linked.
 func LinkMissingSlots(root string) ([]string, error) {
-	cur, err := (&release.Store{Root: root}).Current()
-	if errors.Is(err, release.ErrNoCurrent) {
-		return nil, nil
-	}
+	cur, missing, err := MissingSlotLinks(root)
 	if err != nil {
 		return nil, err
 	}
 	var linked []string
-	for _, s := range units.Slots {
+	for _, s := range missing {
 		link := units.SlotLink(root, s)
-		if _, err := os.Lstat(link); err == nil {
-			continue
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return linked, err
-		}
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 			return linked, err
 		}
@@ -478,4 +561,26 @@ func LinkMissingSlots(root string) ([]string, error) {
 		linked = append(linked, s)
 	}
 	return linked, nil
+}
+
+// MissingSlotLinks reads which slots have no link yet and the current
+// release LinkMissingSlots would link them to (none without a current
+// release): unit install --dry-run reports it, changing nothing.
+func MissingSlotLinks(root string) (current string, missing []string, err error) {
+	cur, err := (&release.Store{Root: root}).Current()
+	if errors.Is(err, release.ErrNoCurrent) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	for _, s := range units.Slots {
+		if _, err := os.Lstat(units.SlotLink(root, s)); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return cur, missing, err
+		}
+		missing = append(missing, s)
+	}
+	return cur, missing, nil
 }

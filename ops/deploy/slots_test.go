@@ -21,7 +21,7 @@ func TestPlanSlots(t *testing.T) {
 	legacy := func(state, rel string) SlotFact {
 		return SlotFact{Unit: svc, ActiveState: state, Release: rel}
 	}
-	acc, stb, off := mcpwire.SlotAccepting, mcpwire.SlotStandby, mcpwire.SlotHandingOff
+	acc, stb, off, park := mcpwire.SlotAccepting, mcpwire.SlotStandby, mcpwire.SlotHandingOff, mcpwire.SlotParked
 	tests := []struct {
 		name   string
 		facts  []SlotFact
@@ -47,6 +47,14 @@ func TestPlanSlots(t *testing.T) {
 			SlotPlan{StopFirst: []string{"mcp-backend@green.service"}, Start: "green", StartUnit: "mcp-backend@green.service", Standby: true, Old: []SlotFact{blue("active", acc, "v1")}}},
 		{"killed during the handoff: the new one is kept", []SlotFact{blue("deactivating", off, "v1"), green("active", acc, "v2")}, "v2",
 			SlotPlan{Keep: "mcp-backend@green.service", StopFirst: []string{"mcp-backend@blue.service"}}},
+		{"rollback before the confirmation: the parked old slot takes over again", []SlotFact{blue("active", park, "v1"), green("active", acc, "v2")}, "v1",
+			SlotPlan{Resume: "mcp-backend@blue.service", Old: []SlotFact{green("active", acc, "v2")}}},
+		{"killed after the confirmation: the parked slot is stopped and used", []SlotFact{blue("active", park, "v1"), green("active", acc, "v2")}, "v3",
+			SlotPlan{StopFirst: []string{"mcp-backend@blue.service"}, Start: "blue", StartUnit: "mcp-backend@blue.service", Standby: true, Old: []SlotFact{green("active", acc, "v2")}}},
+		{"a parked slot of the target beside an accepting one: the accepting one stays", []SlotFact{blue("active", park, "v2"), green("active", acc, "v2")}, "v2",
+			SlotPlan{Keep: "mcp-backend@green.service", StopFirst: []string{"mcp-backend@blue.service"}}},
+		{"a stopping parked slot is not resumed", []SlotFact{blue("deactivating", park, "v1"), green("active", acc, "v2")}, "v1",
+			SlotPlan{StopFirst: []string{"mcp-backend@blue.service"}, Start: "blue", StartUnit: "mcp-backend@blue.service", Standby: true, Old: []SlotFact{green("active", acc, "v2")}}},
 		{"both accept, neither the target: refused", []SlotFact{blue("active", acc, "v1"), green("active", acc, "v2")}, "v3",
 			SlotPlan{Old: []SlotFact{blue("active", acc, "v1"), green("active", acc, "v2")},
 				Refusal: "both slots of mcp-backend.service accept and neither runs v3: run `mcpctl status` and `mcpctl rollback --last`"}},
