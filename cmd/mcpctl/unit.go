@@ -155,7 +155,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 		return err
 	}
 	if c.Bool("dry-run") {
-		return unitInstallDryRun(d, cfg.UnitDir, us)
+		return unitInstallDryRun(d, cfg, us)
 	}
 	// One mutating mcpctl at a time: a cutover or install between our
 	// read and our write would have its units overwritten.
@@ -264,7 +264,14 @@ func printUnitInstall(o *output, rep unitInstallReport) {
 		if len(rep.Changed) > 0 {
 			plan = fmt.Sprintf("would write %d unit(s) to %s and daemon-reload", len(rep.Changed), rep.UnitDir)
 		}
-		fmt.Fprintf(w, "dry run: %s, %d unchanged; would enable at boot: %s\nnothing was changed\n", plan, len(rep.Unchanged), strings.Join(rep.Enabled, " "))
+		fmt.Fprintf(w, "dry run: %s, %d unchanged; would enable at boot: %s\n", plan, len(rep.Unchanged), strings.Join(rep.Enabled, " "))
+		if len(rep.LinkedSlots) > 0 {
+			fmt.Fprintf(w, "would link the slots to the current release: %s\n", strings.Join(rep.LinkedSlots, " "))
+		}
+		if len(rep.Disabled) > 0 {
+			fmt.Fprintf(w, "would disable at boot, if enabled (it serves until the next cutover hands it off): %s\n", strings.Join(rep.Disabled, " "))
+		}
+		fmt.Fprintln(w, "nothing was changed")
 		return
 	case len(rep.Changed) == 0:
 		fmt.Fprintf(w, "units in %s are up to date (%d unchanged); no daemon-reload\n", rep.UnitDir, len(rep.Unchanged))
@@ -281,8 +288,11 @@ func printUnitInstall(o *output, rep unitInstallReport) {
 }
 
 // unitInstallDryRun is unit install --dry-run: the same comparison and
-// diffs, then the plan; no lock, no systemd, nothing written.
-func unitInstallDryRun(d *deps, unitDir string, us []units.Unit) error {
+// diffs, then the plan; no lock, no systemd, nothing written. Without
+// systemd it cannot read whether the single unit is enabled: a single unit
+// file in the unit directory is reported as one it would disable if so.
+func unitInstallDryRun(d *deps, cfg *ctlconfig.Config, us []units.Unit) error {
+	unitDir := cfg.UnitDir
 	writes, unchanged, err := units.Changes(unitDir, us)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
@@ -301,6 +311,12 @@ func unitInstallDryRun(d *deps, unitDir string, us []units.Unit) error {
 		if u.Enable {
 			rep.Enabled = append(rep.Enabled, u.Name)
 		}
+	}
+	if _, rep.LinkedSlots, err = deploy.MissingSlotLinks(cfg.Install.Root); err != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: slot links: %w", err))
+	}
+	if _, err := os.Stat(filepath.Join(unitDir, cfg.Backend.Unit)); err == nil {
+		rep.Disabled = append(rep.Disabled, cfg.Backend.Unit)
 	}
 	if d.out.json {
 		return writeJSON(d.stdout, rep)

@@ -295,4 +295,36 @@ func TestUnitInstallDryRun(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Changed) == 0 || rep.Reloaded {
 		t.Fatalf("--json: exit %d %s", code, out)
 	}
+	if len(rep.LinkedSlots) != 0 || len(rep.Disabled) != 0 {
+		t.Fatalf("a fresh host: would link %v and disable %v, want neither", rep.LinkedSlots, rep.Disabled)
+	}
+}
+
+// TestUnitInstallDryRunOverTheSingleUnit: on a host installed before the
+// slots, the dry run names the slot links and the single unit it would
+// disable, and creates neither.
+func TestUnitInstallDryRunOverTheSingleUnit(t *testing.T) {
+	dir := t.TempDir()
+	conf := unitTestConfig(t, dir, nil)
+	opt := filepath.Join(dir, "opt")
+	for _, p := range []string{filepath.Join(opt, "releases", "v1"), filepath.Join(dir, "units")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("releases/v1", filepath.Join(opt, "current")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "units", "mcp-backend.service"), []byte("[Service]\nExecStart=/bin/true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "--config", conf, "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl", "--dry-run")
+	for _, want := range []string{"would link the slots to the current release: blue green", "would disable at boot, if enabled (it serves until the next cutover hands it off): mcp-backend.service", "nothing was changed"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("exit %d, want %q:\n%s%s", code, want, out, errs)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(opt, "slots")); !os.IsNotExist(err) {
+		t.Fatalf("slot links after a dry run: %v, want none", err)
+	}
 }
