@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -46,7 +46,6 @@ type Report struct {
 	// made a no-op (marker cleared under the lock) and the cutover stands.
 	FiredAtDeadline bool            `json:"firedAtDeadline,omitempty"`
 	Rollback        *RollbackReport `json:"rollback,omitempty"`
-	Duration        time.Duration   `json:"-"` // durationMs in JSON
 	Timings         []Timing        `json:"timings"`
 	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
 	Pruned *Pruned `json:"pruned,omitempty"`
@@ -55,6 +54,8 @@ type Report struct {
 	// Takeover names the production slot the cutover started and the unit
 	// it took over from.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Duration is last: its ...Ms field has always closed the object.
+	Duration millis.Duration `json:"durationMs"`
 }
 
 // Pruned lists the snapshots and releases a confirmed cutover removed.
@@ -176,7 +177,7 @@ func (c *cutover) audit(action, outcome, reason string, details map[string]strin
 func (c *cutover) timed(name string, step func() error) error {
 	t0 := c.env.now()
 	err := step()
-	c.rep.Timings = append(c.rep.Timings, Timing{name, c.env.now().Sub(t0)})
+	c.rep.Timings = append(c.rep.Timings, Timing{name, millis.Duration(c.env.now().Sub(t0))})
 	return err
 }
 
@@ -396,7 +397,7 @@ func (c *cutover) rollBack(ctx context.Context, why []string) (*Report, error) {
 		rb, err = restore(context.WithoutCancel(ctx), c.env, RollbackPlan{Act: true, SnapshotID: c.snap, Nonce: c.nonce, Reason: "cutover failed verification"}, false)
 		return err
 	})
-	rep.Rollback, rep.Duration = rb, c.env.now().Sub(c.start)
+	rep.Rollback, rep.Duration = rb, millis.Duration(c.env.now().Sub(c.start))
 	if err != nil {
 		return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("cutover failed (%s) and the rollback failed: %w", strings.Join(why, "; "), err)}
 	}
@@ -428,8 +429,8 @@ func (c *cutover) done() *Report {
 		// Pruning needs the lock, which the fired rollback may hold now.
 		rep.Pruned = prune(c.env, c.store, []string{c.snap}, []string{f.CandidateVersion, f.CurrentVersion})
 	}
-	rep.Duration = c.env.now().Sub(c.start)
-	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
+	rep.Duration = millis.Duration(c.env.now().Sub(c.start))
+	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration.D())
 	_ = c.dir.Audit(state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: c.snap, Outcome: state.OutcomeOK})
 	c.audit(state.ActionCutover, state.OutcomeOK, "", map[string]string{"duration": rep.Duration.String()})
 	return rep
@@ -594,29 +595,4 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	return false, "", nil
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (r Report) MarshalJSON() ([]byte, error) {
-	type plain Report
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(r), ms(r.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (r *Report) UnmarshalJSON(b []byte) error {
-	type plain Report
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*r = Report(x.plain)
-	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
-	return nil
 }
