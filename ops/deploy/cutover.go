@@ -66,24 +66,28 @@ type Pruned struct {
 }
 
 // prune keeps the newest install.keepReleases snapshots and releases, never
-// the snapshots in keepSnaps (the rollback target), the releases in
-// keepReleases (current and the previous one), nor what a pending marker
-// still needs. A failure is reported, not fatal: the cutover is done.
-func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pruned {
+// a snapshot snapshot.Protect protects (the rule mcpctl snapshot prune
+// follows too; this cutover's own snapshot is the newest), the releases in
+// keepReleases (current and the previous one), nor the releases a pending
+// marker still needs. A failure is reported, not fatal: the cutover is done.
+func prune(env *Env, store *release.Store, keepReleases []string) *Pruned {
 	dir, keep := env.Config.StateDir, env.Config.Install.KeepReleases
 	if keep <= 0 {
 		return nil
 	}
+	pendingSnap := ""
 	if p, err := env.state().ReadPending(); err != nil {
 		return &Pruned{Err: "pending marker unreadable, nothing pruned: " + err.Error()}
 	} else if p != nil {
-		keepSnaps = append(keepSnaps, p.SnapshotID)
+		pendingSnap = p.SnapshotID
 		keepReleases = append(keepReleases, p.FromVersion, p.ToVersion)
 	}
 	out := &Pruned{}
 	var errs []error
 	var err error
-	if out.Snapshots, err = snapshot.Prune(dir, keep, keepSnaps...); err != nil {
+	if protect, perr := protectedSnapshots(dir, store, pendingSnap); perr != nil {
+		errs = append(errs, fmt.Errorf("no snapshot pruned: %w", perr))
+	} else if out.Snapshots, err = snapshot.Prune(dir, keep, protect...); err != nil {
 		errs = append(errs, err)
 	}
 	if out.Releases, err = store.Prune(keep, keepReleases...); err != nil {
@@ -98,6 +102,21 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
 	}
 	return out
+}
+
+// protectedSnapshots reads the facts snapshot.Protect decides on. A fact
+// that cannot be read is an error: the prune then removes no snapshot
+// rather than guess.
+func protectedSnapshots(dir string, store *release.Store, pending string) ([]string, error) {
+	cur, err := store.Current()
+	if err != nil && !errors.Is(err, release.ErrNoCurrent) {
+		return nil, fmt.Errorf("current release unknown: %w", err)
+	}
+	list, err := snapshot.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.ProtectedIDs(snapshot.Protect(list, pending, cur)), nil
 }
 
 // Cutover runs mcpctl cutover: preflight, snapshot and arm the rollback,
@@ -427,7 +446,7 @@ func (c *cutover) done() *Report {
 	rep, f := c.rep, c.facts
 	if !rep.FiredAtDeadline {
 		// Pruning needs the lock, which the fired rollback may hold now.
-		rep.Pruned = prune(c.env, c.store, []string{c.snap}, []string{f.CandidateVersion, f.CurrentVersion})
+		rep.Pruned = prune(c.env, c.store, []string{f.CandidateVersion, f.CurrentVersion})
 	}
 	rep.Duration = millis.Duration(c.env.now().Sub(c.start))
 	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration.D())
