@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpclient"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -389,7 +390,7 @@ func slowClient(ctx context.Context, env faultEnv) (sf SlowFacts, sent bool) {
 	defer resp.Body.Close()
 	sf.Status = resp.StatusCode
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4*env.responseBytes))
-	sf.Took = time.Since(t0)
+	sf.Took = millis.Duration(time.Since(t0))
 	sf.BodyBytes = int64(len(body))
 	if err != nil {
 		sf.Err = "read body: " + err.Error()

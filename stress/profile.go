@@ -1,13 +1,13 @@
 package stress
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -34,8 +34,7 @@ const MaxRate = 2000.0
 
 // Plan is the offered load of a run.
 type Plan struct {
-	Profile  Profile       `json:"profile"`
-	Duration time.Duration `json:"-"` // durationMs in JSON
+	Profile Profile `json:"profile"`
 	// StartRate and EndRate are the offered rates (requests/s) at the start
 	// and end; equal for constant profiles.
 	StartRate float64 `json:"startRate"`
@@ -44,13 +43,15 @@ type Plan struct {
 	// shell slots (maxShell / shell sleep).
 	CapacityRate float64      `json:"capacityRate"`
 	Pacer        vegeta.Pacer `json:"-"`
+	// Duration is last: its ...Ms field has always closed the object.
+	Duration millis.Duration `json:"durationMs"`
 }
 
 // MeanRate is the average offered rate.
 func (p Plan) MeanRate() float64 { return (p.StartRate + p.EndRate) / 2 }
 
 // Requests is about how many requests the plan offers.
-func (p Plan) Requests() int { return int(math.Round(p.MeanRate() * p.Duration.Seconds())) }
+func (p Plan) Requests() int { return int(math.Round(p.MeanRate() * p.Duration.D().Seconds())) }
 
 // DefaultDuration is each profile's duration when none is given.
 func DefaultDuration(p Profile) time.Duration {
@@ -86,7 +87,7 @@ func PlanFor(p Profile, l mcpwire.Limits, mix Mix, shellSleep, duration time.Dur
 	if share := mix.Share(mcpwire.ClassShell); share > 0 {
 		capacity = float64(l.MaxShell) / shellSleep.Seconds() / share
 	}
-	pl := Plan{Profile: p, Duration: duration, CapacityRate: capacity}
+	pl := Plan{Profile: p, Duration: millis.Duration(duration), CapacityRate: capacity}
 	switch p {
 	case Overload:
 		pl.StartRate = pick(rate, 10*capacity)
@@ -124,29 +125,4 @@ func pick(override, derived float64) float64 {
 // constantPacer expresses a fractional rate with vegeta's integer Freq.
 func constantPacer(rate float64) vegeta.ConstantPacer {
 	return vegeta.ConstantPacer{Freq: int(math.Round(rate * 100)), Per: 100 * time.Second}
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (p Plan) MarshalJSON() ([]byte, error) {
-	type plain Plan
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(p), ms(p.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (p *Plan) UnmarshalJSON(b []byte) error {
-	type plain Plan
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*p = Plan(x.plain)
-	p.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
-	return nil
 }

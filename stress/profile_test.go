@@ -33,7 +33,7 @@ func TestPlanFor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(pl.StartRate-tc.start) > 1e-6 || math.Abs(pl.EndRate-tc.end) > 1e-6 || pl.Duration != tc.dur {
+			if math.Abs(pl.StartRate-tc.start) > 1e-6 || math.Abs(pl.EndRate-tc.end) > 1e-6 || pl.Duration.D() != tc.dur {
 				t.Fatalf("plan %+v, want %g..%g for %s", pl, tc.start, tc.end, tc.dur)
 			}
 			_, linear := pl.Pacer.(vegeta.LinearPacer)

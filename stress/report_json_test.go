@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/millis"
 )
 
 // TestDurationsRoundTrip: what a report's JSON writes as ...Ms reads back
 // as the duration (the demo renders a report it decoded).
 func TestDurationsRoundTrip(t *testing.T) {
-	in := Report{Plan: Plan{Duration: 3 * time.Second}, Thresholds: Thresholds{ControlP99: 1500 * time.Millisecond}, ShellSleepMs: 500}
+	in := Report{Plan: Plan{Duration: millis.Duration(3 * time.Second)}, Thresholds: Thresholds{ControlP99: millis.Duration(1500 * time.Millisecond)}, ShellSleepMs: 500}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -18,7 +20,7 @@ func TestDurationsRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Plan.Duration != 3*time.Second || out.Thresholds.ControlP99 != 1500*time.Millisecond {
+	if out.Plan.Duration.D() != 3*time.Second || out.Thresholds.ControlP99.D() != 1500*time.Millisecond {
 		t.Fatalf("round trip: plan %s, controlP99 %s\n%s", out.Plan.Duration, out.Thresholds.ControlP99, b)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -164,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 
-	log.Debug("stress attack", "target", cfg.Target, "profile", plan.Profile, "duration", plan.Duration,
+	log.Debug("stress attack", "target", cfg.Target, "profile", plan.Profile, "duration", plan.Duration.D(),
 		"startRate", plan.StartRate, "endRate", plan.EndRate, "limits", limits)
 	began := time.Now()
 	calls, err := attack(ctx, cfg, plan, limits, traffic)
@@ -251,7 +252,7 @@ func attack(ctx context.Context, cfg Config, plan Plan, limits mcpwire.Limits, t
 
 	calls := make([]CallRecord, 0, plan.Requests()+16)
 	var onResultErr error
-	for res := range atk.Attack(traffic.Targeter(), plan.Pacer, plan.Duration, "mcpctl-stress") {
+	for res := range atk.Attack(traffic.Targeter(), plan.Pacer, plan.Duration.D(), "mcpctl-stress") {
 		rec := classifyResult(res)
 		calls = append(calls, rec)
 		if cfg.OnResult != nil && onResultErr == nil {
@@ -275,7 +276,7 @@ func attack(ctx context.Context, cfg Config, plan Plan, limits mcpwire.Limits, t
 // into Error, since vegeta counts every HTTP 200 as a success.
 func classifyResult(res *vegeta.Result) CallRecord {
 	tool, id, err := ParseTag(res.URL)
-	rec := CallRecord{ID: id, Tool: tool, Class: mcpwire.ClassOf(tool), Start: res.Timestamp, Latency: res.Latency}
+	rec := CallRecord{ID: id, Tool: tool, Class: mcpwire.ClassOf(tool), Start: res.Timestamp, Latency: millis.Duration(res.Latency)}
 	if err != nil {
 		rec.Outcome, rec.Detail = OutcomeBadReply, err.Error()
 		return rec

@@ -16,6 +16,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -43,7 +44,7 @@ func smallRun(target string) stress.Config {
 // backend/server's tests).
 func forALoadedMachine() stress.Thresholds {
 	th := stress.DefaultThresholds()
-	th.ControlP99 = time.Hour
+	th.ControlP99 = millis.Duration(time.Hour)
 	th.ControlSuccess = 0.5
 	return th
 }
@@ -147,7 +148,7 @@ func TestRunAgainstFakes(t *testing.T) {
 			cfg := smallRun(srv.URL)
 			cfg.SettleTimeout = 3 * time.Second
 			if tc.p99 > 0 {
-				cfg.Thresholds.ControlP99 = tc.p99
+				cfg.Thresholds.ControlP99 = millis.Duration(tc.p99)
 			}
 			rep := runStress(t, cfg)
 			st := statusOf(rep)

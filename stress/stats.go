@@ -1,11 +1,11 @@
 package stress
 
 import (
-	"encoding/json"
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -18,11 +18,12 @@ type CallRecord struct {
 	Code    string        `json:"code,omitempty"`
 	Detail  string        `json:"detail,omitempty"`
 	Start   time.Time     `json:"start"`
-	Latency time.Duration `json:"-"` // latencyMs in JSON
 	// Span is what a successful shell.exec reported about itself.
 	Span *Span `json:"span,omitempty"`
 	// SpanErr says why an ok shell.exec reported no usable span.
 	SpanErr string `json:"spanError,omitempty"`
+	// Latency is last: its ...Ms field has always closed the object.
+	Latency millis.Duration `json:"latencyMs"`
 }
 
 // Interval is a half-open time interval in ns.
@@ -137,7 +138,8 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// ms is d as a ...Ms number, rounded as millis.Duration writes it.
+func ms(d time.Duration) float64 { return millis.Duration(d).Ms() }
 
 // CallStats are outcome counts and latencies of the attack's calls.
 type CallStats struct {
@@ -168,9 +170,9 @@ func CallStatsOf(calls []CallRecord) CallStats {
 			s.byBoth[c.Class] = map[Outcome][]time.Duration{}
 		}
 		s.Counts[c.Class][c.Outcome]++
-		s.latencies[c.Class] = append(s.latencies[c.Class], c.Latency)
-		s.byBoth[c.Class][c.Outcome] = append(s.byBoth[c.Class][c.Outcome], c.Latency)
-		byOutcome[c.Outcome] = append(byOutcome[c.Outcome], c.Latency)
+		s.latencies[c.Class] = append(s.latencies[c.Class], c.Latency.D())
+		s.byBoth[c.Class][c.Outcome] = append(s.byBoth[c.Class][c.Outcome], c.Latency.D())
+		byOutcome[c.Outcome] = append(byOutcome[c.Outcome], c.Latency.D())
 		if !c.Outcome.Acceptable() && s.Examples[c.Outcome] == "" {
 			s.Examples[c.Outcome] = c.Tool + ": " + c.Detail
 		}
@@ -208,28 +210,3 @@ func (s CallStats) ClassTotal(c mcpwire.Class) int {
 
 // Of summarises the latencies of class c with outcome o.
 func (s CallStats) Of(c mcpwire.Class, o Outcome) Latency { return Summarize(s.byBoth[c][o]) }
-
-// MarshalJSON writes Latency as latencyMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (c CallRecord) MarshalJSON() ([]byte, error) {
-	type plain CallRecord
-	return json.Marshal(struct {
-		plain
-		LatencyMs float64 `json:"latencyMs"`
-	}{plain(c), ms(c.Latency)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (c *CallRecord) UnmarshalJSON(b []byte) error {
-	type plain CallRecord
-	var x struct {
-		plain
-		LatencyMs float64 `json:"latencyMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*c = CallRecord(x.plain)
-	c.Latency = time.Duration(x.LatencyMs * float64(time.Millisecond))
-	return nil
-}

@@ -2,7 +2,6 @@ package stress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpclient"
 )
 
@@ -55,13 +55,13 @@ type SteadyConfig struct {
 
 // SteadyCall is one call of a steady run.
 type SteadyCall struct {
-	Target  string        `json:"target"`
-	Tool    string        `json:"tool"`
-	Outcome Outcome       `json:"outcome"`
-	Code    string        `json:"code,omitempty"`
-	Detail  string        `json:"detail,omitempty"`
-	Start   time.Time     `json:"start"`
-	Latency time.Duration `json:"-"` // latencyMs in JSON
+	Target  string          `json:"target"`
+	Tool    string          `json:"tool"`
+	Outcome Outcome         `json:"outcome"`
+	Code    string          `json:"code,omitempty"`
+	Detail  string          `json:"detail,omitempty"`
+	Start   time.Time       `json:"start"`
+	Latency millis.Duration `json:"latencyMs"`
 }
 
 // SteadyCounts are the outcomes of the calls to one target (or all). A call
@@ -100,7 +100,6 @@ func (c SteadyCounts) Clean() bool {
 type SteadyReport struct {
 	Profile   Profile        `json:"profile"`
 	Rate      float64        `json:"rate"`
-	Duration  time.Duration  `json:"-"` // durationMs in JSON
 	KeepAlive bool           `json:"keepAlive"`
 	Started   time.Time      `json:"started"`
 	Total     SteadyCounts   `json:"total"`
@@ -109,6 +108,8 @@ type SteadyReport struct {
 	Pass bool `json:"pass"`
 	// Interrupted: stopped (Ctrl-C) before its duration; the counts so far.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Duration is last: its ...Ms field has always closed the object.
+	Duration millis.Duration `json:"durationMs"`
 }
 
 // maxSamples bounds the failure details kept per kind and target.
@@ -159,7 +160,7 @@ func (c *SteadyCounts) add(call SteadyCall) {
 	if c.sampled[kind] < maxSamples {
 		c.sampled[kind]++
 		c.Samples = append(c.Samples, fmt.Sprintf("%s %s sent %s, after %s: %s", fail, call.Tool,
-			call.Start.UTC().Format("15:04:05.000"), call.Latency.Round(time.Millisecond), call.Detail))
+			call.Start.UTC().Format("15:04:05.000"), call.Latency.D().Round(time.Millisecond), call.Detail))
 	}
 }
 
@@ -264,7 +265,7 @@ func RunSteady(ctx context.Context, cfg SteadyConfig) (*SteadyReport, error) {
 		}()
 	}
 
-	rep := &SteadyReport{Profile: Steady, Rate: cfg.Rate, Duration: cfg.Duration, KeepAlive: cfg.KeepAlive, Started: time.Now(), Total: newCounts("all")}
+	rep := &SteadyReport{Profile: Steady, Rate: cfg.Rate, Duration: millis.Duration(cfg.Duration), KeepAlive: cfg.KeepAlive, Started: time.Now(), Total: newCounts("all")}
 	per := make([]SteadyCounts, len(cfg.Targets))
 	waits := make([][]time.Duration, len(cfg.Targets))
 	var all []time.Duration
@@ -274,10 +275,10 @@ func RunSteady(ctx context.Context, cfg SteadyConfig) (*SteadyReport, error) {
 	for res := range atk.Attack(targeter, constantPacer(cfg.Rate), cfg.Duration, "mcpctl-steady") {
 		call, i := steadyResult(res, cfg.Targets)
 		rep.Total.add(call)
-		all = append(all, call.Latency)
+		all = append(all, call.Latency.D())
 		if i >= 0 {
 			per[i].add(call)
-			waits[i] = append(waits[i], call.Latency)
+			waits[i] = append(waits[i], call.Latency.D())
 		}
 		if cfg.OnCall != nil {
 			cfg.OnCall(call)
@@ -300,7 +301,7 @@ func RunSteady(ctx context.Context, cfg SteadyConfig) (*SteadyReport, error) {
 // steadyResult classifies one vegeta result and names its target index.
 func steadyResult(res *vegeta.Result, targets []string) (SteadyCall, int) {
 	tool, id, err := ParseTag(res.URL)
-	call := SteadyCall{Tool: tool, Start: res.Timestamp, Latency: res.Latency}
+	call := SteadyCall{Tool: tool, Start: res.Timestamp, Latency: millis.Duration(res.Latency)}
 	if err != nil {
 		call.Outcome, call.Detail = OutcomeBadReply, err.Error()
 		return call, -1
@@ -324,54 +325,4 @@ func Codes(m map[string]int) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// MarshalJSON writes Latency as latencyMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (c SteadyCall) MarshalJSON() ([]byte, error) {
-	type plain SteadyCall
-	return json.Marshal(struct {
-		plain
-		LatencyMs float64 `json:"latencyMs"`
-	}{plain(c), ms(c.Latency)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (c *SteadyCall) UnmarshalJSON(b []byte) error {
-	type plain SteadyCall
-	var x struct {
-		plain
-		LatencyMs float64 `json:"latencyMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*c = SteadyCall(x.plain)
-	c.Latency = time.Duration(x.LatencyMs * float64(time.Millisecond))
-	return nil
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (r SteadyReport) MarshalJSON() ([]byte, error) {
-	type plain SteadyReport
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(r), ms(r.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (r *SteadyReport) UnmarshalJSON(b []byte) error {
-	type plain SteadyReport
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*r = SteadyReport(x.plain)
-	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
-	return nil
 }

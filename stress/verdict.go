@@ -1,12 +1,12 @@
 package stress
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -30,8 +30,6 @@ type Check struct {
 
 // Thresholds are the tunable limits of the assertions.
 type Thresholds struct {
-	// ControlP99 bounds the p99 latency of control calls.
-	ControlP99 time.Duration `json:"-"` // controlP99Ms in JSON
 	// ControlSuccess is the fraction of control calls that must succeed.
 	ControlSuccess float64 `json:"controlSuccess"`
 	// MemoryGrowth is how much the last third's peak memory may exceed the
@@ -42,12 +40,15 @@ type Thresholds struct {
 	MemoryHigh uint64 `json:"memoryHigh"`
 	// ResponseBytes is the backend's response budget (limits.responseBytes).
 	ResponseBytes int64 `json:"responseBytes"`
+	// ControlP99 bounds the p99 latency of control calls. It is last: its
+	// ...Ms field has always closed the object.
+	ControlP99 millis.Duration `json:"controlP99Ms"`
 }
 
 // DefaultThresholds are generous: machines are noisy.
 func DefaultThresholds() Thresholds {
 	return Thresholds{
-		ControlP99:     time.Second,
+		ControlP99:     millis.Duration(time.Second),
 		ControlSuccess: 0.99,
 		MemoryGrowth:   0.5,
 		MemorySlack:    32 << 20,
@@ -143,11 +144,12 @@ type OversizedFacts struct {
 
 // SlowFacts: a client that reads its response slowly.
 type SlowFacts struct {
-	Status    int           `json:"status"`
-	Outcome   Outcome       `json:"outcome"`
-	BodyBytes int64         `json:"bodyBytes"`
-	Took      time.Duration `json:"-"` // tookMs in JSON
-	Err       string        `json:"error,omitempty"`
+	Status    int     `json:"status"`
+	Outcome   Outcome `json:"outcome"`
+	BodyBytes int64   `json:"bodyBytes"`
+	Err       string  `json:"error,omitempty"`
+	// Took is last: its ...Ms field has always closed the object.
+	Took millis.Duration `json:"tookMs"`
 }
 
 // Passed reports whether no check failed.
@@ -224,7 +226,7 @@ func Assess(f Facts, th Thresholds) []Check {
 	add("control.success", ctlTotal > 0 && ratio >= th.ControlSuccess,
 		"%d/%d control calls ok (%.2f%%), need >= %.2f%%", ctlOK, ctlTotal, 100*ratio, 100*th.ControlSuccess)
 	p99 := time.Duration(calls.ByClass[mcpwire.ClassControl].P99Ms * float64(time.Millisecond))
-	add("control.p99", ctlTotal > 0 && p99 < th.ControlP99,
+	add("control.p99", ctlTotal > 0 && p99 < th.ControlP99.D(),
 		"control p99 %s < %s", p99, th.ControlP99)
 
 	// Liveness throughout.
@@ -401,7 +403,7 @@ func assessFaults(ff FaultFacts, th Thresholds) []Check {
 		fmt.Sprintf("%s body: HTTP %d (want 4xx); healthy after %t, tool call ok after %t%s", mib(uint64(o.BodyBytes)), o.Status, o.HealthyAfter, o.CallOKAfter, why(o.Err)))
 	s := ff.SlowClient
 	add("fault.slow.client", s.Err == "" && s.Status == 200 && s.Outcome == OutcomeOK && s.BodyBytes > 0,
-		fmt.Sprintf("slow reader: HTTP %d %s, %s in %s%s", s.Status, s.Outcome, mib(uint64(s.BodyBytes)), s.Took.Round(time.Millisecond), why(s.Err)))
+		fmt.Sprintf("slow reader: HTTP %d %s, %s in %s%s", s.Status, s.Outcome, mib(uint64(s.BodyBytes)), s.Took.D().Round(time.Millisecond), why(s.Err)))
 	return out
 }
 
@@ -435,54 +437,4 @@ func short(s string) string {
 
 func mib(b uint64) string {
 	return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
-}
-
-// MarshalJSON writes ControlP99 as controlP99Ms: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (t Thresholds) MarshalJSON() ([]byte, error) {
-	type plain Thresholds
-	return json.Marshal(struct {
-		plain
-		ControlP99Ms float64 `json:"controlP99Ms"`
-	}{plain(t), ms(t.ControlP99)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (t *Thresholds) UnmarshalJSON(b []byte) error {
-	type plain Thresholds
-	var x struct {
-		plain
-		ControlP99Ms float64 `json:"controlP99Ms"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*t = Thresholds(x.plain)
-	t.ControlP99 = time.Duration(x.ControlP99Ms * float64(time.Millisecond))
-	return nil
-}
-
-// MarshalJSON writes Took as tookMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (f SlowFacts) MarshalJSON() ([]byte, error) {
-	type plain SlowFacts
-	return json.Marshal(struct {
-		plain
-		TookMs float64 `json:"tookMs"`
-	}{plain(f), ms(f.Took)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (f *SlowFacts) UnmarshalJSON(b []byte) error {
-	type plain SlowFacts
-	var x struct {
-		plain
-		TookMs float64 `json:"tookMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*f = SlowFacts(x.plain)
-	f.Took = time.Duration(x.TookMs * float64(time.Millisecond))
-	return nil
 }

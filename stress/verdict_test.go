@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -18,7 +19,7 @@ func goodFacts() Facts {
 	id := uint64(0)
 	call := func(class mcpwire.Class, tool string, o Outcome, lat time.Duration, span *Span) {
 		id++
-		calls = append(calls, CallRecord{ID: id, Tool: tool, Class: class, Outcome: o, Start: t0, Latency: lat, Span: span})
+		calls = append(calls, CallRecord{ID: id, Tool: tool, Class: class, Outcome: o, Start: t0, Latency: millis.Duration(lat), Span: span})
 	}
 	for i := range 4 {
 		call(mcpwire.ClassShell, "shell.exec", OutcomeOK, time.Second, &Span{int64(100 + i), int64(500 + i)})
@@ -80,7 +81,7 @@ func TestAssess(t *testing.T) {
 		{"good run passes", func(*Facts) {}, nil},
 		{"metrics show too many shells", func(f *Facts) { f.Series.MaxShell = 5 }, []string{"shell.bound.metrics"}},
 		{"commands overlap more than maxShell while metrics claim the limit", func(f *Facts) {
-			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: mcpwire.ClassShell, Outcome: OutcomeOK, Latency: time.Second, Span: &Span{200, 300}})
+			f.Calls = append(f.Calls, CallRecord{ID: 999, Tool: "shell.exec", Class: mcpwire.ClassShell, Outcome: OutcomeOK, Latency: millis.Duration(time.Second), Span: &Span{200, 300}})
 			f.After.Counters.Accepted++
 			f.After.Counters.Completed++
 		}, []string{"shell.bound.measured", "shell.metrics.honest"}},
@@ -117,7 +118,7 @@ func TestAssess(t *testing.T) {
 		}, []string{"control.success"}},
 		{"control calls slow", func(f *Facts) {
 			for i := 10; i < 20; i++ {
-				f.Calls[i].Latency = 2 * time.Second
+				f.Calls[i].Latency = millis.Duration(2 * time.Second)
 			}
 		}, []string{"control.p99"}},
 		{"healthz failed once", func(f *Facts) { f.Health.Failures, f.Health.FirstFailure = 1, "HTTP 503" }, []string{"healthz"}},

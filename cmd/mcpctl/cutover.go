@@ -125,11 +125,11 @@ func humanCutover(w io.Writer, r *deploy.Report, err error) {
 	}
 	switch {
 	case err == nil && r.FiredAtDeadline:
-		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s): verified at the deadline; the rollback timer had fired, and its run finds the cutover confirmed and does nothing\n", r.FromVersion, r.ToVersion, r.Duration.Round(time.Millisecond), r.SnapshotID)
+		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s): verified at the deadline; the rollback timer had fired, and its run finds the cutover confirmed and does nothing\n", r.FromVersion, r.ToVersion, r.Duration.D().Round(time.Millisecond), r.SnapshotID)
 	case err == nil:
-		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s, rollback disarmed)\n", r.FromVersion, r.ToVersion, r.Duration.Round(time.Millisecond), r.SnapshotID)
+		fmt.Fprintf(w, "cutover %s -> %s done in %s (snapshot %s, rollback disarmed)\n", r.FromVersion, r.ToVersion, r.Duration.D().Round(time.Millisecond), r.SnapshotID)
 	case r.RolledBack:
-		fmt.Fprintf(w, "cutover %s -> %s FAILED verification; rolled back to %s in %s\n", r.FromVersion, r.ToVersion, r.FromVersion, r.Rollback.Duration.Round(time.Millisecond))
+		fmt.Fprintf(w, "cutover %s -> %s FAILED verification; rolled back to %s in %s\n", r.FromVersion, r.ToVersion, r.FromVersion, r.Rollback.Duration.D().Round(time.Millisecond))
 	default:
 		return
 	}
@@ -146,6 +146,6 @@ func humanCutover(w io.Writer, r *deploy.Report, err error) {
 		}
 	}
 	for _, t := range r.Timings {
-		fmt.Fprintf(w, "  %-16s %s\n", t.Step, t.Duration.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %-16s %s\n", t.Step, t.Duration.D().Round(time.Millisecond))
 	}
 }

@@ -75,7 +75,7 @@ func rollbackCommand(d *deps) *cli.Command {
 				case rep.Noop:
 					fmt.Fprintf(w, "no-op: %s\n", rep.Reason)
 				default:
-					fmt.Fprintf(w, "rolled back to %s (snapshot %s) in %s\n", rep.Version, rep.SnapshotID, rep.Duration.Round(time.Millisecond))
+					fmt.Fprintf(w, "rolled back to %s (snapshot %s) in %s\n", rep.Version, rep.SnapshotID, rep.Duration.D().Round(time.Millisecond))
 				}
 			})
 			return err

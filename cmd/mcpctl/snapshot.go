@@ -376,11 +376,10 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// pruneProtected are the snapshots no prune may remove, with why: the one a
-// pending cutover rolls back to, and the newest of the release current
-// points at (what restores production as it runs now).
+// pruneProtected are the snapshots no prune may remove, with why: the facts
+// read here, the rule snapshot.Protect's (the cutover's prune asks it too).
+// A fact that cannot be read refuses the prune rather than guess it.
 func pruneProtected(cfg *ctlconfig.Config) (map[string]string, error) {
-	why := map[string]string{}
 	pendingID, err := pendingSnapshot(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot prune: refusing, since the snapshot a rollback may need is unknown: %w", err)
@@ -389,20 +388,13 @@ func pruneProtected(cfg *ctlconfig.Config) (map[string]string, error) {
 	if cerr != nil && !errors.Is(cerr, release.ErrNoCurrent) {
 		return nil, fmt.Errorf("snapshot prune: refusing, since the current release is unknown: %w", cerr)
 	}
-	if cur != "" {
-		list, err := snapshot.List(cfg.StateDir)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range list { // newest first
-			if s.Manifest != nil && s.Manifest.Version == cur {
-				why[s.ID] = "the newest snapshot of the current release " + cur
-				break
-			}
-		}
+	list, err := snapshot.List(cfg.StateDir)
+	if err != nil {
+		return nil, err
 	}
-	if pendingID != "" {
-		why[pendingID] = "a pending cutover needs it"
+	why := map[string]string{}
+	for _, p := range snapshot.Protect(list, pendingID, cur) {
+		why[p.ID] = p.Why
 	}
 	return why, nil
 }

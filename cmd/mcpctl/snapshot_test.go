@@ -294,6 +294,44 @@ func TestSnapshotPruneGuards(t *testing.T) {
 	}
 }
 
+// TestSnapshotPruneKeepsTheNewest: --all keeps the newest snapshot even
+// when it is not of the current release (production went back to v1 after
+// a snapshot of v2): it is what `rollback --last` restores, and the
+// cutover's own prune keeps it too (snapshot.Protect). Before, only the
+// pending cutover's and the current release's newest were kept.
+func TestSnapshotPruneKeepsTheNewest(t *testing.T) {
+	e := newSnapEnv(t)
+	e.create(t, "v1 a")
+	ofV1 := e.create(t, "v1 b")
+	if _, _, err := e.store.Install("v2", filepath.Join(filepath.Dir(e.cfgPath), "build")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SetCurrent("v2"); err != nil {
+		t.Fatal(err)
+	}
+	ofV2 := e.create(t, "v2")
+	if err := e.store.SetCurrent("v1"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := snapshot.List(e.stateDir)
+	if err != nil || len(list) != 3 || list[0].ID != ofV2 {
+		t.Fatalf("list = %+v, %v; want 3, %s newest", list, err, ofV2)
+	}
+	code, out, errOut := e.run(t, "--json", "snapshot", "prune", "--all")
+	var res snapPruneResult
+	if code != deploy.CodeOK || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("prune --all: exit %d: %s%s", code, out, errOut)
+	}
+	if len(res.Removed) != 1 || len(res.Protected) != 2 || !strings.Contains(res.Why[ofV2], "rollback --last") || !strings.Contains(res.Why[ofV1], "current release v1") {
+		t.Fatalf("prune --all = %+v", res)
+	}
+	for _, id := range []string{ofV1, ofV2} {
+		if _, err := snapshot.Load(e.stateDir, id); err != nil {
+			t.Errorf("protected snapshot %s was pruned: %v", id, err)
+		}
+	}
+}
+
 // TestRollbackNeedsATarget: a bare rollback prints its help and what --last
 // would do, exits 2 and changes nothing (before, it rolled back); --dry-run
 // lists the plan and the file changes and changes nothing.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
@@ -81,8 +82,9 @@ type rollbackView struct {
 	// timer's ActiveState ("" when not loaded).
 	Pending    *state.Pending `json:"pending,omitempty"`
 	TimerState string         `json:"timerState,omitempty"`
-	Left       time.Duration  `json:"-"` // leftMs in JSON
 	Err        string         `json:"error,omitempty"`
+	// Left is last: its ...Ms field has always closed the object.
+	Left millis.Duration `json:"leftMs"`
 }
 
 // statusReport is mcpctl status.
@@ -251,7 +253,7 @@ func planRollbackView(r rollbackView, now time.Time) rollbackView {
 		r.State = rollbackNone
 	}
 	if r.Pending != nil {
-		r.Left = max(r.Pending.Remaining(now), 0).Round(time.Second)
+		r.Left = millis.Duration(max(r.Pending.Remaining(now), 0).Round(time.Second))
 	}
 	return r
 }
@@ -411,31 +413,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-
-// MarshalJSON writes Left as leftMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (r rollbackView) MarshalJSON() ([]byte, error) {
-	type plain rollbackView
-	return json.Marshal(struct {
-		plain
-		LeftMs float64 `json:"leftMs"`
-	}{plain(r), millis(r.Left)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (r *rollbackView) UnmarshalJSON(b []byte) error {
-	type plain rollbackView
-	var x struct {
-		plain
-		LeftMs float64 `json:"leftMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*r = rollbackView(x.plain)
-	r.Left = time.Duration(x.LeftMs * float64(time.Millisecond))
-	return nil
-}
-
-// millis is d in milliseconds, to the microsecond.
-func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

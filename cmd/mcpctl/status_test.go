@@ -57,7 +57,7 @@ func TestPlanRollbackView(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := planRollbackView(tc.in, now)
-			if got.Armed != tc.wantArmed || got.State != tc.wantState || got.Left != tc.wantLeft {
+			if got.Armed != tc.wantArmed || got.State != tc.wantState || got.Left.D() != tc.wantLeft {
 				t.Fatalf("armed %v state %s left %s, want %v %s %s", got.Armed, got.State, got.Left, tc.wantArmed, tc.wantState, tc.wantLeft)
 			}
 			if line := rollbackLine(got, func(s ...string) string { return strings.Join(s, "") }); tc.wantState == rollbackPendingNotArmed && !strings.Contains(line, "NOT ARMED") {
@@ -150,7 +150,7 @@ func TestStatusAssembly(t *testing.T) {
 	if len(r.Tunnels) != 2 || r.Tunnels[0].Healthz != 200 || r.Tunnels[1].Healthz != 0 || r.Tunnels[1].Err == "" {
 		t.Errorf("tunnels = %+v", r.Tunnels)
 	}
-	if !r.Rollback.Armed || r.Rollback.TimerState != "active" || r.Rollback.Left != time.Minute {
+	if !r.Rollback.Armed || r.Rollback.TimerState != "active" || r.Rollback.Left.D() != time.Minute {
 		t.Errorf("rollback = %+v", r.Rollback)
 	}
 	if len(r.Events) != 2 || r.Events[0].Action != state.ActionRolledBack {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/stress"
@@ -94,7 +95,7 @@ func TestSteadyCommandThroughDeadTunnels(t *testing.T) {
 // before) and keeps its long headers with --wide.
 func TestSteadyTableFits80(t *testing.T) {
 	c := stress.SteadyCounts{Target: "http://127.0.0.1:18441", Calls: 12000, OK: 11990, Tool: 10, Wait: stress.Latency{P50Ms: 301, P99Ms: 920, MaxMs: 5012}}
-	rep := &stress.SteadyReport{Rate: 40, Duration: 3 * time.Minute, Targets: []stress.SteadyCounts{c, c}, Total: c}
+	rep := &stress.SteadyReport{Rate: 40, Duration: millis.Duration(3 * time.Minute), Targets: []stress.SteadyCounts{c, c}, Total: c}
 	rep.Total.Target = "all"
 	var narrow, wide bytes.Buffer
 	printSteady(&narrow, rep, textWidth)

@@ -16,6 +16,7 @@ import (
 	"github.com/tsenart/vegeta/v12/lib/plot"
 	"github.com/urfave/cli/v2"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/systemd"
@@ -218,7 +219,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	ctx := c.Context
 
 	th := stress.DefaultThresholds()
-	th.ControlP99 = c.Duration("control-p99")
+	th.ControlP99 = millis.Duration(c.Duration("control-p99"))
 	th.ResponseBytes = c.Int64("response-bytes")
 	th.MemoryGrowth = c.Float64("memory-growth")
 

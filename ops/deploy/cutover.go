@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -46,7 +46,6 @@ type Report struct {
 	// made a no-op (marker cleared under the lock) and the cutover stands.
 	FiredAtDeadline bool            `json:"firedAtDeadline,omitempty"`
 	Rollback        *RollbackReport `json:"rollback,omitempty"`
-	Duration        time.Duration   `json:"-"` // durationMs in JSON
 	Timings         []Timing        `json:"timings"`
 	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
 	Pruned *Pruned `json:"pruned,omitempty"`
@@ -55,6 +54,8 @@ type Report struct {
 	// Takeover names the production slot the cutover started and the unit
 	// it took over from.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Duration is last: its ...Ms field has always closed the object.
+	Duration millis.Duration `json:"durationMs"`
 }
 
 // Pruned lists the snapshots and releases a confirmed cutover removed.
@@ -65,24 +66,28 @@ type Pruned struct {
 }
 
 // prune keeps the newest install.keepReleases snapshots and releases, never
-// the snapshots in keepSnaps (the rollback target), the releases in
-// keepReleases (current and the previous one), nor what a pending marker
-// still needs. A failure is reported, not fatal: the cutover is done.
-func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pruned {
+// a snapshot snapshot.Protect protects (the rule mcpctl snapshot prune
+// follows too; this cutover's own snapshot is the newest), the releases in
+// keepReleases (current and the previous one), nor the releases a pending
+// marker still needs. A failure is reported, not fatal: the cutover is done.
+func prune(env *Env, store *release.Store, keepReleases []string) *Pruned {
 	dir, keep := env.Config.StateDir, env.Config.Install.KeepReleases
 	if keep <= 0 {
 		return nil
 	}
+	pendingSnap := ""
 	if p, err := env.state().ReadPending(); err != nil {
 		return &Pruned{Err: "pending marker unreadable, nothing pruned: " + err.Error()}
 	} else if p != nil {
-		keepSnaps = append(keepSnaps, p.SnapshotID)
+		pendingSnap = p.SnapshotID
 		keepReleases = append(keepReleases, p.FromVersion, p.ToVersion)
 	}
 	out := &Pruned{}
 	var errs []error
 	var err error
-	if out.Snapshots, err = snapshot.Prune(dir, keep, keepSnaps...); err != nil {
+	if protect, perr := protectedSnapshots(dir, store, pendingSnap); perr != nil {
+		errs = append(errs, fmt.Errorf("no snapshot pruned: %w", perr))
+	} else if out.Snapshots, err = snapshot.Prune(dir, keep, protect...); err != nil {
 		errs = append(errs, err)
 	}
 	if out.Releases, err = store.Prune(keep, keepReleases...); err != nil {
@@ -97,6 +102,21 @@ func prune(env *Env, store *release.Store, keepSnaps, keepReleases []string) *Pr
 			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
 	}
 	return out
+}
+
+// protectedSnapshots reads the facts snapshot.Protect decides on. A fact
+// that cannot be read is an error: the prune then removes no snapshot
+// rather than guess.
+func protectedSnapshots(dir string, store *release.Store, pending string) ([]string, error) {
+	cur, err := store.Current()
+	if err != nil && !errors.Is(err, release.ErrNoCurrent) {
+		return nil, fmt.Errorf("current release unknown: %w", err)
+	}
+	list, err := snapshot.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.ProtectedIDs(snapshot.Protect(list, pending, cur)), nil
 }
 
 // Cutover runs mcpctl cutover: preflight, snapshot and arm the rollback,
@@ -176,7 +196,7 @@ func (c *cutover) audit(action, outcome, reason string, details map[string]strin
 func (c *cutover) timed(name string, step func() error) error {
 	t0 := c.env.now()
 	err := step()
-	c.rep.Timings = append(c.rep.Timings, Timing{name, c.env.now().Sub(t0)})
+	c.rep.Timings = append(c.rep.Timings, Timing{name, millis.Duration(c.env.now().Sub(t0))})
 	return err
 }
 
@@ -396,7 +416,7 @@ func (c *cutover) rollBack(ctx context.Context, why []string) (*Report, error) {
 		rb, err = restore(context.WithoutCancel(ctx), c.env, RollbackPlan{Act: true, SnapshotID: c.snap, Nonce: c.nonce, Reason: "cutover failed verification"}, false)
 		return err
 	})
-	rep.Rollback, rep.Duration = rb, c.env.now().Sub(c.start)
+	rep.Rollback, rep.Duration = rb, millis.Duration(c.env.now().Sub(c.start))
 	if err != nil {
 		return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("cutover failed (%s) and the rollback failed: %w", strings.Join(why, "; "), err)}
 	}
@@ -426,10 +446,10 @@ func (c *cutover) done() *Report {
 	rep, f := c.rep, c.facts
 	if !rep.FiredAtDeadline {
 		// Pruning needs the lock, which the fired rollback may hold now.
-		rep.Pruned = prune(c.env, c.store, []string{c.snap}, []string{f.CandidateVersion, f.CurrentVersion})
+		rep.Pruned = prune(c.env, c.store, []string{f.CandidateVersion, f.CurrentVersion})
 	}
-	rep.Duration = c.env.now().Sub(c.start)
-	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration)
+	rep.Duration = millis.Duration(c.env.now().Sub(c.start))
+	c.env.log().Info("rollback disarmed; cutover done", "version", f.CandidateVersion, "duration", rep.Duration.D())
 	_ = c.dir.Audit(state.Event{Action: state.ActionDisarmed, ToVersion: f.CandidateVersion, SnapshotID: c.snap, Outcome: state.OutcomeOK})
 	c.audit(state.ActionCutover, state.OutcomeOK, "", map[string]string{"duration": rep.Duration.String()})
 	return rep
@@ -594,29 +614,4 @@ func confirm(ctx context.Context, env *Env, nonce string, unlock func()) (fired 
 		return false, "", fmt.Errorf("disarmed, but the pending marker could not be cleared (%w): the next boot would roll back; run `mcpctl rollback disarm`", err)
 	}
 	return false, "", nil
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (r Report) MarshalJSON() ([]byte, error) {
-	type plain Report
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(r), ms(r.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (r *Report) UnmarshalJSON(b []byte) error {
-	type plain Report
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*r = Report(x.plain)
-	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
-	return nil
 }

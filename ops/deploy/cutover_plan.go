@@ -5,12 +5,11 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
 
@@ -285,31 +284,6 @@ func PlanRollback(f RollbackFacts) RollbackPlan {
 
 // Timing is one measured step of a cutover or rollback.
 type Timing struct {
-	Step     string        `json:"step"`
-	Duration time.Duration `json:"-"` // durationMs in JSON
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (t Timing) MarshalJSON() ([]byte, error) {
-	type plain Timing
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(t), ms(t.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (t *Timing) UnmarshalJSON(b []byte) error {
-	type plain Timing
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*t = Timing(x.plain)
-	t.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
-	return nil
+	Step     string          `json:"step"`
+	Duration millis.Duration `json:"durationMs"`
 }

@@ -266,11 +266,11 @@ func stressCountsIn(calls []stress.SteadyCall, from, to time.Time) stressWindow 
 	w.ToolByCode = map[string]int{}
 	var waits []time.Duration
 	for _, c := range calls {
-		if end := c.Start.Add(c.Latency); end.Before(from) || !end.Before(to) {
+		if end := c.Start.Add(c.Latency.D()); end.Before(from) || !end.Before(to) {
 			continue
 		}
 		w.Calls++
-		waits = append(waits, c.Latency)
+		waits = append(waits, c.Latency.D())
 		switch c.Outcome {
 		case stress.OutcomeOK:
 		case stress.OutcomeTransport:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/candidate"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -97,7 +98,8 @@ func (r *InstallReport) step(name string, f func() error) error {
 	return err
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// ms is d as a ...Ms number, rounded as millis.Duration writes it.
+func ms(d time.Duration) float64 { return millis.Duration(d).Ms() }
 
 // InstallOptions name the build.
 type InstallOptions struct {

@@ -2,12 +2,12 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
@@ -39,9 +39,10 @@ type RollbackReport struct {
 	Changes    []snapshot.Change `json:"changes,omitempty"`
 	Restarted  bool              `json:"restarted"`
 	// Takeover names the slot that serves the restored release.
-	Takeover *Takeover     `json:"takeover,omitempty"`
-	Duration time.Duration `json:"-"` // durationMs in JSON
-	Timings  []Timing      `json:"timings,omitempty"`
+	Takeover *Takeover `json:"takeover,omitempty"`
+	Timings  []Timing  `json:"timings,omitempty"`
+	// Duration is last: its ...Ms field has always closed the object.
+	Duration millis.Duration `json:"durationMs"`
 }
 
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
@@ -77,7 +78,9 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	dir := env.Config.StateDir
 	log := env.log().With("snapshot", plan.SnapshotID)
 	rep := &RollbackReport{SnapshotID: plan.SnapshotID, Reason: plan.Reason}
-	step := func(name string, t0 time.Time) { rep.Timings = append(rep.Timings, Timing{name, env.now().Sub(t0)}) }
+	step := func(name string, t0 time.Time) {
+		rep.Timings = append(rep.Timings, Timing{name, millis.Duration(env.now().Sub(t0))})
+	}
 	failed := func(err error) (*RollbackReport, error) {
 		log.Error("rollback failed", "err", err)
 		_ = env.state().Audit(state.Event{Action: state.ActionRollbackFailed, SnapshotID: plan.SnapshotID, Outcome: state.OutcomeFailed, Reason: err.Error()})
@@ -171,12 +174,12 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 			log.Warn("clear pending marker", "err", err)
 		}
 	}
-	rep.Duration = env.now().Sub(start)
+	rep.Duration = millis.Duration(env.now().Sub(start))
 	outcome := state.OutcomeOK
 	if rep.Noop {
 		outcome = state.OutcomeNoop
 	}
-	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration)
+	log.Info("rolled back", "version", m.Version, "noop", rep.Noop, "duration", rep.Duration.D())
 	_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, ToVersion: m.Version, SnapshotID: plan.SnapshotID, Outcome: outcome, Reason: rep.Reason,
 		Details: map[string]string{"duration": rep.Duration.String()}})
 	rep.OK = true
@@ -258,30 +261,5 @@ func Disarm(ctx context.Context, env *Env) error {
 		return &Error{Code: CodeFailed, Err: fmt.Errorf("disarm: %w", err)}
 	}
 	_ = env.state().Audit(state.Event{Action: state.ActionDisarmed, Outcome: state.OutcomeOK, Reason: "mcpctl rollback disarm"})
-	return nil
-}
-
-// MarshalJSON writes Duration as durationMs: every duration in the JSON of
-// mcpctl is a number of milliseconds named ...Ms.
-func (r RollbackReport) MarshalJSON() ([]byte, error) {
-	type plain RollbackReport
-	return json.Marshal(struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}{plain(r), ms(r.Duration)})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (r *RollbackReport) UnmarshalJSON(b []byte) error {
-	type plain RollbackReport
-	var x struct {
-		plain
-		DurationMs float64 `json:"durationMs"`
-	}
-	if err := json.Unmarshal(b, &x); err != nil {
-		return err
-	}
-	*r = RollbackReport(x.plain)
-	r.Duration = time.Duration(x.DurationMs * float64(time.Millisecond))
 	return nil
 }

@@ -1,0 +1,63 @@
+package snapshot
+
+import (
+	"slices"
+	"strings"
+)
+
+// Protected is a snapshot no prune may remove, and why.
+type Protected struct {
+	ID  string
+	Why string
+}
+
+// Protect is the one rule of which snapshots a prune keeps whatever its
+// count says: mcpctl snapshot prune and a confirmed cutover's own prune
+// both ask it, so neither removes what the other would keep. list is
+// List's (newest first); pending is the snapshot a pending cutover's marker
+// names and current the release the current link points at ("" for none).
+// Protected, sorted by id, each with the first reason that holds:
+//
+//   - pending: the pending cutover's rollback restores it (even if it is
+//     missing from list: a prune must not be the one to lose it);
+//   - the newest snapshot of the current release: it restores production
+//     as it runs now;
+//   - the newest snapshot: what `mcpctl rollback --last` restores with no
+//     cutover pending, which right after a cutover is that cutover's own.
+func Protect(list []Info, pending, current string) []Protected {
+	why := map[string]string{}
+	add := func(id, reason string) {
+		if _, ok := why[id]; !ok {
+			why[id] = reason
+		}
+	}
+	if pending != "" {
+		add(pending, "a pending cutover needs it")
+	}
+	if current != "" {
+		for _, s := range list {
+			if s.Manifest != nil && s.Manifest.Version == current {
+				add(s.ID, "the newest snapshot of the current release "+current)
+				break
+			}
+		}
+	}
+	if len(list) > 0 {
+		add(list[0].ID, "the newest snapshot, what `mcpctl rollback --last` restores")
+	}
+	out := make([]Protected, 0, len(why))
+	for id, reason := range why {
+		out = append(out, Protected{ID: id, Why: reason})
+	}
+	slices.SortFunc(out, func(a, b Protected) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// ProtectedIDs are the ids of ps, for Prune's protect.
+func ProtectedIDs(ps []Protected) []string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids
+}
