@@ -240,6 +240,9 @@ func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec Spec) err
 		TasksMax:    uint64(spec.TasksMax),
 		RuntimeMax:  runtime,
 		StopTimeout: killGrace + 3*time.Second,
+		// A stop gives the supervisor SIGTERM, then SIGKILLs the rest of
+		// the cgroup: the supervisor ends the job's group itself.
+		KillMode: "mixed",
 	})
 	done(err)
 	if err != nil {

@@ -2,9 +2,7 @@ package ansible_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,70 +13,13 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
-	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
-	"github.com/overdeck/mcp-backend/ops/release"
-	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/units"
 )
 
-// host is one managed host: a real systemd container with sshd on its own
-// loopback port and everything of it (mcpctl.json, install root, state,
-// the step dir) in one directory bound at the same path inside and out.
-// Nothing is installed on it: the install playbook does that.
+// host is one managed host (see nspawntest.Hosts). Nothing is installed
+// on it: the install playbook does that.
 type host struct {
-	name    string
-	dir     string
-	m       *nspawntest.Machine
-	sshd    *nspawntest.SSHD
-	cfg     *ctlconfig.Config
-	cfgPath string
-}
-
-// smallLimits keep the backends' capacity small (as in the fleet's test),
-// so that canary stress on several hosts stays modest on a small machine.
-var smallLimits = map[string]int{"maxActive": 12, "reservedControl": 2, "maxShell": 4, "maxQueue": 8, "queueWaitMs": 1000}
-
-func (h *host) mcpctl() string  { return filepath.Join(h.dir, "bin", "mcpctl") }
-func (h *host) stepDir() string { return filepath.Join(h.dir, "fleet") }
-
-func (h *host) configure(t testing.TB) {
-	t.Helper()
-	port := proctest.FreePort(t)
-	cfg := ctlconfig.Default()
-	cfg.Backend.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg.Backend.Config = filepath.Join(h.dir, "etc", "config.json")
-	cfg.Canary.Listen = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
-	cfg.Canary.Config = filepath.Join(h.dir, "etc", "canary.json")
-	cfg.Install.Root = filepath.Join(h.dir, "root")
-	cfg.StateDir = filepath.Join(h.dir, "state")
-	cfg.UnitDir = "/etc/systemd/system"
-	cfg.Rollback.Deadline = ctlconfig.Duration(45 * time.Second)
-	for i := range cfg.Tunnels {
-		tp := proctest.FreePort(t)
-		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
-		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
-	}
-	h.cfg = cfg
-	h.cfgPath = filepath.Join(h.dir, "mcpctl.json")
-	writeJSON(t, h.cfgPath, cfg)
-	writeJSON(t, cfg.Backend.Config, map[string]any{"listen": cfg.Backend.Listen, "concurrency": smallLimits})
-}
-
-func writeJSON(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	*nspawntest.Host
 }
 
 // hostState is what a host runs, observed by the test itself (never
@@ -95,61 +36,15 @@ type hostState struct {
 
 func (h *host) state(t testing.TB) hostState {
 	t.Helper()
-	var s hostState
-	if v, err := (&release.Store{Root: h.cfg.Install.Root}).Current(); err == nil {
-		s.Version = v
-		if s.Digest, err = buildinfo.FileDigest(units.CurrentBinary(h.cfg.Install.Root)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p, err := state.Dir(h.cfg.StateDir).ReadPending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Pending = p != nil
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	u, err := h.m.Client.Unit(ctx, deploy.ServingUnit(ctx, h.m.Client, h.cfg.Backend.Unit))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Active, s.Backend = u.ActiveState, u.InvocationID
-	for _, tn := range h.cfg.Tunnels {
-		u, err := h.m.Client.Unit(ctx, tn.Unit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Tunnels = append(s.Tunnels, u.InvocationID)
-	}
-	_ = filepath.Walk(h.stepDir(), func(_ string, fi os.FileInfo, err error) error {
+	o := h.Observe(t)
+	s := hostState{Version: o.Version, Digest: o.Digest, Pending: o.Pending, Active: o.Active, Backend: o.Backend, Tunnels: o.Tunnels}
+	_ = filepath.Walk(h.FleetDir(), func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && !fi.IsDir() {
 			s.Files++
 		}
 		return nil
 	})
 	return s
-}
-
-// failCutoverOn makes production of h fail to start on the given version
-// (the fleet test's bad build: a drop-in whose ExecStartPre refuses while
-// current points to it), so that a cutover to it fails verification on
-// this host only and the host rolls itself back.
-func (h *host) failCutoverOn(t testing.TB, version string) func() {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	remove, err := h.m.AddDropIn(ctx, units.SlotTemplate(h.cfg.Backend.Unit), "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
-		filepath.Join(h.cfg.Install.Root, "current"), version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := remove(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // testHosts is the controller's side: the collection, an inventory of
@@ -174,17 +69,13 @@ func newTestHosts(t *testing.T, n int) *testHosts {
 	key, pub := nspawntest.SSHKey(t, th.dir, "id_ansible")
 	var known strings.Builder
 	invHosts := map[string]any{}
-	th.hosts = make([]*host, n)
-	for i := range n {
-		h := &host{name: fmt.Sprintf("host%d", i+1), dir: t.TempDir()}
-		th.hosts[i] = h
-		h.configure(t)
-		h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{h.dir}, TTL: 30 * time.Minute})
-		h.sshd = nspawntest.StartSSHD(t, h.m, filepath.Join(h.dir, "ssh"), proctest.FreePort(t), pub)
-		known.WriteString(h.sshd.KnownHost + "\n")
-		invHosts[h.name] = map[string]any{
-			"ansible_host": "127.0.0.1", "ansible_port": h.sshd.Port,
-			"mcp_config": h.cfgPath, "mcp_mcpctl": h.mcpctl(), "mcp_step_dir": h.stepDir(),
+	for _, nh := range nspawntest.Hosts(t, n, nspawntest.HostOptions{PublicKey: pub}) {
+		h := &host{nh}
+		th.hosts = append(th.hosts, h)
+		known.WriteString(h.SSHD.KnownHost + "\n")
+		invHosts[h.Name] = map[string]any{
+			"ansible_host": "127.0.0.1", "ansible_port": h.SSHD.Port,
+			"mcp_config": h.CfgPath, "mcp_mcpctl": h.Mcpctl(), "mcp_step_dir": h.FleetDir(),
 		}
 	}
 	kh := filepath.Join(th.dir, "known_hosts")
@@ -194,7 +85,7 @@ func newTestHosts(t *testing.T, n int) *testHosts {
 	// JSON is YAML: the yaml inventory plugin reads it. The SSH options
 	// are the fleet's: no user config, only this key, strict host keys.
 	th.inventory = filepath.Join(th.dir, "inventory.json")
-	writeJSON(t, th.inventory, map[string]any{"all": map[string]any{"children": map[string]any{"mcp_backends": map[string]any{
+	nspawntest.WriteJSON(t, th.inventory, map[string]any{"all": map[string]any{"children": map[string]any{"mcp_backends": map[string]any{
 		"hosts": invHosts,
 		"vars": map[string]any{
 			"ansible_user": "root", "ansible_ssh_private_key_file": key,
@@ -282,7 +173,7 @@ func (th *testHosts) states(t testing.TB) map[string]hostState {
 	t.Helper()
 	out := map[string]hostState{}
 	for _, h := range th.hosts {
-		out[h.name] = h.state(t)
+		out[h.Name] = h.state(t)
 	}
 	return out
 }
@@ -294,29 +185,29 @@ func (th *testHosts) expect(t testing.TB, before map[string]hostState, want map[
 	t.Helper()
 	now := th.states(t)
 	for _, h := range th.hosts {
-		s, b := now[h.name], before[h.name]
-		d, err := buildinfo.FileDigest(want[h.name])
+		s, b := now[h.Name], before[h.Name]
+		d, err := buildinfo.FileDigest(want[h.Name])
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Digest != d {
-			t.Errorf("%s runs %q (%s), want %s", h.name, s.Version, s.Digest, want[h.name])
+			t.Errorf("%s runs %q (%s), want %s", h.Name, s.Version, s.Digest, want[h.Name])
 		}
 		if s.Active != "active" {
-			t.Errorf("%s: production is %s, want active", h.name, s.Active)
+			t.Errorf("%s: production is %s, want active", h.Name, s.Active)
 		}
 		if s.Pending {
-			t.Errorf("%s: a cutover is still pending", h.name)
+			t.Errorf("%s: a cutover is still pending", h.Name)
 		}
 		if strings.Join(s.Tunnels, ",") != strings.Join(b.Tunnels, ",") {
-			t.Errorf("%s: tunnels restarted: %v -> %v", h.name, b.Tunnels, s.Tunnels)
+			t.Errorf("%s: tunnels restarted: %v -> %v", h.Name, b.Tunnels, s.Tunnels)
 		}
 		wantRestart := false
 		for _, r := range restarted {
-			wantRestart = wantRestart || r == h.name
+			wantRestart = wantRestart || r == h.Name
 		}
 		if got := s.Backend != b.Backend; got != wantRestart {
-			t.Errorf("%s: backend restarted = %v (InvocationID %s -> %s), want %v", h.name, got, b.Backend, s.Backend, wantRestart)
+			t.Errorf("%s: backend restarted = %v (InvocationID %s -> %s), want %v", h.Name, got, b.Backend, s.Backend, wantRestart)
 		}
 	}
 	return now
@@ -328,7 +219,7 @@ func (th *testHosts) expect(t testing.TB, before map[string]hostState, want map[
 // (asserted).
 func TestAnsibleCollectionInContainers(t *testing.T) {
 	th := newTestHosts(t, 3)
-	h1, h2, h3 := th.hosts[0].name, th.hosts[1].name, th.hosts[2].name
+	h1, h2, h3 := th.hosts[0].Name, th.hosts[1].Name, th.hosts[2].Name
 	v1 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1")
 	v2 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v2")
 	v3 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v3")
@@ -345,8 +236,8 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		for _, h := range th.hosts {
-			if r := rec[h.name]; r.Failed != 0 || r.Changed == 0 {
-				t.Errorf("%s: recap %+v, want changes and no failure", h.name, r)
+			if r := rec[h.Name]; r.Failed != 0 || r.Changed == 0 {
+				t.Errorf("%s: recap %+v, want changes and no failure", h.Name, r)
 			}
 		}
 		before = th.states(t)
@@ -363,11 +254,11 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 		}
 		now := th.expect(t, before, all(v1))
 		for _, h := range th.hosts {
-			if now[h.name].Files != before[h.name].Files {
-				t.Errorf("%s: step dir holds %d files, was %d: check mode wrote there", h.name, now[h.name].Files, before[h.name].Files)
+			if now[h.Name].Files != before[h.Name].Files {
+				t.Errorf("%s: step dir holds %d files, was %d: check mode wrote there", h.Name, now[h.Name].Files, before[h.Name].Files)
 			}
-			if rec[h.name].Changed == 0 {
-				t.Errorf("%s: check mode reports no change: the plan misses the cutover", h.name)
+			if rec[h.Name].Changed == 0 {
+				t.Errorf("%s: check mode reports no change: the plan misses the cutover", h.Name)
 			}
 		}
 		if !strings.Contains(out, "would cut over from v1") {
@@ -381,8 +272,8 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		for _, h := range th.hosts {
-			if r := rec[h.name]; r.Failed != 0 || r.Changed == 0 {
-				t.Errorf("%s: recap %+v, want changes and no failure", h.name, r)
+			if r := rec[h.Name]; r.Failed != 0 || r.Changed == 0 {
+				t.Errorf("%s: recap %+v, want changes and no failure", h.Name, r)
 			}
 		}
 		before = th.expect(t, before, all(v2), h1, h2, h3)
@@ -394,15 +285,15 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		for _, h := range th.hosts {
-			if r, ok := rec[h.name]; !ok || r.Changed != 0 || r.Failed != 0 {
-				t.Errorf("%s: recap %+v (present %v), want changed=0 failed=0", h.name, r, ok)
+			if r, ok := rec[h.Name]; !ok || r.Changed != 0 || r.Failed != 0 {
+				t.Errorf("%s: recap %+v (present %v), want changed=0 failed=0", h.Name, r, ok)
 			}
 		}
 		before = th.expect(t, before, all(v2))
 	})
 
 	t.Run("a build failing on the wave-2 host stops the run; revert brings every host back", func(t *testing.T) {
-		undo := th.hosts[1].failCutoverOn(t, "v3")
+		undo := th.hosts[1].FailCutoverOn(t, "v3")
 		defer undo()
 		code, out, rec := rollout(t, v3)
 		if code == 0 {
@@ -440,8 +331,8 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 		// Reverting the same run again changes nothing.
 		code, _, rec = th.playbook(t, "revert")
 		for _, h := range th.hosts {
-			if r := rec[h.name]; code != 0 || r.Changed != 0 || r.Failed != 0 {
-				t.Errorf("second revert, %s: exit %d, recap %+v, want changed=0", h.name, code, r)
+			if r := rec[h.Name]; code != 0 || r.Changed != 0 || r.Failed != 0 {
+				t.Errorf("second revert, %s: exit %d, recap %+v, want changed=0", h.Name, code, r)
 			}
 		}
 		before = th.expect(t, before, all(v2))

@@ -1,7 +1,9 @@
 // Package nspawntest adapts package nspawn to tests: Boot registers the
 // container's teardown with t.Cleanup (dumping its journal when the test
 // failed), and a machine that cannot run a container skips the test, except
-// under CI=true, where it fails.
+// under CI=true, where it fails. Hosts sets up several containers as the
+// SSH hosts of a fleet (mcpctl.json, loopback ports, sshd, an installed
+// build), for the fleet's and the Ansible collection's tests alike.
 //
 // It is a normal package, not a _test file, so tests of every package can
 // use it.

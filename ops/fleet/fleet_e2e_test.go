@@ -9,34 +9,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
-	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/units"
 )
 
-// fleetHost is one host of the test fleet: a real systemd container with
-// production v1 installed by `mcpctl install`, both tunnels (socat), and
-// sshd on its own loopback port; everything of it lives in one directory
-// bound at the same path inside and out.
+// fleetHost is one host of the test fleet: production v1 installed by
+// `mcpctl install`, and the first host's key restricted to the agent's
+// gate (see nspawntest.Hosts).
 type fleetHost struct {
-	name    string
-	dir     string
-	m       *nspawntest.Machine
-	sshd    *nspawntest.SSHD
-	cfg     *ctlconfig.Config
-	cfgPath string
-	mcpctl  string
+	*nspawntest.Host
 }
 
 // testFleet is the controller's side: its mcpctl (run on this machine as
@@ -55,10 +43,6 @@ type testFleet struct {
 	tmp string
 }
 
-// smallLimits keep the backends' capacity small, so that the canary
-// stress of several hosts at once stays modest on a small machine.
-var smallLimits = map[string]int{"maxActive": 12, "reservedControl": 2, "maxShell": 4, "maxQueue": 8, "queueWaitMs": 1000}
-
 func newTestFleet(t *testing.T, n int) *testFleet {
 	t.Helper()
 	nspawntest.RequireSSH(t)
@@ -72,86 +56,24 @@ func newTestFleet(t *testing.T, n int) *testFleet {
 	f.ctl = nspawntest.BuildBinary(t, "./cmd/mcpctl", "fleet-e2e")
 	var pub string
 	f.key, pub = nspawntest.SSHKey(t, f.dir, "id_fleet")
-	v1 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1")
-	f.hosts = make([]*fleetHost, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		h := &fleetHost{name: fmt.Sprintf("host%d", i+1), dir: t.TempDir()}
-		f.hosts[i] = h
-		h.mcpctl = filepath.Join(h.dir, "bin", "mcpctl")
-		nspawntest.CopyExecutable(t, f.ctl, h.mcpctl)
-		nspawntest.CopyExecutable(t, v1, filepath.Join(h.dir, "bin", "mcp-backend-v1"))
-		h.configure(t)
+	hosts := nspawntest.Hosts(t, n, nspawntest.HostOptions{
+		PublicKey: pub,
+		Mcpctl:    f.ctl,
+		Install:   nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1"),
 		// The first host's key is restricted to the fleet agent's gate, as
 		// the README's runbook says: the whole protocol must pass through it.
-		auth := pub
-		if i == 0 {
-			auth = fmt.Sprintf(`restrict,command="%s fleet-agent gate --fleet-dir %s --config %s" %s`, h.mcpctl, h.fleetDir(), h.cfgPath, pub)
-		}
-		h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{h.dir}, TTL: 30 * time.Minute})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = h.install(filepath.Join(h.dir, "bin", "mcp-backend-v1"))
-		}()
-		h.sshd = nspawntest.StartSSHD(t, h.m, filepath.Join(h.dir, "ssh"), proctest.FreePort(t), auth)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		AuthorizedKey: func(i int, h *nspawntest.Host) string {
+			if i > 0 {
+				return pub
+			}
+			return fmt.Sprintf(`restrict,command="%s fleet-agent gate --fleet-dir %s --config %s" %s`, h.Mcpctl(), h.FleetDir(), h.CfgPath, pub)
+		},
+	})
+	for _, h := range hosts {
+		f.hosts = append(f.hosts, &fleetHost{h})
 	}
 	f.writeKnownHosts(nil)
 	return f
-}
-
-func (h *fleetHost) fleetDir() string { return filepath.Join(h.dir, "fleet") }
-
-func (h *fleetHost) configure(t testing.TB) {
-	port := proctest.FreePort(t)
-	cfg := ctlconfig.Default()
-	cfg.Backend.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg.Backend.Config = filepath.Join(h.dir, "etc", "config.json")
-	cfg.Canary.Listen = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
-	cfg.Canary.Config = filepath.Join(h.dir, "etc", "canary.json")
-	cfg.Install.Root = filepath.Join(h.dir, "root")
-	cfg.StateDir = filepath.Join(h.dir, "state")
-	cfg.UnitDir = "/etc/systemd/system"
-	cfg.Rollback.Deadline = ctlconfig.Duration(45 * time.Second)
-	for i := range cfg.Tunnels {
-		tp := proctest.FreePort(t)
-		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
-		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
-	}
-	h.cfg = cfg
-	h.cfgPath = filepath.Join(h.dir, "mcpctl.json")
-	writeJSON(t, h.cfgPath, cfg)
-	writeJSON(t, cfg.Backend.Config, map[string]any{"listen": cfg.Backend.Listen, "concurrency": smallLimits})
-}
-
-// install runs `mcpctl install` inside the container, as an operator would.
-func (h *fleetHost) install(build string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	code, out, errOut, err := h.m.Run(ctx, h.mcpctl, "--config", h.cfgPath, "--no-color", "install", "--build", build)
-	if err != nil || code != 0 {
-		return fmt.Errorf("%s: mcpctl install: exit %d %v\n%s\n%s", h.name, code, err, out, errOut)
-	}
-	return nil
-}
-
-func writeJSON(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // writeKnownHosts writes the controller's known_hosts: each host's real
@@ -161,8 +83,8 @@ func (f *testFleet) writeKnownHosts(override map[string]string) {
 	f.knownHosts = filepath.Join(f.dir, "known_hosts")
 	var b strings.Builder
 	for _, h := range f.hosts {
-		line := h.sshd.KnownHost
-		if o, ok := override[h.name]; ok {
+		line := h.SSHD.KnownHost
+		if o, ok := override[h.Name]; ok {
 			line = o
 		}
 		b.WriteString(line + "\n")
@@ -179,8 +101,8 @@ func (f *testFleet) inventory(name string, rollout map[string]any) string {
 	hosts := []map[string]any{}
 	for _, h := range f.hosts {
 		hosts = append(hosts, map[string]any{
-			"name": h.name, "address": "127.0.0.1", "port": h.sshd.Port,
-			"config": h.cfgPath, "agent": h.mcpctl, "fleetDir": h.fleetDir(),
+			"name": h.Name, "address": "127.0.0.1", "port": h.SSHD.Port,
+			"config": h.CfgPath, "agent": h.Mcpctl(), "fleetDir": h.FleetDir(),
 		})
 	}
 	r := map[string]any{"waves": []any{1, "50%", "100%"}, "parallelism": 4, "maxFailures": 0, "onFailure": "revert",
@@ -189,7 +111,7 @@ func (f *testFleet) inventory(name string, rollout map[string]any) string {
 		r[k] = v
 	}
 	p := filepath.Join(f.dir, "fleet-"+name+".json")
-	writeJSON(f.t, p, map[string]any{
+	nspawntest.WriteJSON(f.t, p, map[string]any{
 		"hosts":   hosts,
 		"ssh":     map[string]any{"knownHosts": f.knownHosts, "identity": f.key, "connectTimeout": "3s", "serverAliveInterval": "2s", "controlPersist": "30s"},
 		"rollout": r,
@@ -243,39 +165,15 @@ type hostState struct {
 
 func (h *fleetHost) state(t testing.TB) hostState {
 	t.Helper()
-	var s hostState
-	v, err := (&release.Store{Root: h.cfg.Install.Root}).Current()
-	if err != nil {
-		t.Fatalf("%s: current: %v", h.name, err)
+	o := h.Observe(t)
+	if o.Version == "" {
+		t.Fatalf("%s: no current release", h.Name)
 	}
-	s.Version = v
-	if s.Digest, err = buildinfo.FileDigest(units.CurrentBinary(h.cfg.Install.Root)); err != nil {
-		t.Fatal(err)
+	if o.Active != "active" {
+		t.Errorf("%s: %s is %s, want active", h.Name, o.Production, o.Active)
 	}
-	p, err := state.Dir(h.cfg.StateDir).ReadPending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Pending = p != nil
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	prod := deploy.ServingUnit(ctx, h.m.Client, h.cfg.Backend.Unit)
-	u, err := h.m.Client.Unit(ctx, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.ActiveState != "active" {
-		t.Errorf("%s: %s is %s, want active", h.name, prod, u.ActiveState)
-	}
-	s.Backend = u.InvocationID
-	for _, tn := range h.cfg.Tunnels {
-		u, err := h.m.Client.Unit(ctx, tn.Unit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Tunnels = append(s.Tunnels, u.InvocationID)
-	}
-	m, _ := filepath.Glob(filepath.Join(h.fleetDir(), "steps", "*.json"))
+	s := hostState{Version: o.Version, Digest: o.Digest, Pending: o.Pending, Backend: o.Backend, Tunnels: o.Tunnels}
+	m, _ := filepath.Glob(filepath.Join(h.FleetDir(), "steps", "*.json"))
 	s.Steps = len(m)
 	return s
 }
@@ -283,7 +181,7 @@ func (h *fleetHost) state(t testing.TB) hostState {
 func (f *testFleet) states(t testing.TB) map[string]hostState {
 	out := map[string]hostState{}
 	for _, h := range f.hosts {
-		out[h.name] = h.state(t)
+		out[h.Name] = h.state(t)
 	}
 	return out
 }
@@ -295,22 +193,22 @@ func (f *testFleet) expect(t testing.TB, before map[string]hostState, want map[s
 	t.Helper()
 	now := f.states(t)
 	for _, h := range f.hosts {
-		s, b := now[h.name], before[h.name]
-		d, err := buildinfo.FileDigest(want[h.name])
+		s, b := now[h.Name], before[h.Name]
+		d, err := buildinfo.FileDigest(want[h.Name])
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Digest != d {
-			t.Errorf("%s runs %s (%s), want %s", h.name, s.Version, s.Digest[:19], want[h.name])
+			t.Errorf("%s runs %s (%s), want %s", h.Name, s.Version, s.Digest[:19], want[h.Name])
 		}
 		if s.Pending {
-			t.Errorf("%s: a cutover is still pending", h.name)
+			t.Errorf("%s: a cutover is still pending", h.Name)
 		}
 		if strings.Join(s.Tunnels, ",") != strings.Join(b.Tunnels, ",") {
-			t.Errorf("%s: tunnels restarted: %v -> %v", h.name, b.Tunnels, s.Tunnels)
+			t.Errorf("%s: tunnels restarted: %v -> %v", h.Name, b.Tunnels, s.Tunnels)
 		}
-		if got := s.Backend != b.Backend; got != restarted[h.name] {
-			t.Errorf("%s: backend restarted = %v (InvocationID %s -> %s), want %v", h.name, got, b.Backend, s.Backend, restarted[h.name])
+		if got := s.Backend != b.Backend; got != restarted[h.Name] {
+			t.Errorf("%s: backend restarted = %v (InvocationID %s -> %s), want %v", h.Name, got, b.Backend, s.Backend, restarted[h.Name])
 		}
 	}
 	return now
@@ -345,28 +243,6 @@ func hostEnd(evs []fleet.Event, host string) *fleet.Event {
 		}
 	}
 	return last
-}
-
-// failCutoverOn makes production of h fail to start on the given version
-// (a drop-in whose ExecStartPre refuses while current points to it), so
-// that a cutover to it fails verification on this host only and the host
-// rolls itself back; the canary, another unit, is unaffected.
-func (h *fleetHost) failCutoverOn(t testing.TB, version string) func() {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	remove, err := h.m.AddDropIn(ctx, units.SlotTemplate(h.cfg.Backend.Unit), "fault", fmt.Sprintf("[Service]\nExecStartPre=/bin/sh -c '! readlink %s | grep -q /%s$'\n",
-		filepath.Join(h.cfg.Install.Root, "current"), version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := remove(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // waitFor polls cond every 50 ms until it holds, for at most timeout (a
@@ -450,8 +326,8 @@ func restartedOnly(names ...string) map[string]bool {
 // left (asserted).
 func TestFleetInContainers(t *testing.T) {
 	f := newTestFleet(t, 3)
-	h1, h2, h3 := f.hosts[0].name, f.hosts[1].name, f.hosts[2].name
-	v1 := filepath.Join(f.hosts[0].dir, "bin", "mcp-backend-v1")
+	h1, h2, h3 := f.hosts[0].Name, f.hosts[1].Name, f.hosts[2].Name
+	v1 := filepath.Join(f.hosts[0].Dir, "bin", "mcp-backend-v1")
 	v2, v3, v4, v5 := f.build("v2"), f.build("v3"), f.build("v4"), f.build("v5")
 	all := func(b string) map[string]string { return map[string]string{h1: b, h2: b, h3: b} }
 	before := f.states(t)
@@ -459,7 +335,7 @@ func TestFleetInContainers(t *testing.T) {
 	t.Run("a changed host key on one host: nothing changes on any host", func(t *testing.T) {
 		_, otherKey := nspawntest.SSHKey(t, t.TempDir(), "impostor")
 		k := strings.Fields(otherKey)
-		f.writeKnownHosts(map[string]string{h2: fmt.Sprintf("[127.0.0.1]:%d %s %s", f.hosts[1].sshd.Port, k[0], k[1])})
+		f.writeKnownHosts(map[string]string{h2: fmt.Sprintf("[127.0.0.1]:%d %s %s", f.hosts[1].SSHD.Port, k[0], k[1])})
 		defer f.writeKnownHosts(nil)
 		inv := f.inventory("hostkey", nil)
 		code, out := f.fleetRun(t, "fleet", "rollout", "--inventory", inv, "--build", v2, "--version", "v2")
@@ -468,8 +344,8 @@ func TestFleetInContainers(t *testing.T) {
 		}
 		before = f.expect(t, before, all(v1), nil)
 		for _, h := range f.hosts {
-			if _, err := os.Stat(h.fleetDir()); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("%s: fleet dir exists (%v): something was uploaded", h.name, err)
+			if _, err := os.Stat(h.FleetDir()); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: fleet dir exists (%v): something was uploaded", h.Name, err)
 			}
 		}
 		if evs := events(t, inv); len(evs) != 0 {
@@ -486,7 +362,7 @@ func TestFleetInContainers(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := f.hosts[0]
-		again := strings.Replace(h.sshd.KnownHost, "[127.0.0.1]", "[localhost]", 1)
+		again := strings.Replace(h.SSHD.KnownHost, "[127.0.0.1]", "[localhost]", 1)
 		if err := os.WriteFile(f.knownHosts, append(kh, []byte(again+"\n")...), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -497,9 +373,9 @@ func TestFleetInContainers(t *testing.T) {
 		if err := json.Unmarshal(b, &doc); err != nil {
 			t.Fatal(err)
 		}
-		doc["hosts"] = append(doc["hosts"].([]any), map[string]any{"name": "host4", "address": "localhost", "port": h.sshd.Port,
-			"config": h.cfgPath, "agent": h.mcpctl, "fleetDir": h.fleetDir()})
-		writeJSON(t, inv, doc)
+		doc["hosts"] = append(doc["hosts"].([]any), map[string]any{"name": "host4", "address": "localhost", "port": h.SSHD.Port,
+			"config": h.CfgPath, "agent": h.Mcpctl(), "fleetDir": h.FleetDir()})
+		nspawntest.WriteJSON(t, inv, doc)
 		code, out := f.fleetRun(t, "fleet", "plan", "--inventory", inv)
 		if code != 1 || !strings.Contains(out, "host4: same machine") || !strings.Contains(out, "as host host1: a mis-wired address or port") {
 			t.Fatalf("exit %d, want 1 naming host4 as host1's machine", code)
@@ -568,7 +444,7 @@ func TestFleetInContainers(t *testing.T) {
 	})
 
 	t.Run("wave-2 host fails verification, revert: wave 1 rolled back, fleet as it was", func(t *testing.T) {
-		undo := f.hosts[1].failCutoverOn(t, "v3")
+		undo := f.hosts[1].FailCutoverOn(t, "v3")
 		defer undo()
 		inv := f.inventory("revert", map[string]any{"waves": []any{1, "100%"}, "parallelism": 1})
 		code, _ := f.fleetRun(t, "fleet", "rollout", "--inventory", inv, "--build", v3, "--version", "v3")
@@ -593,7 +469,7 @@ func TestFleetInContainers(t *testing.T) {
 	})
 
 	t.Run("wave-2 host fails verification, halt: wave 1 stays, the printed resume finishes", func(t *testing.T) {
-		undo := f.hosts[1].failCutoverOn(t, "v3")
+		undo := f.hosts[1].FailCutoverOn(t, "v3")
 		inv := f.inventory("halt", map[string]any{"onFailure": "halt"})
 		code, out := f.fleetRun(t, "fleet", "rollout", "--inventory", inv, "--build", v3, "--version", "v3")
 		if code != fleet.CodeMixed {
@@ -674,12 +550,12 @@ func TestFleetInContainers(t *testing.T) {
 			if !logged {
 				return false
 			}
-			sd := state.Dir(host1.cfg.StateDir)
+			sd := state.Dir(host1.Cfg.StateDir)
 			if hd := sd.ReadHolder(); hd != nil && strings.HasPrefix(hd.Owner, "cutover") {
 				return true
 			}
 			p, _ := sd.ReadPending()
-			v, _ := (&release.Store{Root: host1.cfg.Install.Root}).Current()
+			v, _ := (&release.Store{Root: host1.Cfg.Install.Root}).Current()
 			return p != nil || v == "v5"
 		})
 		run.kill(t)
@@ -701,10 +577,10 @@ func TestFleetInContainers(t *testing.T) {
 		defer cancel()
 		run := f.start(t, ctx, "fleet", "rollout", "--inventory", inv, "--build", v5, "--version", "v5")
 		waitFor(t, "host1's cutover armed", 3*time.Minute, run.exited, func() bool {
-			p, _ := state.Dir(h.cfg.StateDir).ReadPending()
+			p, _ := state.Dir(h.Cfg.StateDir).ReadPending()
 			return p != nil && p.ToVersion == "v5"
 		})
-		h.sshd.Stop(t)
+		h.SSHD.Stop(t)
 		<-run.exited
 		t.Logf("rollout:\n%s", run.out.String())
 		var ee *exec.ExitError
@@ -717,7 +593,7 @@ func TestFleetInContainers(t *testing.T) {
 		// The host ends on its own: verified on v5, or rolled back to v4 by
 		// its armed timer; never pending.
 		waitFor(t, "host1 no longer pending", 3*time.Minute, nil, func() bool {
-			p, _ := state.Dir(h.cfg.StateDir).ReadPending()
+			p, _ := state.Dir(h.Cfg.StateDir).ReadPending()
 			return p == nil
 		})
 		s := h.state(t)
@@ -735,7 +611,7 @@ func TestFleetInContainers(t *testing.T) {
 
 		// With sshd back, resume reads host1's cutover outcome from the
 		// host and finishes the run.
-		h.sshd.Start(t)
+		h.SSHD.Start(t)
 		n := len(events(t, inv))
 		code, _ := f.fleetRun(t, "fleet", "resume", "--inventory", inv)
 		if code != 0 {

@@ -612,18 +612,21 @@ func (c *Client) UnitFileState(ctx context.Context, unit string) (string, error)
 }
 
 // TransientService is a service started over D-Bus (what systemd-run
-// does) that outlives its caller: the unit of one job.
+// does) that outlives its caller: the unit of one job, or of one fleet
+// step.
 type TransientService struct {
 	Name, Description, Slice string
 	Argv                     []string
 	MemoryMax, TasksMax      uint64 // 0: no limit set
 	RuntimeMax, StopTimeout  time.Duration
+	// KillMode is the unit's KillMode=; "" leaves systemd's default
+	// (control-group), as systemd-run does.
+	KillMode string
 }
 
 // StartTransientService starts t and waits for the start job: the main
 // process runs (Type=exec: it has been executed) when it returns. The unit
-// is collected once it is inactive or failed; KillMode=mixed gives the
-// main process SIGTERM on a stop and then SIGKILLs the rest of the cgroup.
+// is collected once it is inactive or failed (systemd-run --collect).
 func (c *Client) StartTransientService(ctx context.Context, t TransientService) error {
 	switch {
 	case !strings.HasSuffix(t.Name, ".service"):
@@ -635,8 +638,10 @@ func (c *Client) StartTransientService(ctx context.Context, t TransientService) 
 		sddbus.PropDescription(t.Description),
 		sddbus.PropType("exec"),
 		sddbus.PropExecStart(t.Argv, false),
-		{Name: "KillMode", Value: godbus.MakeVariant("mixed")},
 		{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")},
+	}
+	if t.KillMode != "" {
+		props = append(props, sddbus.Property{Name: "KillMode", Value: godbus.MakeVariant(t.KillMode)})
 	}
 	if t.Slice != "" {
 		props = append(props, sddbus.PropSlice(t.Slice))

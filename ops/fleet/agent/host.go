@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,12 +155,9 @@ func stepFile(fleetDir, id, ext string) string {
 func StepUnit(id string) string { return StepUnitPrefix + id + ".service" }
 
 // StartStep starts a's step as its transient unit, running self's
-// `fleet-agent exec`. A step with an outcome, or whose unit exists (a
-// resumed controller), is not started again.
-//
-// It execs systemd-run, as before the agent had its own package; moving
-// it to ops/systemd's StartTransientService waits until the fleet's
-// container test is green again (its SIGKILLed-cutover scenario).
+// `fleet-agent exec`, and returns once that has been executed. A step with
+// an outcome, or whose unit exists (a resumed controller), is not started
+// again.
 func StartStep(ctx context.Context, a *Start, self string) error {
 	if _, err := os.Stat(stepFile(a.FleetDir, a.ID, ".json")); err == nil {
 		return nil
@@ -169,19 +165,37 @@ func StartStep(ctx context.Context, a *Start, self string) error {
 	if err := os.MkdirAll(filepath.Join(a.FleetDir, "steps"), 0o755); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	ex := &Exec{FleetDir: a.FleetDir, ID: a.ID, Step: a.Step}
-	unit := StepUnit(a.ID)
-	argv := append([]string{"--unit=" + unit, "--collect", "--quiet", "--service-type=exec",
-		"--description=mcpctl fleet step " + a.ID, "--", self}, ex.Words()...)
-	out, err := exec.CommandContext(ctx, "systemd-run", argv...).CombinedOutput()
+	t := stepService(a, self)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := connect(cctx)
 	if err != nil {
+		return fmt.Errorf("start step %s: %w", a.ID, err)
+	}
+	defer c.Close()
+	if err := c.StartTransientService(ctx, t); err != nil {
 		// Started before (a resumed controller): the unit exists.
-		if st, serr := unitState(ctx, unit); serr == nil && st != "" && st != "inactive" {
+		if st, serr := unitState(ctx, t.Name); serr == nil && st != "" && st != "inactive" {
 			return nil
 		}
-		return fmt.Errorf("start step %s: systemd-run: %w: %s", a.ID, err, bytes.TrimSpace(out))
+		return fmt.Errorf("start step %s: %w", a.ID, err)
 	}
 	return nil
+}
+
+// stepService is step a's unit, with the properties systemd-run gave it
+// when the agent exec'd `systemd-run --unit=UNIT --collect
+// --service-type=exec --description=DESC -- self fleet-agent exec ...`:
+// its name, description, Type=exec, the command and CollectMode
+// inactive-or-failed; KillMode, environment, working directory and slice
+// stay systemd's defaults, as they were.
+func stepService(a *Start, self string) systemd.TransientService {
+	ex := &Exec{FleetDir: a.FleetDir, ID: a.ID, Step: a.Step}
+	return systemd.TransientService{
+		Name:        StepUnit(a.ID),
+		Description: "mcpctl fleet step " + a.ID,
+		Argv:        append([]string{self}, ex.Words()...),
+	}
 }
 
 func unitState(ctx context.Context, unit string) (string, error) {
