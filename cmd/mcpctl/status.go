@@ -87,6 +87,15 @@ type rollbackView struct {
 	Left millis.Duration `json:"leftMs"`
 }
 
+// besideView is a production unit running beside the serving one.
+type besideView struct {
+	Unit        string `json:"unit"`
+	ActiveState string `json:"activeState"`
+	// Status is its process's own status text (mcpwire.Slot*).
+	Status  string `json:"status,omitempty"`
+	MainPID uint32 `json:"mainPID,omitempty"`
+}
+
 // statusReport is mcpctl status.
 type statusReport struct {
 	Time       time.Time     `json:"time"`
@@ -96,6 +105,11 @@ type statusReport struct {
 	Rollback   rollbackView  `json:"rollback"`
 	Events     []state.Event `json:"events"`
 	EventsErr  string        `json:"eventsError,omitempty"`
+	// Beside are the production processes running beside the serving one:
+	// a slot in standby, handing off or parked during a cutover (the old
+	// one stays parked until the cutover is confirmed), or one an
+	// interrupted run left (the next cutover or rollback stops it).
+	Beside []besideView `json:"beside,omitempty"`
 	// SystemdErr is why systemd could not be reached: unit states, restarts
 	// and the rollback timer are then unknown, the HTTP checks still ran.
 	SystemdErr string `json:"systemdError,omitempty"`
@@ -140,8 +154,19 @@ var _ unitReader = (*systemd.Client)(nil)
 // one hung part cannot hide the rest.
 func gatherStatus(ctx context.Context, cfg *ctlconfig.Config, sd unitReader, v *verify.Client, now time.Time) *statusReport {
 	rep := &statusReport{Time: now}
-	// Production is whichever slot (or pre-slot unit) accepts now.
-	rep.Production = gatherService(ctx, sd, v, deploy.ServingUnit(ctx, sd, cfg.Backend.Unit), "http://"+cfg.Backend.Listen, true)
+	// Production is whichever slot (or pre-slot unit) accepts now; any
+	// other production process runs beside it.
+	facts, err := deploy.ProductionFacts(ctx, sd, cfg.Backend.Unit)
+	if err != nil {
+		facts = nil
+	}
+	serving := deploy.ServingOf(facts, cfg.Backend.Unit)
+	rep.Production = gatherService(ctx, sd, v, serving, "http://"+cfg.Backend.Listen, true)
+	for _, f := range facts {
+		if f.Unit != serving && f.Running() {
+			rep.Beside = append(rep.Beside, besideView{Unit: f.Unit, ActiveState: f.ActiveState, Status: f.StatusText, MainPID: f.MainPID})
+		}
+	}
 	if rep.Production.Version == "" {
 		if cur, err := (&release.Store{Root: cfg.Install.Root}).Current(); err == nil && cur != "" {
 			rep.Production.Version, rep.Production.VersionFrom = cur, "current link"
@@ -362,6 +387,13 @@ func renderStatus(w io.Writer, st styles, r *statusReport, width int) {
 			st.bad.Render("degraded:"), r.SystemdErr)))
 	}
 	service("production", r.Production)
+	for _, b := range r.Beside {
+		status := b.Status
+		if status == "" {
+			status = b.ActiveState
+		}
+		fmt.Fprintln(w, wrap(fmt.Sprintf("  beside it: %s %s, pid %d", b.Unit, status, b.MainPID)))
+	}
 	service("canary", r.Canary)
 	for _, t := range r.Tunnels {
 		// As for the services: one line was ~136 columns.

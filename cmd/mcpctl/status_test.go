@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // fixedUnits is a systemd seen through fixed unit states; a unit absent from it
@@ -242,5 +245,48 @@ func TestDegradedWithoutSystemd(t *testing.T) {
 	code, out, _ = runCLI(t, "--config", conf, "verify", "backend")
 	if code != 1 || !strings.Contains(out, "FAILED") {
 		t.Fatalf("verify backend of a closed server: exit %d:\n%s", code, out)
+	}
+}
+
+// TestStatusShowsTheSlotBeside: during a cutover the old slot is parked
+// until the confirmation; status names the serving slot as production and
+// the parked one beside it.
+func TestStatusShowsTheSlotBeside(t *testing.T) {
+	cfg := ctlconfig.Default()
+	cfg.Backend.Listen, cfg.Canary.Listen = "127.0.0.1:1", "127.0.0.1:1"
+	cfg.Tunnels[0].URL, cfg.Tunnels[1].URL = "", ""
+	cfg.StateDir, cfg.Install.Root = t.TempDir(), t.TempDir()
+	blue, green := units.SlotUnit(cfg.Backend.Unit, units.SlotBlue), units.SlotUnit(cfg.Backend.Unit, units.SlotGreen)
+	tests := []struct {
+		name        string
+		blue, green *unitstate.State
+		serving     string
+		beside      []besideView
+	}{
+		{"at rest", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 7},
+			&unitstate.State{LoadState: "loaded", ActiveState: "inactive"}, blue, nil},
+		{"parked until confirmed", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotParked, MainPID: 7},
+			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 9}, green,
+			[]besideView{{Unit: blue, ActiveState: "active", Status: mcpwire.SlotParked, MainPID: 7}}},
+		{"standby being verified", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 7},
+			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotStandby, MainPID: 9}, blue,
+			[]besideView{{Unit: green, ActiveState: "active", Status: mcpwire.SlotStandby, MainPID: 9}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sd := fixedUnits{units.Socket(cfg.Backend.Unit): {LoadState: "loaded", ActiveState: "active"}, blue: tc.blue, green: tc.green}
+			v, _ := verify.ForBackend("")
+			r := gatherStatus(context.Background(), cfg, sd, v, time.Now())
+			if r.Production.Unit != tc.serving || fmt.Sprint(r.Beside) != fmt.Sprint(tc.beside) {
+				t.Fatalf("production %s beside %+v, want %s beside %+v", r.Production.Unit, r.Beside, tc.serving, tc.beside)
+			}
+			var out bytes.Buffer
+			renderStatus(&out, plainStyles(), r, textWidth)
+			for _, b := range tc.beside {
+				if want := "beside it: " + b.Unit + " " + b.Status; !strings.Contains(out.String(), want) {
+					t.Errorf("status lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }

@@ -499,6 +499,21 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 				killHolder(ctx, t, s, cmd, &out)
 				t.Fatalf("at %s: old slot %q, new slot %s %q; want %q and active %q", c.point, oldSt.StatusText, newSt.ActiveState, newSt.StatusText, c.old, c.new)
 			}
+			// mcpctl status shows both: one as production, the other beside.
+			code, js := s.run("status", "--json")
+			var view struct {
+				Production struct{ Unit string }
+				Beside     []struct{ Unit, Status string }
+			}
+			if err := json.Unmarshal([]byte(js), &view); code != 0 || err != nil || len(view.Beside) != 1 {
+				killHolder(ctx, t, s, cmd, &out)
+				t.Fatalf("status --json at %s: exit %d, %v, want one unit beside production:\n%s", c.point, code, err, js)
+			}
+			want := map[string]string{old: c.old, standbySlot(s, old): c.new}
+			if b := view.Beside[0]; view.Production.Unit == b.Unit || want[view.Production.Unit] == "" || want[b.Unit] != b.Status {
+				killHolder(ctx, t, s, cmd, &out)
+				t.Fatalf("status at %s: production %s, beside %s %q; want the slots %v", c.point, view.Production.Unit, b.Unit, b.Status, want)
+			}
 			killHolder(ctx, t, s, cmd, &out)
 			killedAt := time.Now()
 			for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {

@@ -212,10 +212,18 @@ func ProductionFacts(ctx context.Context, sd UnitReader, service string) ([]Slot
 // connections now (a slot, or the legacy unit); the boot slot's unit when
 // none or several accept, or when they cannot be read.
 func ServingUnit(ctx context.Context, sd UnitReader, service string) string {
-	if facts, err := ProductionFacts(ctx, sd, service); err == nil {
-		if s := serving(facts); s != nil {
-			return s.Unit
-		}
+	facts, err := ProductionFacts(ctx, sd, service)
+	if err != nil {
+		facts = nil
+	}
+	return ServingOf(facts, service)
+}
+
+// ServingOf is ServingUnit over facts already read: the one unit that
+// accepts, else the boot slot.
+func ServingOf(facts []SlotFact, service string) string {
+	if s := serving(facts); s != nil {
+		return s.Unit
 	}
 	return units.SlotUnit(service, units.BootSlot)
 }
