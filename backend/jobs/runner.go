@@ -10,8 +10,8 @@ import (
 	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/ops/systemd"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/systemd"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 

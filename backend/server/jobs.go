@@ -17,7 +17,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // jobsSetup is the jobs manager of a server, or why there is none.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // unitSuffixes are the unit types systemd knows; a unit name must end in one.

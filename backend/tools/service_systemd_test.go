@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // busAt connects service.* to the bus at addr, as the default connector

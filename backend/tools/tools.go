@@ -22,7 +22,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/procgroup"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // Defaults used when an Options field is zero.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
-	"github.com/overdeck/mcp-backend/ops/systemd"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/systemd"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 // probeClient is the one verify client every mcpctl probe uses: with the

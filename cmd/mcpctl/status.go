@@ -17,9 +17,9 @@ import (
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/systemd"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 // statusEvents is how many cutover and rollback records status shows.

@@ -19,10 +19,10 @@ import (
 	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/systemd"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
+	"github.com/overdeck/mcp-backend/systemd"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 func stressCommand(d *deps) *cli.Command {
@@ -61,7 +61,7 @@ func stressCommand(d *deps) *cli.Command {
 // systemdStressSampler when nil.
 type stressSamplerFunc func(ctx context.Context, unit string) (stress.UnitSampler, uint64, func(), error)
 
-// stressUnits is what the stress needs from ops/systemd.
+// stressUnits is what the stress needs from systemd.
 type stressUnits interface {
 	Unit(ctx context.Context, unit string) (*unitstate.State, error)
 }

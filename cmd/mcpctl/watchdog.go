@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/systemd"
 	"github.com/overdeck/mcp-backend/ops/watchdog"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 func watchdogCommand(d *deps) *cli.Command {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 )
 
 // host is one managed host (see nspawntest.Hosts). Nothing is installed

@@ -23,9 +23,9 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/overdeck/mcp-backend/audit"
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/units"
 )

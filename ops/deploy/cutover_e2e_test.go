@@ -19,7 +19,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/proctest"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 func healthyFacts() Facts {

@@ -22,13 +22,13 @@ import (
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/ops/unitstate"
 	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 
 // Systemd is the part of the systemd client install, canary, cutover and
-// rollback act through (ops/systemd's *Client; the e2e test asserts it, so
+// rollback act through (systemd's *Client; the e2e test asserts it, so
 // that this package and its planners do not link D-Bus).
 type Systemd interface {
 	DaemonReload(ctx context.Context) error

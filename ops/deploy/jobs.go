@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 // ServiceFact is one loaded service as the duplicate-supervisor check sees

@@ -20,7 +20,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/internal/nspawn"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/stress"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/stress"
 )
 

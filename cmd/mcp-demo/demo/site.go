@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/internal/nspawn"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"

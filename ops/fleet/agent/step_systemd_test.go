@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/nspawn/nspawntest"
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 )
 
 // runVolatile are the properties that differ between any two runs of the

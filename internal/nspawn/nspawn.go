@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/overdeck/mcp-backend/ops/systemd"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // Options configure Boot.

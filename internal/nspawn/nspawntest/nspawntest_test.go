@@ -97,9 +97,9 @@ func TestBootTwoAtOnceAndReboot(t *testing.T) {
 }
 
 func TestBuildBinaryCaches(t *testing.T) {
-	a := BuildBinary(t, "./nspawn/nspawntest/testdata/hello", "v0.0.1")
-	b := BuildBinary(t, "./nspawn/nspawntest/testdata/hello", "v0.0.1")
-	c := BuildBinary(t, "./nspawn/nspawntest/testdata/hello", "v0.0.2")
+	a := BuildBinary(t, "./internal/nspawn/nspawntest/testdata/hello", "v0.0.1")
+	b := BuildBinary(t, "./internal/nspawn/nspawntest/testdata/hello", "v0.0.1")
+	c := BuildBinary(t, "./internal/nspawn/nspawntest/testdata/hello", "v0.0.2")
 	if a != b {
 		t.Fatalf("same pkg and version built twice: %s, %s", a, b)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/internal/nspawn"
 )
 
 // SSHD is an sshd inside a container (see nspawn.StartSSHD), with its

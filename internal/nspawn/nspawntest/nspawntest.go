@@ -21,7 +21,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/nspawn"
+	"github.com/overdeck/mcp-backend/internal/nspawn"
 )
 
 // Options configure Boot.

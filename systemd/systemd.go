@@ -20,7 +20,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 
-	"github.com/overdeck/mcp-backend/ops/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 // DefaultJobTimeout bounds the wait for a job when the context has no

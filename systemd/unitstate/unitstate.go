@@ -1,7 +1,7 @@
 // Package unitstate holds the plain facts about systemd units that planners
 // decide on (a unit's state, a service's ExecStart, a listed unit, a
 // transient timer's description). It imports no D-Bus code, so pure planners
-// and their table tests do not depend on a bus client; ops/systemd fills
+// and their table tests do not depend on a bus client; systemd fills
 // these structs.
 package unitstate
 

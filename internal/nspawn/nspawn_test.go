@@ -65,7 +65,7 @@ func TestBootRefusesHostDirectories(t *testing.T) {
 func TestBuildBinary(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	p, err := BuildBinary(ctx, "./nspawn/nspawntest/testdata/hello", "v9/x", dir)
+	p, err := BuildBinary(ctx, "./internal/nspawn/nspawntest/testdata/hello", "v9/x", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
