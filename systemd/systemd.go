@@ -224,22 +224,7 @@ func (c *Client) RunJob(ctx context.Context, action, unit string) (string, error
 	default:
 		return "", fmt.Errorf("job %s %s: unknown action (want start, stop, restart or reload)", action, unit)
 	}
-	ch := make(chan string, 1)
-	if _, err := f(ctx, unit, "replace", ch); err != nil {
-		return "", fmt.Errorf("%s %s: %w", action, unit, err)
-	}
-	wait := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithTimeout(ctx, c.jobTimeout)
-		defer cancel()
-	}
-	select {
-	case res := <-ch:
-		return res, nil
-	case <-wait.Done():
-		return "", fmt.Errorf("%s %s: waiting for the job: %w", action, unit, wait.Err())
-	}
+	return c.await(ctx, action, unit, f)
 }
 
 // UnitOfPID names the unit whose cgroup holds process pid.
@@ -270,12 +255,26 @@ func ErrorName(err error) string {
 // is success; on any other result the unit's failed state is reset so a
 // later start (a rollback) is not refused by the start limit.
 func (c *Client) job(ctx context.Context, op, unit string, f jobFunc) error {
+	res, err := c.await(ctx, op, unit, f)
+	if err != nil {
+		return err
+	}
+	c.log.Debug("systemd job finished", "op", op, "unit", unit, "result", res)
+	if res == "done" {
+		return nil
+	}
+	return c.failed(op, unit, res)
+}
+
+// await queues f's job for unit in "replace" mode and waits for its
+// result, bounded by ctx, or the client's job timeout when ctx has none.
+func (c *Client) await(ctx context.Context, op, unit string, f jobFunc) (string, error) {
 	// Buffered: the dispatcher sends while holding the job table's lock, and
 	// nobody may be listening any more once we gave up waiting.
 	ch := make(chan string, 1)
 	if _, err := f(ctx, unit, "replace", ch); err != nil {
 		// No job was queued, so nothing will ever arrive on ch.
-		return fmt.Errorf("%s %s: %w", op, unit, err)
+		return "", fmt.Errorf("%s %s: %w", op, unit, err)
 	}
 	wait := ctx
 	if _, ok := ctx.Deadline(); !ok {
@@ -285,13 +284,9 @@ func (c *Client) job(ctx context.Context, op, unit string, f jobFunc) error {
 	}
 	select {
 	case res := <-ch:
-		c.log.Debug("systemd job finished", "op", op, "unit", unit, "result", res)
-		if res == "done" {
-			return nil
-		}
-		return c.failed(op, unit, res)
+		return res, nil
 	case <-wait.Done():
-		return fmt.Errorf("%s %s: waiting for the job: %w", op, unit, wait.Err())
+		return "", fmt.Errorf("%s %s: waiting for the job: %w", op, unit, wait.Err())
 	}
 }
 

@@ -160,19 +160,8 @@ func newSite(t testing.TB, deadline time.Duration) *site {
 	return s
 }
 
-func writeJSON(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+// writeJSON is nspawntest.WriteJSON: v, indented, to path.
+var writeJSON = nspawntest.WriteJSON
 
 func (s *site) waitHTTP(url string, timeout time.Duration) {
 	s.t.Helper()
