@@ -215,6 +215,11 @@ type Controller struct {
 	redo   Timer   // re-dispatch when a flow's remembered demand lapses
 	redoAt instant // when redo fires, if redoOn
 	redoOn bool
+	// On the real clock, last serves as now for a tick after it was read
+	// (coarse): see lock.
+	coarse bool
+	fresh  bool  // last was read less than a tick ago
+	stale  Timer // clears fresh
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
@@ -238,19 +243,59 @@ func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = c
 // now is the clock's time, read as the time since the controller's start.
 func (c *Controller) now() instant { return c.clock.Since(c.start) }
 
-// lock takes mu and returns the time the decisions under it are made at:
-// read before the lock, so the lock is not held over the clock, and never
-// before a time already used (a caller that read the clock first may get
-// the lock second). Remembered demand that has lapsed by then lapses.
+// tick is how long a reading of the real clock serves as the time of the
+// decisions after it. A reading costs about as much as the rest of an
+// acquire and release together, and an operation of less than a tick
+// needs none: under load the clock is read once a tick, not twice an
+// operation. Service is then measured in steps of about a tick (a hold is
+// charged the steps it spans; a timer firing late makes a step longer),
+// which evens out over the holds of a flow; lapses of remembered demand
+// and the refusal and drain windows, all in seconds, move by as much. A
+// clock given with WithClock or WithEventClock is read at every decision,
+// so the dispatcher's shares stay exact in tests.
+const tick = time.Millisecond
+
+// lock takes mu and returns the time the decisions under it are made at,
+// never before a time already used. Remembered demand that has lapsed by
+// then lapses.
 func (c *Controller) lock() instant {
+	if c.coarse {
+		c.mu.Lock()
+		if !c.fresh {
+			c.freshen()
+		}
+		c.flows.expire(c.last)
+		return c.last
+	}
+	return c.lockExact()
+}
+
+// lockExact is lock with the clock read now: where a decision waits on
+// the time itself (a lapse of remembered demand). The clock is read before
+// the lock, so the lock is not held over it; a caller that read it first
+// may get the lock second, hence the max.
+func (c *Controller) lockExact() instant {
 	now := c.now()
 	c.mu.Lock()
-	if now < c.last {
-		now = c.last
+	c.last = max(c.last, now)
+	c.flows.expire(c.last)
+	return c.last
+}
+
+// freshen reads the real clock into last, good for a tick. Caller holds
+// mu.
+func (c *Controller) freshen() {
+	c.last = max(c.last, c.now())
+	c.fresh = true
+	if c.stale == nil {
+		c.stale = c.clock.AfterFunc(tick, func() {
+			c.mu.Lock()
+			c.fresh = false
+			c.mu.Unlock()
+		})
+		return
 	}
-	c.last = now
-	c.flows.expire(now)
-	return now
+	c.stale.Reset(tick)
 }
 
 // New returns a controller for lim. It panics on invalid limits: config
@@ -263,6 +308,8 @@ func New(lim Limits, opts ...Option) *Controller {
 	for _, o := range opts {
 		o(c)
 	}
+	sc, real := c.clock.(systemClock)
+	c.coarse = real && sc.now == nil
 	c.start = c.clock.Now()
 	c.flows.init(c.lim)
 	return c
@@ -367,7 +414,7 @@ func (c *Controller) armRedo(now instant) {
 }
 
 func (c *Controller) redispatch() {
-	now := c.lock()
+	now := c.lockExact() // the lapse it was set for has come
 	defer c.mu.Unlock()
 	c.redoOn = false
 	c.dispatch(now)
