@@ -392,7 +392,9 @@ func (c *Controller) grant(w *waiter, now instant) {
 	c.notePeaks(n)
 	c.flows.unlink(w)
 	c.flows.start(w.conv, w.kind, now)
-	w.granted = true
+	// The permit goes with the grant: the waiter wakes up holding it,
+	// with no second turn at the lock.
+	w.permit = c.permit(w.kind, w.conv)
 	close(w.ready)
 }
 
@@ -543,10 +545,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, ErrStopped
 		}
 		c.accepted.Add(1)
-		c.mu.Lock()
-		p := c.permit(k, conv)
-		c.mu.Unlock()
-		return p, nil
+		return w.permit, nil // set before ready closed
 	case <-ctx.Done():
 		failure = ErrCancelled
 	case <-expired:
@@ -563,11 +562,12 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	case w.stopped:
 		c.mu.Unlock()
 		return nil, ErrStopped
-	case w.granted:
+	case w.permit != nil:
 		// The grant raced the cancellation or timeout: hand the slot on
 		// instead of stranding it.
 		c.state.Add(-takeDelta[k])
 		c.flows.finish(conv, k, now)
+		c.recycle(w.permit)
 	default:
 		c.state.Add(-queuedDelta(k))
 		c.flows.dequeue(w)

@@ -84,7 +84,7 @@ type waiter struct {
 	conv       *flowState
 	at         instant
 	ready      chan struct{} // closed when granted or evicted
-	granted    bool
+	permit     *Permit       // the slot, once granted
 	linked     bool  // in its flow's FIFO
 	evicted    error // ErrPreempted or ErrDisplaced: lost its place
 	refusal    *Refusal
