@@ -740,9 +740,24 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now instant) *wa
 		if best != nil && cs > bestServed {
 			continue
 		}
+		// Whether a waiter may start depends on its kind only, not on
+		// the waiter: each kind is judged once per conversation, so a
+		// long queue of one kind costs one judgement.
+		var judged, refused [Control + 1]bool
 		for w := conv.head; w != nil; w = w.next {
-			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w.conv, w.kind) {
+			k := w.kind
+			if (k == Control) != control || refused[k] {
 				continue
+			}
+			if !judged[k] {
+				judged[k] = true
+				if !t.fits(u, k) || !t.mayStart(u, conv, k) {
+					refused[k] = true
+					if control || refused[Normal] && refused[Shell] {
+						break // no kind left that may start
+					}
+					continue
+				}
 			}
 			if best == nil || cs < bestServed || w.at < best.at {
 				best, bestServed = w, cs
