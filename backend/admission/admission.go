@@ -491,7 +491,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.accepted.Add(1)
 		return p, nil
 	}
-	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
+	w := &waiter{kind: k, conv: conv, ready: make(chan struct{})}
 	s := c.state.Load()
 	if queuedTotal(s) >= c.lim.MaxQueue {
 		victim, scope := c.flows.victim(conv, k)

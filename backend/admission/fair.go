@@ -80,13 +80,15 @@ func (f *flowState) running() int { return f.active[poolControl] + f.active[pool
 // waiter is one queued operation; its fields are guarded by the
 // controller's mutex.
 type waiter struct {
-	kind       Kind
-	conv       *flowState
-	at         instant
+	kind Kind
+	conv *flowState
+	// seq orders waiters by arrival: the clock, read once a tick, would
+	// leave the waiters of a tick in a tie.
+	seq        uint64
 	ready      chan struct{} // closed when granted or evicted
 	permit     *Permit       // the slot, once granted
-	linked     bool  // in its flow's FIFO
-	evicted    error // ErrPreempted or ErrDisplaced: lost its place
+	linked     bool          // in its flow's FIFO
+	evicted    error         // ErrPreempted or ErrDisplaced: lost its place
 	refusal    *Refusal
 	stopped    bool // removed from the queue by Stop
 	prev, next *waiter
@@ -265,6 +267,7 @@ type flowTable struct {
 	overflowed int64
 	nextSweep  instant
 	fullSweep  instant    // the table was last swept for being full (at most once a second)
+	seq        uint64     // waiters queued so far
 	lastFlow   Flow       // the flow get returned last ...
 	last       *flowState // ... and its conversation, until a sweep
 
@@ -526,6 +529,8 @@ func (t *flowTable) idled(c *flowState) {
 
 func (t *flowTable) queue(w *waiter) {
 	c := w.conv
+	t.seq++
+	w.seq = t.seq
 	w.prev, w.next = c.tail, nil
 	if c.tail != nil {
 		c.tail.next = w
@@ -719,7 +724,7 @@ func (t *flowTable) pick(u usage, now instant) *waiter {
 			if w == nil {
 				continue
 			}
-			if best == nil || ps < bestServed || (ps == bestServed && w.at < best.at) {
+			if best == nil || ps < bestServed || (ps == bestServed && w.seq < best.seq) {
 				best, bestServed = w, ps
 			}
 		}
@@ -759,7 +764,7 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now instant) *wa
 					continue
 				}
 			}
-			if best == nil || cs < bestServed || w.at < best.at {
+			if best == nil || cs < bestServed || w.seq < best.seq {
 				best, bestServed = w, cs
 			}
 			break
@@ -826,7 +831,7 @@ func (t *flowTable) normalVictim() *waiter {
 			if c.queued[poolNonControl] != cmost {
 				continue
 			}
-			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.at > best.at) {
+			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.seq > best.seq) {
 				best = w
 			}
 		}
@@ -842,7 +847,7 @@ func busiestConv(p *flowState, except *flowState) *flowState {
 		if c == except {
 			continue
 		}
-		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at > top.tail.at) {
+		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.seq > top.tail.seq) {
 			top = c
 		}
 	}
@@ -890,7 +895,7 @@ func (t *flowTable) allWaiters() []*waiter {
 			}
 		}
 	}
-	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.at, b.at) })
+	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	return ws
 }
 
