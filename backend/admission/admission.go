@@ -509,7 +509,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			c.displaced.Add(1)
 		}
 		if victim == nil {
-			c.flows.dequeue(w)
+			c.flows.dequeue(w, now)
 			r := c.refusal(ErrQueueFull, scope, conv, k, now)
 			c.dispatch(now) // the arrival's demand is gone again
 			c.mu.Unlock()
@@ -517,7 +517,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, r
 		}
 		c.state.Store(s - queuedDelta(victim.kind))
-		c.flows.dequeue(victim)
+		c.flows.dequeue(victim, now)
 		vscope := ScopeConversation
 		if victim.conv.principal != conv.principal {
 			vscope = ScopePrincipal
@@ -570,7 +570,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.recycle(w.permit)
 	default:
 		c.state.Add(-queuedDelta(k))
-		c.flows.dequeue(w)
+		c.flows.dequeue(w, now)
 	}
 	var r *Refusal
 	if failure == ErrQueueTimeout {
@@ -629,10 +629,12 @@ func (c *Controller) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped.Store(true)
-	c.flows.expire(c.now())
+	c.last = max(c.last, c.now())
+	now := c.last
+	c.flows.expire(now)
 	for _, w := range c.flows.allWaiters() {
 		c.state.Add(-queuedDelta(w.kind))
-		c.flows.dequeue(w)
+		c.flows.dequeue(w, now)
 		w.stopped = true
 		close(w.ready)
 		c.cancelled.Add(1)
@@ -660,7 +662,7 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	defer c.mu.Unlock()
 	conv := c.flows.get(f, now)
 	c.flows.arrive(conv, k, now)
-	defer c.flows.leave(conv, k)
+	defer c.flows.leave(conv, k, now)
 	if c.mayStartNow(conv, k) {
 		return nil
 	}

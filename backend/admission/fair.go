@@ -201,9 +201,8 @@ type flowState struct {
 
 	// a principal's conversations
 	convDemand [numPools]demandCount
-	nbusy      int      // conversations with effective demand
-	busyConvs  flowList // conversations with demand now
-	minConv    float64  // least service of its busy conversations, as last seen
+	nbusy      int     // conversations with effective demand
+	busyConvs  busySet // conversations with demand now
 
 	served   float64 // slot-seconds held up to servedAt
 	servedAt instant
@@ -273,8 +272,7 @@ type flowTable struct {
 
 	demand  [numPools]demandCount // principals by effective demand
 	lapsing flowList              // flows remembering demand, soonest lapse first
-	busyPs  flowList              // principals with demand now
-	minP    float64               // least service of the busy principals, as last seen
+	busyPs  busySet               // principals with demand now
 }
 
 func (t *flowTable) init(lim Limits) {
@@ -468,31 +466,74 @@ func (t *flowTable) lapse() (instant, bool) {
 	return 0, false
 }
 
+// busySet is the flows with demand now among a set of peers (the
+// principals; a principal's conversations), and the least service among
+// them.
+//
+// The least is kept for the instant it was found at: at one instant a
+// flow's service does not change (its slots change the rate, not the
+// amount so far), a flow that joins joins at the least or above, and so
+// only the leaving of the last flow at the least changes it; ties counts
+// them. On the real clock an instant lasts a tick, over which many flows
+// come and go: they scan the set once, not once each.
+type busySet struct {
+	list flowList
+	last float64 // the least as last seen (also once none is left)
+	min  float64 // the least at the instant at, if known
+	at   instant
+	ties int // flows at min
+	// known: min is the least now, at at (else it is found again)
+	known bool
+}
+
 // activate starts a flow that had no demand at the least service among its
 // peers with demand now (the last seen when none has), so that time spent
-// idle is not banked as a claim on the future. Called before its demand
-// rises from zero.
-func activate(f *flowState, peers *flowList, least *float64, now instant) {
-	first := true
-	for q := peers.head; q != nil; q = q.busyL.next {
-		if s := q.servedNow(now); first || s < *least {
-			*least, first = s, false
+// idle is not banked as a claim on the future, and adds it to the peers.
+// Called before its demand rises from zero.
+func (b *busySet) activate(f *flowState, now instant) {
+	if !b.known || b.at != now {
+		b.known = false
+		for q := b.list.head; q != nil; q = q.busyL.next {
+			switch s := q.servedNow(now); {
+			case !b.known || s < b.min:
+				b.min, b.ties, b.known, b.at = s, 1, true, now
+			case s == b.min:
+				b.ties++
+			}
 		}
 	}
+	if b.known {
+		b.last = b.min
+	}
 	f.accrue(now)
-	f.served = max(f.served, *least)
+	f.served = max(f.served, b.last)
+	switch {
+	case !b.known: // f is the only one
+		b.min, b.ties, b.known, b.at = f.served, 1, true, now
+	case f.served == b.min:
+		b.ties++
+	}
+	b.list.push(f, busyLinks)
+}
+
+// idle takes f, whose demand is gone, out of the peers.
+func (b *busySet) idle(f *flowState, now instant) {
+	if b.known && (b.at != now || f.servedNow(now) <= b.min) {
+		if b.ties--; b.at != now || b.ties <= 0 {
+			b.known = false
+		}
+	}
+	b.list.remove(f, busyLinks)
 }
 
 // arrive counts one more operation of kind k of conversation c, as queued.
 func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 	p := c.principal
 	if c.busy() == 0 {
-		activate(c, &p.busyConvs, &p.minConv, now)
-		p.busyConvs.push(c, busyLinks)
+		p.busyConvs.activate(c, now)
 	}
 	if p.busy() == 0 {
-		activate(p, &t.busyPs, &t.minP, now)
-		t.busyPs.push(p, busyLinks)
+		t.busyPs.activate(p, now)
 	}
 	for _, pool := range poolsOf(k) {
 		c.queued[pool]++
@@ -504,7 +545,7 @@ func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 }
 
 // leave takes one queued operation of kind k of c out of the demand.
-func (t *flowTable) leave(c *flowState, k Kind) {
+func (t *flowTable) leave(c *flowState, k Kind, now instant) {
 	p := c.principal
 	for _, pool := range poolsOf(k) {
 		c.queued[pool]--
@@ -512,18 +553,18 @@ func (t *flowTable) leave(c *flowState, k Kind) {
 	}
 	t.fell(c)
 	t.fell(p)
-	t.idled(c)
+	t.idled(c, now)
 }
 
 // idled takes c, and its principal, out of the busy lists when their
 // demand is gone.
-func (t *flowTable) idled(c *flowState) {
+func (t *flowTable) idled(c *flowState, now instant) {
 	p := c.principal
-	if c.busy() == 0 {
-		p.busyConvs.remove(c, busyLinks)
+	if c.busy() == 0 && c.busyL.in {
+		p.busyConvs.idle(c, now)
 	}
-	if p.busy() == 0 {
-		t.busyPs.remove(p, busyLinks)
+	if p.busy() == 0 && p.busyL.in {
+		t.busyPs.idle(p, now)
 	}
 }
 
@@ -576,9 +617,9 @@ func (t *flowTable) unlink(w *waiter) {
 }
 
 // dequeue takes w out: its demand and its place.
-func (t *flowTable) dequeue(w *waiter) {
+func (t *flowTable) dequeue(w *waiter, now instant) {
 	t.unlink(w)
-	t.leave(w.conv, w.kind)
+	t.leave(w.conv, w.kind, now)
 }
 
 // start turns a queued operation of kind k of c into a running slot; the
@@ -606,7 +647,7 @@ func (t *flowTable) finish(c *flowState, k Kind, now instant) {
 	}
 	t.fell(c)
 	t.fell(p)
-	t.idled(c)
+	t.idled(c, now)
 }
 
 // waterfill returns the max-min fair allocation of capacity among demands.
