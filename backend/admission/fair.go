@@ -142,6 +142,7 @@ func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
 type demandCount struct {
 	n     []int32 // n[v]: flows demanding v (the last, v or more)
 	some  int     // flows demanding at least 1
+	sum   int     // their demands (each clamped as counted)
 	level float64 // the water level as of the last computation
 	x     float64 // ... of this capacity
 	dirty bool    // a count changed since
@@ -154,10 +155,12 @@ func (d *demandCount) move(from, to int) {
 	if from > 0 {
 		d.n[min(from, top)]--
 		d.some--
+		d.sum -= min(from, top)
 	}
 	if to > 0 {
 		d.n[min(to, top)]++
 		d.some++
+		d.sum += min(to, top)
 	}
 	d.dirty = true
 }
@@ -170,6 +173,9 @@ func (d *demandCount) levelOf(x float64) float64 {
 		return d.level
 	}
 	d.dirty, d.x, d.level = false, x, math.Inf(1)
+	if float64(d.sum) < x {
+		return d.level // every demand met: no level to find
+	}
 	below, n := 0.0, d.some // demands under v, flows demanding v or more
 	for v := 1; v < len(d.n) && n > 0; v++ {
 		if below+float64(n)*float64(v) >= x {
