@@ -102,38 +102,54 @@ type flowLinks struct {
 	in         bool
 }
 
-func (l *flowList) push(f *flowState, links func(*flowState) *flowLinks) {
-	k := links(f)
+// linkSet names which of a flow's links a list goes through: a constant
+// switch where a function value would cost an indirect call per link.
+type linkSet uint8
+
+const (
+	busyLinks linkSet = iota
+	waitLinks
+	lapseLinks
+)
+
+func (f *flowState) links(s linkSet) *flowLinks {
+	switch s {
+	case busyLinks:
+		return &f.busyL
+	case waitLinks:
+		return &f.waitL
+	}
+	return &f.lapseL
+}
+
+func (l *flowList) push(f *flowState, s linkSet) {
+	k := f.links(s)
 	k.prev, k.next, k.in = l.tail, nil, true
 	if l.tail != nil {
-		links(l.tail).next = f
+		l.tail.links(s).next = f
 	} else {
 		l.head = f
 	}
 	l.tail = f
 }
 
-func (l *flowList) remove(f *flowState, links func(*flowState) *flowLinks) {
-	k := links(f)
+func (l *flowList) remove(f *flowState, s linkSet) {
+	k := f.links(s)
 	if !k.in {
 		return
 	}
 	if k.prev != nil {
-		links(k.prev).next = k.next
+		k.prev.links(s).next = k.next
 	} else {
 		l.head = k.next
 	}
 	if k.next != nil {
-		links(k.next).prev = k.prev
+		k.next.links(s).prev = k.prev
 	} else {
 		l.tail = k.prev
 	}
 	k.prev, k.next, k.in = nil, nil, false
 }
-
-func busyLinks(f *flowState) *flowLinks  { return &f.busyL }
-func waitLinks(f *flowState) *flowLinks  { return &f.waitL }
-func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
 
 // demandCount counts flows by effective demand in one pool: how many
 // demand each value (clamped to the pool's capacity: no share exceeds it),
@@ -433,7 +449,9 @@ func (t *flowTable) remember(f *flowState, now instant) {
 	}
 	for pool := range numPools {
 		f.peak[pool] = max(f.peak[pool], f.demand(pool))
-		t.setEff(f, pool, f.peak[pool])
+		if f.eff[pool] != f.peak[pool] { // mostly not: spare the call
+			t.setEff(f, pool, f.peak[pool])
+		}
 	}
 	f.peakUntil = until
 	if !in {
