@@ -245,14 +245,14 @@ func (c *Controller) now() instant { return c.clock.Since(c.start) }
 
 // tick is how long a reading of the real clock serves as the time of the
 // decisions after it. A reading costs about as much as the rest of an
-// acquire and release together, and an operation of less than a tick
-// needs none: under load the clock is read once a tick, not twice an
-// operation. Service is then measured in steps of about a tick (a hold is
-// charged the steps it spans; a timer firing late makes a step longer),
-// which evens out over the holds of a flow; lapses of remembered demand
-// and the refusal and drain windows, all in seconds, move by as much. A
-// clock given with WithClock or WithEventClock is read at every decision,
-// so the dispatcher's shares stay exact in tests.
+// acquire and release together; so under load the clock is read once a
+// tick, not twice a call. Service is then measured in steps of about a
+// tick (a hold is charged the steps it spans, so a hold shorter than a
+// tick may be charged nothing, and a timer firing late makes a step
+// longer), which evens out over a busy flow's holds; lapses of remembered
+// demand and the refusal and drain windows, all in seconds, move by as
+// much. A clock given with WithClock or WithEventClock is read at every
+// decision, so the dispatcher's shares stay exact in tests.
 const tick = time.Millisecond
 
 // lock takes mu and returns the time the decisions under it are made at,
@@ -308,8 +308,8 @@ func New(lim Limits, opts ...Option) *Controller {
 	for _, o := range opts {
 		o(c)
 	}
-	sc, real := c.clock.(systemClock)
-	c.coarse = real && sc.now == nil
+	sc, ok := c.clock.(systemClock)
+	c.coarse = ok && sc.now == nil
 	c.start = c.clock.Now()
 	c.flows.init(c.lim)
 	return c
