@@ -340,7 +340,12 @@ func (t *flowTable) get(f Flow, now instant) *flowState {
 		t.last.lastSeen, t.last.principal.lastSeen = now, now
 		return t.last
 	}
-	p := t.principals[f.Principal]
+	var p *flowState
+	if t.last != nil && f.Principal == t.lastFlow.Principal {
+		p = t.last.principal // another conversation of the same principal
+	} else {
+		p = t.principals[f.Principal]
+	}
 	if p == nil {
 		key := f.Principal
 		if len(t.principals) >= t.lim.MaxFlows {
