@@ -215,6 +215,11 @@ type Controller struct {
 	redo   Timer   // re-dispatch when a flow's remembered demand lapses
 	redoAt instant // when redo fires, if redoOn
 	redoOn bool
+	// On the real clock, last serves as now for a tick after it was read
+	// (coarse): see lock.
+	coarse bool
+	fresh  bool  // last was read less than a tick ago
+	stale  Timer // clears fresh
 
 	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
 	accepted, completed, rejected, timedOut, cancelled atomic.Int64
@@ -238,19 +243,59 @@ func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = c
 // now is the clock's time, read as the time since the controller's start.
 func (c *Controller) now() instant { return c.clock.Since(c.start) }
 
-// lock takes mu and returns the time the decisions under it are made at:
-// read before the lock, so the lock is not held over the clock, and never
-// before a time already used (a caller that read the clock first may get
-// the lock second). Remembered demand that has lapsed by then lapses.
+// tick is how long a reading of the real clock serves as the time of the
+// decisions after it. A reading costs about as much as the rest of an
+// acquire and release together; so under load the clock is read once a
+// tick, not twice a call. Service is then measured in steps of about a
+// tick (a hold is charged the steps it spans, so a hold shorter than a
+// tick may be charged nothing, and a timer firing late makes a step
+// longer), which evens out over a busy flow's holds; lapses of remembered
+// demand and the refusal and drain windows, all in seconds, move by as
+// much. A clock given with WithClock or WithEventClock is read at every
+// decision, so the dispatcher's shares stay exact in tests.
+const tick = time.Millisecond
+
+// lock takes mu and returns the time the decisions under it are made at,
+// never before a time already used. Remembered demand that has lapsed by
+// then lapses.
 func (c *Controller) lock() instant {
+	if c.coarse {
+		c.mu.Lock()
+		if !c.fresh {
+			c.freshen()
+		}
+		c.flows.expire(c.last)
+		return c.last
+	}
+	return c.lockExact()
+}
+
+// lockExact is lock with the clock read now: where a decision waits on
+// the time itself (a lapse of remembered demand). The clock is read before
+// the lock, so the lock is not held over it; a caller that read it first
+// may get the lock second, hence the max.
+func (c *Controller) lockExact() instant {
 	now := c.now()
 	c.mu.Lock()
-	if now < c.last {
-		now = c.last
+	c.last = max(c.last, now)
+	c.flows.expire(c.last)
+	return c.last
+}
+
+// freshen reads the real clock into last, good for a tick. Caller holds
+// mu.
+func (c *Controller) freshen() {
+	c.last = max(c.last, c.now())
+	c.fresh = true
+	if c.stale == nil {
+		c.stale = c.clock.AfterFunc(tick, func() {
+			c.mu.Lock()
+			c.fresh = false
+			c.mu.Unlock()
+		})
+		return
 	}
-	c.last = now
-	c.flows.expire(now)
-	return now
+	c.stale.Reset(tick)
 }
 
 // New returns a controller for lim. It panics on invalid limits: config
@@ -263,6 +308,8 @@ func New(lim Limits, opts ...Option) *Controller {
 	for _, o := range opts {
 		o(c)
 	}
+	sc, ok := c.clock.(systemClock)
+	c.coarse = ok && sc.now == nil
 	c.start = c.clock.Now()
 	c.flows.init(c.lim)
 	return c
@@ -345,7 +392,9 @@ func (c *Controller) grant(w *waiter, now instant) {
 	c.notePeaks(n)
 	c.flows.unlink(w)
 	c.flows.start(w.conv, w.kind, now)
-	w.granted = true
+	// The permit goes with the grant: the waiter wakes up holding it,
+	// with no second turn at the lock.
+	w.permit = c.permit(w.kind, w.conv)
 	close(w.ready)
 }
 
@@ -367,7 +416,7 @@ func (c *Controller) armRedo(now instant) {
 }
 
 func (c *Controller) redispatch() {
-	now := c.lock()
+	now := c.lockExact() // the lapse it was set for has come
 	defer c.mu.Unlock()
 	c.redoOn = false
 	c.dispatch(now)
@@ -442,7 +491,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.accepted.Add(1)
 		return p, nil
 	}
-	w := &waiter{kind: k, conv: conv, ready: make(chan struct{}), at: now}
+	w := &waiter{kind: k, conv: conv, ready: make(chan struct{})}
 	s := c.state.Load()
 	if queuedTotal(s) >= c.lim.MaxQueue {
 		victim, scope := c.flows.victim(conv, k)
@@ -460,7 +509,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			c.displaced.Add(1)
 		}
 		if victim == nil {
-			c.flows.dequeue(w)
+			c.flows.dequeue(w, now)
 			r := c.refusal(ErrQueueFull, scope, conv, k, now)
 			c.dispatch(now) // the arrival's demand is gone again
 			c.mu.Unlock()
@@ -468,7 +517,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, r
 		}
 		c.state.Store(s - queuedDelta(victim.kind))
-		c.flows.dequeue(victim)
+		c.flows.dequeue(victim, now)
 		vscope := ScopeConversation
 		if victim.conv.principal != conv.principal {
 			vscope = ScopePrincipal
@@ -496,10 +545,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 			return nil, ErrStopped
 		}
 		c.accepted.Add(1)
-		c.mu.Lock()
-		p := c.permit(k, conv)
-		c.mu.Unlock()
-		return p, nil
+		return w.permit, nil // set before ready closed
 	case <-ctx.Done():
 		failure = ErrCancelled
 	case <-expired:
@@ -516,14 +562,15 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	case w.stopped:
 		c.mu.Unlock()
 		return nil, ErrStopped
-	case w.granted:
+	case w.permit != nil:
 		// The grant raced the cancellation or timeout: hand the slot on
 		// instead of stranding it.
 		c.state.Add(-takeDelta[k])
 		c.flows.finish(conv, k, now)
+		c.recycle(w.permit)
 	default:
 		c.state.Add(-queuedDelta(k))
-		c.flows.dequeue(w)
+		c.flows.dequeue(w, now)
 	}
 	var r *Refusal
 	if failure == ErrQueueTimeout {
@@ -582,10 +629,12 @@ func (c *Controller) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped.Store(true)
-	c.flows.expire(c.now())
+	c.last = max(c.last, c.now())
+	now := c.last
+	c.flows.expire(now)
 	for _, w := range c.flows.allWaiters() {
 		c.state.Add(-queuedDelta(w.kind))
-		c.flows.dequeue(w)
+		c.flows.dequeue(w, now)
 		w.stopped = true
 		close(w.ready)
 		c.cancelled.Add(1)
@@ -613,7 +662,7 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	defer c.mu.Unlock()
 	conv := c.flows.get(f, now)
 	c.flows.arrive(conv, k, now)
-	defer c.flows.leave(conv, k)
+	defer c.flows.leave(conv, k, now)
 	if c.mayStartNow(conv, k) {
 		return nil
 	}

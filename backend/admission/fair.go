@@ -80,13 +80,15 @@ func (f *flowState) running() int { return f.active[poolControl] + f.active[pool
 // waiter is one queued operation; its fields are guarded by the
 // controller's mutex.
 type waiter struct {
-	kind       Kind
-	conv       *flowState
-	at         instant
+	kind Kind
+	conv *flowState
+	// seq orders waiters by arrival: the clock, read once a tick, would
+	// leave the waiters of a tick in a tie.
+	seq        uint64
 	ready      chan struct{} // closed when granted or evicted
-	granted    bool
-	linked     bool  // in its flow's FIFO
-	evicted    error // ErrPreempted or ErrDisplaced: lost its place
+	permit     *Permit       // the slot, once granted
+	linked     bool          // in its flow's FIFO
+	evicted    error         // ErrPreempted or ErrDisplaced: lost its place
 	refusal    *Refusal
 	stopped    bool // removed from the queue by Stop
 	prev, next *waiter
@@ -100,38 +102,54 @@ type flowLinks struct {
 	in         bool
 }
 
-func (l *flowList) push(f *flowState, links func(*flowState) *flowLinks) {
-	k := links(f)
+// linkSet names which of a flow's links a list goes through: a constant
+// switch where a function value would cost an indirect call per link.
+type linkSet uint8
+
+const (
+	busyLinks linkSet = iota
+	waitLinks
+	lapseLinks
+)
+
+func (f *flowState) links(s linkSet) *flowLinks {
+	switch s {
+	case busyLinks:
+		return &f.busyL
+	case waitLinks:
+		return &f.waitL
+	}
+	return &f.lapseL
+}
+
+func (l *flowList) push(f *flowState, s linkSet) {
+	k := f.links(s)
 	k.prev, k.next, k.in = l.tail, nil, true
 	if l.tail != nil {
-		links(l.tail).next = f
+		l.tail.links(s).next = f
 	} else {
 		l.head = f
 	}
 	l.tail = f
 }
 
-func (l *flowList) remove(f *flowState, links func(*flowState) *flowLinks) {
-	k := links(f)
+func (l *flowList) remove(f *flowState, s linkSet) {
+	k := f.links(s)
 	if !k.in {
 		return
 	}
 	if k.prev != nil {
-		links(k.prev).next = k.next
+		k.prev.links(s).next = k.next
 	} else {
 		l.head = k.next
 	}
 	if k.next != nil {
-		links(k.next).prev = k.prev
+		k.next.links(s).prev = k.prev
 	} else {
 		l.tail = k.prev
 	}
 	k.prev, k.next, k.in = nil, nil, false
 }
-
-func busyLinks(f *flowState) *flowLinks  { return &f.busyL }
-func waitLinks(f *flowState) *flowLinks  { return &f.waitL }
-func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
 
 // demandCount counts flows by effective demand in one pool: how many
 // demand each value (clamped to the pool's capacity: no share exceeds it),
@@ -140,6 +158,7 @@ func lapseLinks(f *flowState) *flowLinks { return &f.lapseL }
 type demandCount struct {
 	n     []int32 // n[v]: flows demanding v (the last, v or more)
 	some  int     // flows demanding at least 1
+	sum   int     // their demands (each clamped as counted)
 	level float64 // the water level as of the last computation
 	x     float64 // ... of this capacity
 	dirty bool    // a count changed since
@@ -152,10 +171,12 @@ func (d *demandCount) move(from, to int) {
 	if from > 0 {
 		d.n[min(from, top)]--
 		d.some--
+		d.sum -= min(from, top)
 	}
 	if to > 0 {
 		d.n[min(to, top)]++
 		d.some++
+		d.sum += min(to, top)
 	}
 	d.dirty = true
 }
@@ -168,6 +189,9 @@ func (d *demandCount) levelOf(x float64) float64 {
 		return d.level
 	}
 	d.dirty, d.x, d.level = false, x, math.Inf(1)
+	if float64(d.sum) < x {
+		return d.level // every demand met: no level to find
+	}
 	below, n := 0.0, d.some // demands under v, flows demanding v or more
 	for v := 1; v < len(d.n) && n > 0; v++ {
 		if below+float64(n)*float64(v) >= x {
@@ -199,9 +223,8 @@ type flowState struct {
 
 	// a principal's conversations
 	convDemand [numPools]demandCount
-	nbusy      int      // conversations with effective demand
-	busyConvs  flowList // conversations with demand now
-	minConv    float64  // least service of its busy conversations, as last seen
+	nbusy      int     // conversations with effective demand
+	busyConvs  busySet // conversations with demand now
 
 	served   float64 // slot-seconds held up to servedAt
 	servedAt instant
@@ -265,13 +288,13 @@ type flowTable struct {
 	overflowed int64
 	nextSweep  instant
 	fullSweep  instant    // the table was last swept for being full (at most once a second)
+	seq        uint64     // waiters queued so far
 	lastFlow   Flow       // the flow get returned last ...
 	last       *flowState // ... and its conversation, until a sweep
 
 	demand  [numPools]demandCount // principals by effective demand
 	lapsing flowList              // flows remembering demand, soonest lapse first
-	busyPs  flowList              // principals with demand now
-	minP    float64               // least service of the busy principals, as last seen
+	busyPs  busySet               // principals with demand now
 }
 
 func (t *flowTable) init(lim Limits) {
@@ -317,7 +340,12 @@ func (t *flowTable) get(f Flow, now instant) *flowState {
 		t.last.lastSeen, t.last.principal.lastSeen = now, now
 		return t.last
 	}
-	p := t.principals[f.Principal]
+	var p *flowState
+	if t.last != nil && f.Principal == t.lastFlow.Principal {
+		p = t.last.principal // another conversation of the same principal
+	} else {
+		p = t.principals[f.Principal]
+	}
 	if p == nil {
 		key := f.Principal
 		if len(t.principals) >= t.lim.MaxFlows {
@@ -426,7 +454,9 @@ func (t *flowTable) remember(f *flowState, now instant) {
 	}
 	for pool := range numPools {
 		f.peak[pool] = max(f.peak[pool], f.demand(pool))
-		t.setEff(f, pool, f.peak[pool])
+		if f.eff[pool] != f.peak[pool] { // mostly not: spare the call
+			t.setEff(f, pool, f.peak[pool])
+		}
 	}
 	f.peakUntil = until
 	if !in {
@@ -465,31 +495,74 @@ func (t *flowTable) lapse() (instant, bool) {
 	return 0, false
 }
 
+// busySet is the flows with demand now among a set of peers (the
+// principals; a principal's conversations), and the least service among
+// them.
+//
+// The least is kept for the instant it was found at: at one instant a
+// flow's service does not change (its slots change the rate, not the
+// amount so far), a flow that joins joins at the least or above, and so
+// only the leaving of the last flow at the least changes it; ties counts
+// them. On the real clock an instant lasts a tick, over which many flows
+// come and go: they scan the set once, not once each.
+type busySet struct {
+	list flowList
+	last float64 // the least as last seen (also once none is left)
+	min  float64 // the least at the instant at, if known
+	at   instant
+	ties int // flows at min
+	// known: min is the least now, at at (else it is found again)
+	known bool
+}
+
 // activate starts a flow that had no demand at the least service among its
 // peers with demand now (the last seen when none has), so that time spent
-// idle is not banked as a claim on the future. Called before its demand
-// rises from zero.
-func activate(f *flowState, peers *flowList, least *float64, now instant) {
-	first := true
-	for q := peers.head; q != nil; q = q.busyL.next {
-		if s := q.servedNow(now); first || s < *least {
-			*least, first = s, false
+// idle is not banked as a claim on the future, and adds it to the peers.
+// Called before its demand rises from zero.
+func (b *busySet) activate(f *flowState, now instant) {
+	if !b.known || b.at != now {
+		b.known = false
+		for q := b.list.head; q != nil; q = q.busyL.next {
+			switch s := q.servedNow(now); {
+			case !b.known || s < b.min:
+				b.min, b.ties, b.known, b.at = s, 1, true, now
+			case s == b.min:
+				b.ties++
+			}
 		}
 	}
+	if b.known {
+		b.last = b.min
+	}
 	f.accrue(now)
-	f.served = max(f.served, *least)
+	f.served = max(f.served, b.last)
+	switch {
+	case !b.known: // f is the only one
+		b.min, b.ties, b.known, b.at = f.served, 1, true, now
+	case f.served == b.min:
+		b.ties++
+	}
+	b.list.push(f, busyLinks)
+}
+
+// idle takes f, whose demand is gone, out of the peers.
+func (b *busySet) idle(f *flowState, now instant) {
+	if b.known && (b.at != now || f.servedNow(now) <= b.min) {
+		if b.ties--; b.at != now || b.ties <= 0 {
+			b.known = false
+		}
+	}
+	b.list.remove(f, busyLinks)
 }
 
 // arrive counts one more operation of kind k of conversation c, as queued.
 func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 	p := c.principal
 	if c.busy() == 0 {
-		activate(c, &p.busyConvs, &p.minConv, now)
-		p.busyConvs.push(c, busyLinks)
+		p.busyConvs.activate(c, now)
 	}
 	if p.busy() == 0 {
-		activate(p, &t.busyPs, &t.minP, now)
-		t.busyPs.push(p, busyLinks)
+		t.busyPs.activate(p, now)
 	}
 	for _, pool := range poolsOf(k) {
 		c.queued[pool]++
@@ -501,7 +574,7 @@ func (t *flowTable) arrive(c *flowState, k Kind, now instant) {
 }
 
 // leave takes one queued operation of kind k of c out of the demand.
-func (t *flowTable) leave(c *flowState, k Kind) {
+func (t *flowTable) leave(c *flowState, k Kind, now instant) {
 	p := c.principal
 	for _, pool := range poolsOf(k) {
 		c.queued[pool]--
@@ -509,23 +582,25 @@ func (t *flowTable) leave(c *flowState, k Kind) {
 	}
 	t.fell(c)
 	t.fell(p)
-	t.idled(c)
+	t.idled(c, now)
 }
 
 // idled takes c, and its principal, out of the busy lists when their
 // demand is gone.
-func (t *flowTable) idled(c *flowState) {
+func (t *flowTable) idled(c *flowState, now instant) {
 	p := c.principal
-	if c.busy() == 0 {
-		p.busyConvs.remove(c, busyLinks)
+	if c.busy() == 0 && c.busyL.in {
+		p.busyConvs.idle(c, now)
 	}
-	if p.busy() == 0 {
-		t.busyPs.remove(p, busyLinks)
+	if p.busy() == 0 && p.busyL.in {
+		t.busyPs.idle(p, now)
 	}
 }
 
 func (t *flowTable) queue(w *waiter) {
 	c := w.conv
+	t.seq++
+	w.seq = t.seq
 	w.prev, w.next = c.tail, nil
 	if c.tail != nil {
 		c.tail.next = w
@@ -571,9 +646,9 @@ func (t *flowTable) unlink(w *waiter) {
 }
 
 // dequeue takes w out: its demand and its place.
-func (t *flowTable) dequeue(w *waiter) {
+func (t *flowTable) dequeue(w *waiter, now instant) {
 	t.unlink(w)
-	t.leave(w.conv, w.kind)
+	t.leave(w.conv, w.kind, now)
 }
 
 // start turns a queued operation of kind k of c into a running slot; the
@@ -601,7 +676,7 @@ func (t *flowTable) finish(c *flowState, k Kind, now instant) {
 	}
 	t.fell(c)
 	t.fell(p)
-	t.idled(c)
+	t.idled(c, now)
 }
 
 // waterfill returns the max-min fair allocation of capacity among demands.
@@ -719,7 +794,7 @@ func (t *flowTable) pick(u usage, now instant) *waiter {
 			if w == nil {
 				continue
 			}
-			if best == nil || ps < bestServed || (ps == bestServed && w.at < best.at) {
+			if best == nil || ps < bestServed || (ps == bestServed && w.seq < best.seq) {
 				best, bestServed = w, ps
 			}
 		}
@@ -740,11 +815,26 @@ func (t *flowTable) pickIn(p *flowState, control bool, u usage, now instant) *wa
 		if best != nil && cs > bestServed {
 			continue
 		}
+		// Whether a waiter may start depends on its kind only, not on
+		// the waiter: each kind is judged once per conversation, so a
+		// long queue of one kind costs one judgement.
+		var judged, refused [Control + 1]bool
 		for w := conv.head; w != nil; w = w.next {
-			if (w.kind == Control) != control || !t.fits(u, w.kind) || !t.mayStart(u, w.conv, w.kind) {
+			k := w.kind
+			if (k == Control) != control || refused[k] {
 				continue
 			}
-			if best == nil || cs < bestServed || w.at < best.at {
+			if !judged[k] {
+				judged[k] = true
+				if !t.fits(u, k) || !t.mayStart(u, conv, k) {
+					refused[k] = true
+					if control || refused[Normal] && refused[Shell] {
+						break // no kind left that may start
+					}
+					continue
+				}
+			}
+			if best == nil || cs < bestServed || w.seq < best.seq {
 				best, bestServed = w, cs
 			}
 			break
@@ -811,7 +901,7 @@ func (t *flowTable) normalVictim() *waiter {
 			if c.queued[poolNonControl] != cmost {
 				continue
 			}
-			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.at > best.at) {
+			if w := youngest(c, Normal); w != nil && w.kind != Control && (best == nil || w.seq > best.seq) {
 				best = w
 			}
 		}
@@ -827,7 +917,7 @@ func busiestConv(p *flowState, except *flowState) *flowState {
 		if c == except {
 			continue
 		}
-		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.at > top.tail.at) {
+		if top == nil || c.nwait > top.nwait || (c.nwait == top.nwait && c.tail.seq > top.tail.seq) {
 			top = c
 		}
 	}
@@ -875,7 +965,7 @@ func (t *flowTable) allWaiters() []*waiter {
 			}
 		}
 	}
-	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.at, b.at) })
+	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	return ws
 }
 

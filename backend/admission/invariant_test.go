@@ -100,3 +100,68 @@ func TestBookkeepingAgreesWithRecount(t *testing.T) {
 	checkBookkeeping(t, c, -1)
 	assertIdle(t, c)
 }
+
+// checkLeast checks, under the lock, that a busy set's least service, where
+// it is kept for the instant now, is the least and the number at it of a
+// recount over the set.
+func checkLeast(tb testing.TB, b *busySet, now instant, what string, step int) {
+	tb.Helper()
+	if !b.known || b.at != now {
+		return
+	}
+	least, ties := 0.0, 0
+	for q := b.list.head; q != nil; q = q.busyL.next {
+		switch s := q.servedNow(now); {
+		case ties == 0 || s < least:
+			least, ties = s, 1
+		case s == least:
+			ties++
+		}
+	}
+	if ties == 0 || least != b.min || ties != b.ties {
+		tb.Fatalf("step %d: %s: least %v (%d at it), recount %v (%d)", step, what, b.min, b.ties, least, ties)
+	}
+}
+
+// TestLeastServiceAgreesWithRecount: random arrivals and releases over
+// many flows, the clock mostly standing still (many decisions at one
+// instant, as on the real clock within a tick); after each, the least
+// service kept for the instant agrees with a recount.
+func TestLeastServiceAgreesWithRecount(t *testing.T) {
+	lim := small()
+	lim.MaxActive, lim.ReservedControl, lim.MaxShell = 8, 2, 3
+	c, clk := fairController(t, lim)
+	var flows []Flow
+	for _, p := range []string{"a", "b", "c"} {
+		for _, cv := range []string{"1", "2", "3", "4"} {
+			flows = append(flows, flow(p, cv))
+		}
+	}
+	rng := rand.New(rand.NewPCG(30, 2))
+	var held []*Permit
+	for step := range 5000 {
+		switch r := rng.IntN(20); {
+		case r < 9:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			p, err := c.AcquireFlow(ctx, Normal, flows[rng.IntN(len(flows))])
+			cancel()
+			if err == nil {
+				held = append(held, p)
+			}
+		case r < 19 && len(held) > 0:
+			i := rng.IntN(len(held))
+			held[i].Release()
+			held = append(held[:i], held[i+1:]...)
+		case r == 19:
+			clk.add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		}
+		c.mu.Lock()
+		checkLeast(t, &c.flows.busyPs, c.last, "principals", step)
+		for _, p := range c.flows.principals {
+			checkLeast(t, &p.busyConvs, c.last, "conversations of "+p.key, step)
+		}
+		c.mu.Unlock()
+	}
+	releaseAll(held)
+	assertIdle(t, c)
+}

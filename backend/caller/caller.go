@@ -26,9 +26,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -75,7 +77,12 @@ type Principal struct {
 }
 
 // Key is the principal's identity as one string: equal keys, one share.
-func (p Principal) Key() string { return string(p.Kind) + ":" + p.ID }
+func (p Principal) Key() string {
+	if p.Kind == Anonymous && p.ID == "" {
+		return "anonymous:" // the common unauthenticated case, without allocating
+	}
+	return string(p.Kind) + ":" + p.ID
+}
 
 // Verified reports whether the server checked who this is.
 func (p Principal) Verified() bool { return p.Kind == Operator || p.Kind == OAuth }
@@ -145,7 +152,14 @@ func (k *Keys) Resolve(c Claims) Caller {
 	default:
 		out.Conversation, out.ConversationFrom = FromDefault, FromDefault
 	}
-	out.PrincipalHash = k.Principal(out.Principal)
+	switch out.Principal.Kind {
+	case Anonymous:
+		out.PrincipalHash = k.anonymous
+	case Operator:
+		out.PrincipalHash = k.operator
+	default:
+		out.PrincipalHash = k.Principal(out.Principal)
+	}
 	return out
 }
 
@@ -165,14 +179,38 @@ const KeyBytes = 32
 const KeyFile = "pseudonym.key"
 
 // Keys derives pseudonyms under one secret key.
-type Keys struct{ key []byte }
+type Keys struct {
+	key []byte
+	// Every call is resolved (twice: the intake and the middleware), so
+	// a pseudonym costs no allocation but its string: the keyed hashes
+	// are reused, and the principals with a fixed id are hashed once.
+	macs                sync.Pool // *mac
+	anonymous, operator string
+}
+
+// mac is a keyed HMAC-SHA256 and the buffers one pseudonym needs.
+type mac struct {
+	h   hash.Hash
+	in  []byte
+	sum []byte
+}
+
+func newKeys(key []byte) *Keys {
+	k := &Keys{key: key}
+	k.macs.New = func() any {
+		return &mac{h: hmac.New(sha256.New, k.key), sum: make([]byte, 0, sha256.Size)}
+	}
+	k.anonymous = k.Principal(Principal{Kind: Anonymous})
+	k.operator = k.Principal(Principal{Kind: Operator, ID: "operator"})
+	return k
+}
 
 // NewKeys returns pseudonyms under key (KeyBytes long).
 func NewKeys(key []byte) (*Keys, error) {
 	if len(key) != KeyBytes {
 		return nil, fmt.Errorf("pseudonym key: %d bytes, want %d", len(key), KeyBytes)
 	}
-	return &Keys{key: append([]byte(nil), key...)}, nil
+	return newKeys(append([]byte(nil), key...)), nil
 }
 
 // EphemeralKeys are pseudonyms under a fresh random key: stable only as
@@ -180,24 +218,33 @@ func NewKeys(key []byte) (*Keys, error) {
 func EphemeralKeys() *Keys {
 	k := make([]byte, KeyBytes)
 	_, _ = rand.Read(k) // never fails (crypto/rand)
-	return &Keys{key: k}
+	return newKeys(k)
 }
 
 var processKeys = EphemeralKeys()
 
-// Principal is p's pseudonym.
-func (k *Keys) Principal(p Principal) string { return k.hash("principal", p.Key()) }
+// Principal is p's pseudonym: the hash of its Key.
+func (k *Keys) Principal(p Principal) string { return k.hash("principal", string(p.Kind), ":", p.ID) }
 
-// hash is 64 bits of HMAC-SHA256 over a domain and an id: enough to tell
-// flows apart in a table of thousands, and, without the key, no way to
-// test a guess.
-func (k *Keys) hash(domain, id string) string {
-	h := hmac.New(sha256.New, k.key)
-	h.Write([]byte(domain))
-	h.Write([]byte{0})
-	h.Write([]byte(id))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+// hash is 64 bits of HMAC-SHA256 over a domain and an id (the
+// concatenation of parts): enough to tell flows apart in a table of
+// thousands, and, without the key, no way to test a guess.
+func (k *Keys) hash(domain string, id ...string) string {
+	m := k.macs.Get().(*mac)
+	in := append(append(m.in[:0], domain...), 0)
+	for _, s := range id {
+		in = append(in, s...)
+	}
+	m.h.Reset()
+	m.h.Write(in)
+	m.sum = m.h.Sum(m.sum[:0])
+	var out [16]byte
+	hex.Encode(out[:], m.sum[:8])
+	if cap(in) <= 4*MaxIDBytes { // a rare huge id is not kept
+		m.in = in
+	}
+	k.macs.Put(m)
+	return string(out[:])
 }
 
 // LoadKeys reads the key at path, creating it (KeyBytes random bytes,

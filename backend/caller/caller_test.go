@@ -1,6 +1,7 @@
 package caller
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -131,5 +132,79 @@ func TestLoadKeysConcurrent(t *testing.T) {
 		if g != got[0] {
 			t.Fatalf("processes disagree on the key: %v", got)
 		}
+	}
+}
+
+// refHash is a pseudonym computed the plain way: what Keys must keep
+// giving, whatever it reuses, or pseudonyms change across an upgrade.
+func refHash(tb testing.TB, key []byte, domain, id string) string {
+	tb.Helper()
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(domain + "\x00" + id))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// TestPseudonymsAreHMAC: reused hashes and the pseudonyms of fixed
+// principals give what a fresh HMAC gives, from many goroutines at once.
+func TestPseudonymsAreHMAC(t *testing.T) {
+	key := []byte(strings.Repeat("k", KeyBytes))
+	k, err := NewKeys(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("s", 4*MaxIDBytes+1)
+	cases := []struct {
+		name            string
+		in              Claims
+		principal, conv string // the hashed inputs
+		convDomain      string
+	}{
+		{"anonymous", Claims{}, "anonymous:", "", ""},
+		{"operator", Claims{Operator: true, SessionID: "s1"}, "operator:operator", "s1", FromSessionID},
+		{"oauth", Claims{Issuer: "https://as", Subject: "alice", MetaSession: "c"}, "oauth:https://as alice", "c", FromMetaSession},
+		{"asserted", Claims{MetaSubject: "bob", MetaSession: "c2"}, "asserted:bob", "c2", FromMetaSession},
+		{"long session id", Claims{SessionID: long}, "anonymous:", long, FromSessionID},
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				for _, tc := range cases {
+					got := k.Resolve(tc.in)
+					if want := refHash(t, key, "principal", tc.principal); got.PrincipalHash != want {
+						t.Errorf("%s: principal %q, want %q", tc.name, got.PrincipalHash, want)
+						return
+					}
+					if tc.conv != "" {
+						if want := refHash(t, key, tc.convDomain, tc.conv); got.Conversation != want {
+							t.Errorf("%s: conversation %q, want %q", tc.name, got.Conversation, want)
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkResolve: what resolving a call costs (every call is resolved
+// twice); allocs/op is the figure to watch.
+func BenchmarkResolve(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		in   Claims
+	}{
+		{"anonymous-session", Claims{SessionID: "session-00000000000000000000000000000042"}},
+		{"asserted-session", Claims{MetaSubject: "user-42", MetaSession: "conversation-42"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Resolve(tc.in)
+			}
+		})
 	}
 }
