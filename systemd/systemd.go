@@ -224,7 +224,7 @@ func (c *Client) RunJob(ctx context.Context, action, unit string) (string, error
 	default:
 		return "", fmt.Errorf("job %s %s: unknown action (want start, stop, restart or reload)", action, unit)
 	}
-	return c.await(ctx, action, unit, f)
+	return c.await(ctx, action, unit, func(ch chan<- string) (int, error) { return f(ctx, unit, "replace", ch) })
 }
 
 // UnitOfPID names the unit whose cgroup holds process pid.
@@ -255,7 +255,7 @@ func ErrorName(err error) string {
 // is success; on any other result the unit's failed state is reset so a
 // later start (a rollback) is not refused by the start limit.
 func (c *Client) job(ctx context.Context, op, unit string, f jobFunc) error {
-	res, err := c.await(ctx, op, unit, f)
+	res, err := c.await(ctx, op, unit, func(ch chan<- string) (int, error) { return f(ctx, unit, "replace", ch) })
 	if err != nil {
 		return err
 	}
@@ -266,13 +266,14 @@ func (c *Client) job(ctx context.Context, op, unit string, f jobFunc) error {
 	return c.failed(op, unit, res)
 }
 
-// await queues f's job for unit in "replace" mode and waits for its
-// result, bounded by ctx, or the client's job timeout when ctx has none.
-func (c *Client) await(ctx context.Context, op, unit string, f jobFunc) (string, error) {
+// await queues a job for unit (queue asks systemd for it) and waits for
+// its result, bounded by ctx, or the client's job timeout when ctx has
+// none.
+func (c *Client) await(ctx context.Context, op, unit string, queue func(ch chan<- string) (int, error)) (string, error) {
 	// Buffered: the dispatcher sends while holding the job table's lock, and
 	// nobody may be listening any more once we gave up waiting.
 	ch := make(chan string, 1)
-	if _, err := f(ctx, unit, "replace", ch); err != nil {
+	if _, err := queue(ch); err != nil {
 		// No job was queued, so nothing will ever arrive on ch.
 		return "", fmt.Errorf("%s %s: %w", op, unit, err)
 	}
@@ -653,23 +654,14 @@ func (c *Client) StartTransientService(ctx context.Context, t TransientService) 
 	if t.StopTimeout > 0 {
 		props = append(props, sddbus.Property{Name: "TimeoutStopUSec", Value: godbus.MakeVariant(uint64(t.StopTimeout / time.Microsecond))})
 	}
-	ch := make(chan string, 1)
-	if _, err := c.conn.StartTransientUnitContext(ctx, t.Name, "fail", props, ch); err != nil {
-		return fmt.Errorf("start %s: %w", t.Name, err)
+	res, err := c.await(ctx, "start", t.Name, func(ch chan<- string) (int, error) {
+		return c.conn.StartTransientUnitContext(ctx, t.Name, "fail", props, ch)
+	})
+	if err != nil {
+		return err
 	}
-	wait := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithTimeout(ctx, c.jobTimeout)
-		defer cancel()
+	if res != "done" {
+		return &JobError{Op: "start", Unit: t.Name, Result: res}
 	}
-	select {
-	case res := <-ch:
-		if res != "done" {
-			return &JobError{Op: "start", Unit: t.Name, Result: res}
-		}
-		return nil
-	case <-wait.Done():
-		return fmt.Errorf("start %s: waiting for the job: %w", t.Name, wait.Err())
-	}
+	return nil
 }
