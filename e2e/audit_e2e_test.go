@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"bytes"
@@ -635,7 +635,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 // build with audit.sink off beside it (both transient units of one
 // container, same limits), from 8 parallel clients on the host.
 //
-//	go test -run '^$' -bench ToolCallJournal -benchtime 5000x ./ops/deploy/
+//	go test -run '^$' -bench ToolCallJournal -benchtime 5000x ./e2e/
 func BenchmarkToolCallJournal(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "mcp-backend")

@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/deploy"
@@ -162,7 +163,7 @@ func pidsOf(t testing.TB, out []byte) []int {
 // output at 100000 bytes.
 func jobSite(t *testing.T) *site {
 	s := newSite(t, 60*time.Second)
-	writeJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "jobs": map[string]any{
+	nspawntest.WriteJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "jobs": map[string]any{
 		"stateDir": filepath.Join(s.Dir, "jobstate"), "outputBytes": 100000, "totalOutputBytes": 100 << 20,
 		"memoryMaxBytes": 1 << 30, "tasksMax": 256,
 	}})

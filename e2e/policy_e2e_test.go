@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -24,7 +25,7 @@ func policySite(t *testing.T, expireMs int64) *site {
 
 func (s *site) writePolicy(expireMs int64) {
 	s.T.Helper()
-	writeJSON(s.T, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "policy": map[string]any{
+	nspawntest.WriteJSON(s.T, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "policy": map[string]any{
 		"default":   "allow",
 		"rules":     []map[string]any{{"id": "ask-touch", "action": "ask", "reason": "touch changes files", "commands": []string{"touch *"}}},
 		"approvals": map[string]any{"expireMs": expireMs},
