@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/internal/sitetest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -25,31 +26,31 @@ import (
 // writeUnit writes a unit (or drop-in, when name has a directory) into the
 // container's unit dir and reloads systemd.
 func (s *site) writeUnit(name, content string) {
-	s.t.Helper()
-	p := filepath.Join(s.m.UnitsDir, name)
+	s.T.Helper()
+	p := filepath.Join(s.M.UnitsDir, name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
-	if err := s.m.Client.DaemonReload(context.Background()); err != nil {
-		s.t.Fatal(err)
+	if err := s.M.Client.DaemonReload(context.Background()); err != nil {
+		s.T.Fatal(err)
 	}
 }
 
 // untouched asserts a refused cutover changed nothing: production still on
 // v1 with the same unit invocation, no snapshot, no rollback armed.
 func (s *site) untouched(inv string) {
-	s.t.Helper()
-	if _, _, now := s.prod(); now != inv {
-		s.t.Fatal("a refused cutover restarted the backend")
+	s.T.Helper()
+	if _, _, now := s.Prod(); now != inv {
+		s.T.Fatal("a refused cutover restarted the backend")
 	}
-	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
-		s.t.Fatalf("production %s, current %s after a refused cutover, want v1", v, c)
+	if v, c := s.Version(), s.Current(); v != "v1" || c != "v1" {
+		s.T.Fatalf("production %s, current %s after a refused cutover, want v1", v, c)
 	}
-	if list, _ := snapshot.List(s.cfg.StateDir); len(list) != 0 {
-		s.t.Fatalf("a refused cutover took %d snapshots", len(list))
+	if list, _ := snapshot.List(s.Cfg.StateDir); len(list) != 0 {
+		s.T.Fatalf("a refused cutover took %d snapshots", len(list))
 	}
 	s.assertNoRollbackArmed()
 }
@@ -60,51 +61,51 @@ func (s *site) untouched(inv string) {
 // only the unit check can catch it.
 func TestCutoverRefusesDuplicateSupervisors(t *testing.T) {
 	s := newSite(t, 60*time.Second)
-	s.pass(s.builds["v2"])
-	_, _, inv := s.prod()
+	s.Pass(s.Builds["v2"])
+	_, _, inv := s.Prod()
 
 	t.Run("second unit on the same binary", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		addr := proctest.FreeAddr(t)
-		legacyCfg := filepath.Join(s.dir, "etc", "legacy.json")
+		legacyCfg := filepath.Join(s.Dir, "etc", "legacy.json")
 		writeJSON(t, legacyCfg, map[string]any{"listen": addr})
 		s.writeUnit("legacy-mcp.service", fmt.Sprintf("[Service]\nType=simple\nExecStart=%s serve --config %s --listen %s\n",
-			units.CurrentBinary(s.cfg.Install.Root), legacyCfg, addr))
-		if err := s.m.Client.Start(context.Background(), "legacy-mcp.service"); err != nil {
+			units.CurrentBinary(s.Cfg.Install.Root), legacyCfg, addr))
+		if err := s.M.Client.Start(context.Background(), "legacy-mcp.service"); err != nil {
 			t.Fatal(err)
 		}
-		s.waitHTTP("http://"+addr+"/healthz", 10*time.Second)
-		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		s.WaitHTTP("http://"+addr+"/healthz", 10*time.Second)
+		code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback")
 		if code != 1 || !strings.Contains(out, "duplicate supervisor: legacy-mcp.service") {
 			t.Fatalf("exit %d, want 1 naming legacy-mcp.service:\n%s", code, out)
 		}
 		s.untouched(inv)
-		if err := s.m.Client.Stop(context.Background(), "legacy-mcp.service"); err != nil {
+		if err := s.M.Client.Stop(context.Background(), "legacy-mcp.service"); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("second watchdog under another name", func(t *testing.T) {
-		s.t = t
-		s.writeUnit("other-watchdog.service", fmt.Sprintf("[Service]\nType=oneshot\nExecStart=%s --config %s watchdog\n", s.mcpctl, s.cfgPath))
+		s.T = t
+		s.writeUnit("other-watchdog.service", fmt.Sprintf("[Service]\nType=oneshot\nExecStart=%s --config %s watchdog\n", s.MCPCtl, s.CfgPath))
 		s.writeUnit("other-watchdog.timer", "[Timer]\nOnActiveSec=1h\n")
-		if err := s.m.Client.Start(context.Background(), "other-watchdog.timer"); err != nil {
+		if err := s.M.Client.Start(context.Background(), "other-watchdog.timer"); err != nil {
 			t.Fatal(err)
 		}
-		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+		code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback")
 		if code != 1 || !strings.Contains(out, "other-watchdog.service") || strings.Contains(out, "legacy-mcp") {
 			t.Fatalf("exit %d, want 1 naming other-watchdog.service only (legacy-mcp is stopped):\n%s", code, out)
 		}
 		s.untouched(inv)
-		if err := s.m.Client.Stop(context.Background(), "other-watchdog.timer"); err != nil {
+		if err := s.M.Client.Stop(context.Background(), "other-watchdog.timer"); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("with both stopped the cutover goes through", func(t *testing.T) {
-		s.t = t
-		if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+		s.T = t
+		if code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback"); code != 0 {
 			t.Fatalf("exit %d, want 0 (stopped units supervise nothing):\n%s", code, out)
 		}
-		if v := s.version(); v != "v2" {
+		if v := s.Version(); v != "v2" {
 			t.Fatalf("production %s, want v2", v)
 		}
 	})
@@ -113,14 +114,14 @@ func TestCutoverRefusesDuplicateSupervisors(t *testing.T) {
 // showMono reads a monotonic timestamp property of a unit inside the
 // container.
 func (s *site) showMono(unit, prop string) uint64 {
-	s.t.Helper()
-	out, err := s.m.Exec(context.Background(), "systemctl", "show", "-P", prop, unit)
+	s.T.Helper()
+	out, err := s.M.Exec(context.Background(), "systemctl", "show", "-P", prop, unit)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 	if err != nil || n == 0 {
-		s.t.Fatalf("%s %s = %q: want a timestamp", unit, prop, out)
+		s.T.Fatalf("%s %s = %q: want a timestamp", unit, prop, out)
 	}
 	return n
 }
@@ -134,7 +135,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	s := newSite(t, 10*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	us, err := units.Render(units.Params{Spec: unitSpec(t, s.cfg), MCPCtl: s.mcpctl, MCPCtlConfig: s.cfgPath})
+	us, err := units.Render(units.Params{Spec: sitetest.UnitSpec(t, s.Cfg), MCPCtl: s.MCPCtl, MCPCtlConfig: s.CfgPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,39 +145,39 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 			enable = append(enable, u.Name)
 		}
 	}
-	if err := s.m.Client.Enable(ctx, enable...); err != nil {
+	if err := s.M.Client.Enable(ctx, enable...); err != nil {
 		t.Fatal(err)
 	}
 
 	// The real v2 build, held at its start in the idle slot: mcpctl is
 	// killed while it waits on that start, so v2 comes up in standby and
 	// never takes over; the cutover is still pending and current names v2.
-	_, _, inv0 := s.prod()
-	out := s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.builds["v2"]), inv0)
-	s.waitHTTP(s.backend+"/healthz", 10*time.Second)
-	p, err := state.Dir(s.cfg.StateDir).ReadPending()
-	if err != nil || p == nil || s.current() != "v2" || s.version() != "v1" {
+	_, _, inv0 := s.Prod()
+	out := s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.Builds["v2"]), inv0)
+	s.WaitHTTP(s.Backend+"/healthz", 10*time.Second)
+	p, err := state.Dir(s.Cfg.StateDir).ReadPending()
+	if err != nil || p == nil || s.Current() != "v2" || s.Version() != "v1" {
 		t.Fatalf("before the reboot: pending %+v (%v), current %s, serving %s; want a pending cutover to v2, v1 serving:\n%s",
-			p, err, s.current(), s.version(), out)
+			p, err, s.Current(), s.Version(), out)
 	}
 
-	s.m.Reboot(t)
-	s.waitHTTP(s.backend+"/readyz", 30*time.Second)
-	if v, c := s.version(), s.current(); v != "v1" || c != "v1" {
+	s.M.Reboot(t)
+	s.WaitHTTP(s.Backend+"/readyz", 30*time.Second)
+	if v, c := s.Version(), s.Current(); v != "v1" || c != "v1" {
 		t.Fatalf("after the reboot production serves %s, current %s; want v1", v, c)
 	}
-	if p, err := state.Dir(s.cfg.StateDir).ReadPending(); err != nil || p != nil {
+	if p, err := state.Dir(s.Cfg.StateDir).ReadPending(); err != nil || p != nil {
 		t.Fatalf("pending marker after the boot-time rollback = %+v, %v; want none", p, err)
 	}
-	st, err := s.m.Client.Unit(ctx, units.PendingRollbackService)
+	st, err := s.M.Client.Unit(ctx, units.PendingRollbackService)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Result != "success" || st.ExecMainStatus != 0 {
 		t.Fatalf("%s: result %s status %d", units.PendingRollbackService, st.Result, st.ExecMainStatus)
 	}
-	unit, _, _ := s.prod()
-	be, err := s.m.Client.Unit(ctx, unit)
+	unit, _, _ := s.Prod()
+	be, err := s.M.Client.Unit(ctx, unit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 	if restored > started {
 		t.Fatalf("backend started (%d us) before the boot-time rollback finished (%d us)", started, restored)
 	}
-	events, err := state.Dir(s.cfg.StateDir).Tail(20)
+	events, err := state.Dir(s.Cfg.StateDir).Tail(20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,10 +208,10 @@ func TestBootRollsBackAPendingCutover(t *testing.T) {
 // watchdogRun runs one mcpctl watchdog round in the container and returns
 // the tunnels it restarted.
 func (s *site) watchdogRun() []string {
-	s.t.Helper()
-	code, out := s.run("--json", "watchdog")
+	s.T.Helper()
+	code, out := s.Run("--json", "watchdog")
 	if code != 0 {
-		s.t.Fatalf("watchdog exit %d:\n%s", code, out)
+		s.T.Fatalf("watchdog exit %d:\n%s", code, out)
 	}
 	var rep struct {
 		Skipped   string   `json:"skipped"`
@@ -218,7 +219,7 @@ func (s *site) watchdogRun() []string {
 		Restarted []string `json:"restarted"`
 	}
 	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:strings.LastIndex(out, "}")+1]), &rep) != nil || rep.Skipped != "" || !rep.BackendOK {
-		s.t.Fatalf("watchdog report: %s", out)
+		s.T.Fatalf("watchdog report: %s", out)
 	}
 	return rep.Restarted
 }
@@ -226,7 +227,7 @@ func (s *site) watchdogRun() []string {
 // identities are the InvocationIDs of the backend and both tunnels.
 func (s *site) identities() map[string]string {
 	out := s.invocations()
-	_, _, out["backend"] = s.prod()
+	_, _, out["backend"] = s.Prod()
 	return out
 }
 
@@ -235,15 +236,15 @@ func (s *site) identities() map[string]string {
 // nothing else is; a saturated backend (/readyz 503) restarts nothing.
 func TestWatchdogInSystemd(t *testing.T) {
 	s := newSite(t, 60*time.Second)
-	broken, healthy := s.cfg.Tunnels[0], s.cfg.Tunnels[1]
+	broken, healthy := s.Cfg.Tunnels[0], s.Cfg.Tunnels[1]
 	dropIn := broken.Unit + ".d/broken.conf"
 
 	t.Run("a tunnel that does not forward", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		_, port, _ := strings.Cut(strings.TrimPrefix(broken.URL, "http://"), ":")
 		// Listens, accepts, and closes every connection: active, useless.
 		s.writeUnit(dropIn, fmt.Sprintf("[Service]\nExecStart=\nExecStart=/usr/bin/socat TCP-LISTEN:%s,bind=127.0.0.1,reuseaddr,fork EXEC:/bin/false\n", port))
-		if err := s.m.Client.Restart(context.Background(), broken.Unit); err != nil {
+		if err := s.M.Client.Restart(context.Background(), broken.Unit); err != nil {
 			t.Fatal(err)
 		}
 		before := s.identities()
@@ -265,31 +266,31 @@ func TestWatchdogInSystemd(t *testing.T) {
 		if after[healthy.Name] != before[healthy.Name] || after["backend"] != before["backend"] {
 			t.Fatalf("the watchdog restarted more than %s: %v -> %v", broken.Unit, before, after)
 		}
-		if st, _ := s.unit(broken.Unit); st != "active" {
+		if st, _ := s.Unit(broken.Unit); st != "active" {
 			t.Fatalf("%s is %s after the restart", broken.Unit, st)
 		}
 	})
 
 	t.Run("a saturated backend restarts nothing", func(t *testing.T) {
-		s.t = t
-		if err := os.Remove(filepath.Join(s.m.UnitsDir, dropIn)); err != nil {
+		s.T = t
+		if err := os.Remove(filepath.Join(s.M.UnitsDir, dropIn)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.m.Client.DaemonReload(context.Background()); err != nil {
+		if err := s.M.Client.DaemonReload(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		// One shell slot and a queue of one: two sleeping shell.exec calls
 		// fill it, and /readyz answers 503 while /healthz stays 200.
-		writeJSON(t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen,
+		writeJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen,
 			"concurrency": map[string]any{"maxActive": 2, "reservedControl": 1, "maxShell": 1, "maxQueue": 1, "queueWaitMs": 120000}})
-		prod, _, _ := s.prod()
+		prod, _, _ := s.Prod()
 		for _, u := range []string{broken.Unit, prod} {
-			if err := s.m.Client.Restart(context.Background(), u); err != nil {
+			if err := s.M.Client.Restart(context.Background(), u); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, url := range []string{s.backend, broken.URL, healthy.URL} {
-			s.waitHTTP(url+"/readyz", 10*time.Second)
+		for _, url := range []string{s.Backend, broken.URL, healthy.URL} {
+			s.WaitHTTP(url+"/readyz", 10*time.Second)
 		}
 		s.watchdogRun() // a passing round clears the broken tunnel's record
 
@@ -300,7 +301,7 @@ func TestWatchdogInSystemd(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _, _ = (&verify.Client{}).CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 120", "timeoutMs": 150000})
+				_, _, _ = (&verify.Client{}).CallTool(ctx, s.Backend, "shell.exec", map[string]any{"command": "sleep 120", "timeoutMs": 150000})
 			}()
 		}
 		status := func(url string) int {
@@ -311,14 +312,14 @@ func TestWatchdogInSystemd(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		proctest.Eventually(t, "/readyz 503 with the queue full", func() bool { return status(s.backend+"/readyz") == http.StatusServiceUnavailable })
+		proctest.Eventually(t, "/readyz 503 with the queue full", func() bool { return status(s.Backend+"/readyz") == http.StatusServiceUnavailable })
 		before := s.identities()
 		for round := 1; round <= 4; round++ {
 			if got := s.watchdogRun(); len(got) != 0 {
 				t.Fatalf("round %d restarted %v while the backend was only busy", round, got)
 			}
 		}
-		for _, tun := range s.cfg.Tunnels {
+		for _, tun := range s.Cfg.Tunnels {
 			if c := status(tun.URL + "/readyz"); c != http.StatusServiceUnavailable {
 				t.Fatalf("%s /readyz = %d through the tunnel, want 503: the backend must still be saturated", tun.Name, c)
 			}
@@ -338,8 +339,8 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	s := newSite(t, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, _, inv0 := s.prod()
-	s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.build("v3")), inv0)
+	_, _, inv0 := s.Prod()
+	s.killCutoverAfterRestart(ctx, t, writeGatedStart(t, s, s.Build("v3")), inv0)
 	// Corrupt the snapshot the timer will restore: its run refuses, exit 4.
 	snap := lastSnapshotManifest(t, s)
 	for _, f := range snap.Files {
@@ -351,7 +352,7 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	}
 	var failed bool
 	for end := time.Now().Add(60 * time.Second); !failed; time.Sleep(200 * time.Millisecond) {
-		events, _ := state.Dir(s.cfg.StateDir).Tail(50)
+		events, _ := state.Dir(s.Cfg.StateDir).Tail(50)
 		for _, e := range events {
 			failed = failed || e.Action == state.ActionRollbackFailed
 		}
@@ -361,27 +362,27 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 	}
 	// The failed run is not left loaded as failed.
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if gone, err := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
+		if gone, err := s.M.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService); err == nil && gone {
 			break
 		}
 		if time.Now().After(end) {
-			st, _ := s.m.Client.Unit(ctx, deploy.RollbackService)
+			st, _ := s.M.Client.Unit(ctx, deploy.RollbackService)
 			t.Fatalf("the failed rollback run is still loaded: %+v", st)
 		}
 	}
-	code, status := s.run("rollback", "status")
+	code, status := s.Run("rollback", "status")
 	if code != 0 || !strings.Contains(status, "NOT ARMED") || !strings.Contains(status, "a human is needed") {
 		t.Fatalf("rollback status: exit %d, want pending, NOT armed:\n%s", code, status)
 	}
-	if code, out := s.run("rollback", "disarm"); code != 0 {
+	if code, out := s.Run("rollback", "disarm"); code != 0 {
 		t.Fatalf("rollback disarm after a failed timer run: exit %d:\n%s", code, out)
 	}
-	s.waitHTTP(s.backend+"/readyz", 15*time.Second)
-	s.pass(s.builds["v2"])
-	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+	s.WaitHTTP(s.Backend+"/readyz", 15*time.Second)
+	s.Pass(s.Builds["v2"])
+	if code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback"); code != 0 {
 		t.Fatalf("the next cutover: exit %d:\n%s", code, out)
 	}
-	if v := s.version(); v != "v2" {
+	if v := s.Version(); v != "v2" {
 		t.Fatalf("production %s after the next cutover, want v2", v)
 	}
 	s.assertNoRollbackArmed()
@@ -395,27 +396,27 @@ func TestFailedTimerRollbackThenCutover(t *testing.T) {
 // old slot had accepted must have finished.
 func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 	s := newSite(t, 15*time.Second)
-	s.pass(s.builds["v2"])
-	old, _, _ := s.prod()
+	s.Pass(s.Builds["v2"])
+	old, _, _ := s.Prod()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	long := make(chan error, 1)
 	go func() {
-		_, code, err := (&verify.Client{}).CallTool(ctx, s.backend, "shell.exec", map[string]any{"command": "sleep 6; echo done", "timeoutMs": 30000})
+		_, code, err := (&verify.Client{}).CallTool(ctx, s.Backend, "shell.exec", map[string]any{"command": "sleep 6; echo done", "timeoutMs": 30000})
 		if err == nil && code != "" {
 			err = fmt.Errorf("tool error %s", code)
 		}
 		long <- err
 	}()
 	time.Sleep(500 * time.Millisecond) // the old slot has accepted it
-	cmd := s.mcpctlCmd(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+	cmd := s.Command(ctx, "cutover", "--build", s.Builds["v2"], "--arm-rollback")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	proctest.Eventually(t, "the old slot hands off", func() bool {
-		st, err := s.m.Client.Unit(ctx, old)
+		st, err := s.M.Client.Unit(ctx, old)
 		return err == nil && st.StatusText == mcpwire.SlotHandingOff
 	})
 	killHolder(ctx, t, s, cmd, &out)
@@ -424,20 +425,20 @@ func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 		t.Errorf("the call the old slot accepted: %v, want it finished by the handoff", err)
 	}
 	for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		p, _ := state.Dir(s.cfg.StateDir).ReadPending()
-		gone, _ := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
-		if p == nil && gone && s.current() == "v1" {
+		p, _ := state.Dir(s.Cfg.StateDir).ReadPending()
+		gone, _ := s.M.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
+		if p == nil && gone && s.Current() == "v1" {
 			break
 		}
 		if time.Now().After(end) {
-			j, _ := s.m.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
-			t.Fatalf("the timer did not restore: pending %+v current %s\n%s\n%s", p, s.current(), out.String(), j)
+			j, _ := s.M.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
+			t.Fatalf("the timer did not restore: pending %+v current %s\n%s\n%s", p, s.Current(), out.String(), j)
 		}
 	}
 	t.Logf("figures: restored %s after the kill in the handoff (deadline 15s from arming)", time.Since(killedAt).Round(time.Millisecond))
-	s.waitHTTP(s.backend+"/readyz", 10*time.Second)
-	if u, _, _ := s.prod(); s.version() != "v1" {
-		t.Fatalf("production %s serves %s after the timer's rollback, want v1", u, s.version())
+	s.WaitHTTP(s.Backend+"/readyz", 10*time.Second)
+	if u, _, _ := s.Prod(); s.Version() != "v1" {
+		t.Fatalf("production %s serves %s after the timer's rollback, want v1", u, s.Version())
 	}
 	s.assertNoRollbackArmed()
 }
@@ -452,7 +453,7 @@ func TestTimerRollsBackACutoverKilledInTheHandoff(t *testing.T) {
 // standby or handing-off unit, no timer, no marker.
 func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 	s := newSite(t, 15*time.Second)
-	s.pass(s.builds["v2"])
+	s.Pass(s.Builds["v2"])
 	for _, c := range []struct {
 		name, point string
 		// The statuses of the old and the new slot at the kill.
@@ -464,12 +465,12 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 		{"parked, before the confirmation", deploy.PauseParked, mcpwire.SlotParked, mcpwire.SlotAccepting},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s.t = t
+			s.T = t
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			old, pid0, inv0 := s.prod()
-			paused := filepath.Join(s.dir, "paused-"+c.point)
-			cmd := s.mcpctlCmd(ctx, "cutover", "--build", s.builds["v2"], "--arm-rollback")
+			old, pid0, inv0 := s.Prod()
+			paused := filepath.Join(s.Dir, "paused-"+c.point)
+			cmd := s.Command(ctx, "cutover", "--build", s.Builds["v2"], "--arm-rollback")
 			cmd.Env = append(cmd.Env, deploy.PauseEnv+"="+c.point+"="+paused)
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -487,11 +488,11 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 				}
 			}
 			// The window is the one named: both slots run, in these states.
-			oldSt, err := s.m.Client.Unit(ctx, old)
+			oldSt, err := s.M.Client.Unit(ctx, old)
 			if err != nil {
 				t.Fatal(err)
 			}
-			newSt, err := s.m.Client.Unit(ctx, standbySlot(s, old))
+			newSt, err := s.M.Client.Unit(ctx, standbySlot(s, old))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -500,7 +501,7 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 				t.Fatalf("at %s: old slot %q, new slot %s %q; want %q and active %q", c.point, oldSt.StatusText, newSt.ActiveState, newSt.StatusText, c.old, c.new)
 			}
 			// mcpctl status shows both: one as production, the other beside.
-			code, js := s.run("status", "--json")
+			code, js := s.Run("status", "--json")
 			var view struct {
 				Production struct{ Unit string }
 				Beside     []struct{ Unit, Status string }
@@ -517,28 +518,28 @@ func TestTimerRollsBackACutoverKilledInTheTakeover(t *testing.T) {
 			killHolder(ctx, t, s, cmd, &out)
 			killedAt := time.Now()
 			for end := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				p, _ := state.Dir(s.cfg.StateDir).ReadPending()
-				gone, _ := s.m.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
-				a, _ := s.unit(standbySlot(s, old))
-				if p == nil && gone && s.current() == "v1" && (a == "inactive" || a == "failed") {
+				p, _ := state.Dir(s.Cfg.StateDir).ReadPending()
+				gone, _ := s.M.Client.Gone(ctx, deploy.RollbackTimer, deploy.RollbackService)
+				a, _ := s.Unit(standbySlot(s, old))
+				if p == nil && gone && s.Current() == "v1" && (a == "inactive" || a == "failed") {
 					break
 				}
 				if time.Now().After(end) {
-					j, _ := s.m.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
-					t.Fatalf("the timer did not restore: pending %+v current %s, new slot %s\n%s\n%s", p, s.current(), a, out.String(), j)
+					j, _ := s.M.Exec(context.Background(), "journalctl", "-u", deploy.RollbackService, "--no-pager")
+					t.Fatalf("the timer did not restore: pending %+v current %s, new slot %s\n%s\n%s", p, s.Current(), a, out.String(), j)
 				}
 			}
 			t.Logf("figures: restored %s after the kill at %s (deadline 15s from arming)", time.Since(killedAt).Round(time.Millisecond), c.point)
-			unit, pid, inv := s.prod() // exactly one production unit runs
-			st, err := s.m.Client.Unit(ctx, unit)
+			unit, pid, inv := s.Prod() // exactly one production unit runs
+			st, err := s.M.Client.Unit(ctx, unit)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if unit != old || pid != pid0 || inv != inv0 || st.StatusText != mcpwire.SlotAccepting || s.version() != "v1" {
+			if unit != old || pid != pid0 || inv != inv0 || st.StatusText != mcpwire.SlotAccepting || s.Version() != "v1" {
 				t.Fatalf("production %s pid %d %s %q on %s after the timer's rollback, want %s pid %d %s accepting on v1",
-					unit, pid, inv, st.StatusText, s.version(), old, pid0, inv0)
+					unit, pid, inv, st.StatusText, s.Version(), old, pid0, inv0)
 			}
-			if code, out := s.run("verify"); code != 0 {
+			if code, out := s.Run("verify"); code != 0 {
 				t.Fatalf("verify after the timer's rollback: exit %d\n%s", code, out)
 			}
 			s.assertNoRollbackArmed()

@@ -31,10 +31,10 @@ type phase struct {
 // socketRun is the socket unit's identity: it changes whenever the socket
 // is started again, which means its port was closed in between.
 func (s *site) socketRun() (active, invocation string, since time.Time) {
-	s.t.Helper()
-	st, err := s.m.Client.Unit(context.Background(), units.Socket(s.cfg.Backend.Unit))
+	s.T.Helper()
+	st, err := s.M.Client.Unit(context.Background(), units.Socket(s.Cfg.Backend.Unit))
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	return st.ActiveState, st.InvocationID, st.ActiveEnterTimestamp
 }
@@ -54,12 +54,12 @@ func (s *site) socketRun() (active, invocation string, since time.Time) {
 func TestCutoversUnderSteadyLoad(t *testing.T) {
 	s := newSite(t, 60*time.Second)
 	for _, v := range []string{"v2", "v3", "v4"} {
-		s.pass(s.build(v))
+		s.Pass(s.Build(v))
 	}
 	tunnelsBefore := s.invocations()
 	sockActive, sockInv, sockSince := s.socketRun()
 	if sockActive != "active" || sockInv == "" {
-		t.Fatalf("socket %s is %q (invocation %q), want active", units.Socket(s.cfg.Backend.Unit), sockActive, sockInv)
+		t.Fatalf("socket %s is %q (invocation %q), want active", units.Socket(s.Cfg.Backend.Unit), sockActive, sockInv)
 	}
 
 	var mu sync.Mutex
@@ -70,7 +70,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		err error
 	}
 	done := make(chan outcome, 1)
-	targets := []string{s.cfg.Tunnels[0].URL, s.cfg.Tunnels[1].URL}
+	targets := []string{s.Cfg.Tunnels[0].URL, s.Cfg.Tunnels[1].URL}
 	go func() {
 		rep, err := stress.RunSteady(context.Background(), stress.SteadyConfig{
 			Targets: targets, Rate: 20, Duration: 10 * time.Minute, Stop: stop,
@@ -114,13 +114,13 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 
 	// The longest the socket's accept queue grew: how much backlog the
 	// restarts needed (the kernel shows it as a listener's rx_queue).
-	backlog := peakAcceptQueue(s.cfg.Backend.Listen, stop)
+	backlog := peakAcceptQueue(s.Cfg.Backend.Listen, stop)
 
 	var phases []phase
 	step := func(name string, wantCode int, args ...string) string {
 		t.Helper()
 		start := time.Now()
-		code, out := s.run(args...)
+		code, out := s.Run(args...)
 		phases = append(phases, phase{name, start, time.Now()})
 		if code != wantCode {
 			t.Fatalf("%s: exit %d, want %d:\n%s", name, code, wantCode, out)
@@ -130,7 +130,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		// queued), so its figures are its own.
 		waitCalls(okCalls() + 40)
 		proctest.Eventually(t, "production's queue empty", func() bool {
-			code, body, err := (&verify.Client{}).Metrics(context.Background(), s.backend)
+			code, body, err := (&verify.Client{}).Metrics(context.Background(), s.Backend)
 			if err != nil || code != 200 {
 				t.Logf("metrics: %d %v %s", code, err, body)
 			}
@@ -144,8 +144,8 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		return out
 	}
 	// Built before the load starts: only the steps run under it.
-	neverReady := writeNeverReady(t, s, s.build("v5"))
-	wrongVersion := writeWrongVersion(t, s, s.build("v6"), s.builds["v4"])
+	neverReady := writeNeverReady(t, s, s.Build("v5"))
+	wrongVersion := writeWrongVersion(t, s, s.Build("v6"), s.Builds["v4"])
 	for _, c := range []struct {
 		name    string
 		code    int
@@ -156,15 +156,15 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		switched, untouched bool
 	}{
 		{name: "cutover v1->v2", version: "v2", switched: true,
-			args: func() []string { return []string{"cutover", "--build", s.builds["v2"], "--arm-rollback"} }},
+			args: func() []string { return []string{"cutover", "--build", s.Builds["v2"], "--arm-rollback"} }},
 		{name: "cutover v2->v3", version: "v3", switched: true,
-			args: func() []string { return []string{"cutover", "--build", s.builds["v3"], "--arm-rollback"} }},
+			args: func() []string { return []string{"cutover", "--build", s.Builds["v3"], "--arm-rollback"} }},
 		// After a confirmed cutover: the newest snapshot (of v2) starts in
 		// the idle slot beside v3, which hands off.
 		{name: "rollback --last v3->v2", version: "v2", switched: true,
 			args: func() []string { return []string{"rollback", "--last"} }},
 		{name: "cutover v2->v4", version: "v4", switched: true,
-			args: func() []string { return []string{"cutover", "--build", s.builds["v4"], "--arm-rollback"} }},
+			args: func() []string { return []string{"cutover", "--build", s.Builds["v4"], "--arm-rollback"} }},
 		// Two bad builds: one never becomes ready, one is ready but reports
 		// another version. Neither may touch the serving process.
 		{name: "bad cutover v4->v5 (never ready)", code: 3, version: "v4", untouched: true,
@@ -179,9 +179,9 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		{name: "operator rollback --snapshot v4->v2", version: "v2", switched: true,
 			args: func() []string { return []string{"rollback", "--snapshot", snapshotOfVersion(t, s, "v2")} }},
 	} {
-		unit0, pid0, inv0 := s.prod()
+		unit0, pid0, inv0 := s.Prod()
 		out := step(c.name, c.code, c.args()...)
-		unit, pid, inv := s.prod()
+		unit, pid, inv := s.Prod()
 		if c.untouched && (unit != unit0 || pid != pid0 || inv != inv0) {
 			t.Fatalf("%s touched production: was %s pid %d invocation %s, now %s pid %d invocation %s", c.name, unit0, pid0, inv0, unit, pid, inv)
 		}
@@ -191,10 +191,10 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		if c.switched && !strings.Contains(out, `msg="handed off" unit=`+unit0+` state=parked`) {
 			t.Fatalf("%s: %s did not hand off and park:\n%s", c.name, unit0, out)
 		}
-		if a, _ := s.unit(unit0); c.switched && a != "inactive" {
+		if a, _ := s.Unit(unit0); c.switched && a != "inactive" {
 			t.Fatalf("%s: %s is %s after the step, want inactive (a parked slot is stopped once confirmed)", c.name, unit0, a)
 		}
-		if v := s.version(); v != c.version {
+		if v := s.Version(); v != c.version {
 			t.Fatalf("after %s production runs %s, want %s", c.name, v, c.version)
 		}
 	}
@@ -210,7 +210,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 		t.Logf("figures: %-42s took %6.0f ms; %4d calls: %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v; wait p99 %.0f ms, max %.0f ms",
 			p.name, float64(p.end.Sub(p.start).Milliseconds()), c.Calls, c.Transport, c.HTTP, c.JSONRPC, c.Tool, c.ToolByCode, c.Wait.P99Ms, c.Wait.MaxMs)
 	}
-	t.Logf("figures: peak accept queue of %s: %d connections (Backlog=%d)", units.Socket(s.cfg.Backend.Unit), backlog(), units.SocketBacklog)
+	t.Logf("figures: peak accept queue of %s: %d connections (Backlog=%d)", units.Socket(s.Cfg.Backend.Unit), backlog(), units.SocketBacklog)
 	tot := rep.Total
 	t.Logf("figures: whole run %d calls in %d targets: %d ok, %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v, %d bad replies; wait p50 %.0f ms, p99 %.0f ms, max %.0f ms",
 		tot.Calls, len(rep.Targets), tot.OK, tot.Transport, tot.HTTP, tot.JSONRPC, tot.Tool, tot.ToolByCode, tot.BadReply, tot.Wait.P50Ms, tot.Wait.P99Ms, tot.Wait.MaxMs)
@@ -234,7 +234,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 	// calls came back OVERLOADED or timed out.
 	for i, c := range rep.Targets {
 		if c.OK == 0 {
-			t.Errorf("no ok call through %s (%s)", s.cfg.Tunnels[i].Name, c.Target)
+			t.Errorf("no ok call through %s (%s)", s.Cfg.Tunnels[i].Name, c.Target)
 		}
 	}
 	if after := s.invocations(); fmt.Sprint(after) != fmt.Sprint(tunnelsBefore) {
@@ -251,7 +251,7 @@ func TestCutoversUnderSteadyLoad(t *testing.T) {
 // another version).
 func writeWrongVersion(t testing.TB, s *site, build, other string) string {
 	t.Helper()
-	p := filepath.Join(s.dir, "bin", "wrong-version-"+filepath.Base(build))
+	p := filepath.Join(s.Dir, "bin", "wrong-version-"+filepath.Base(build))
 	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = serve ]; then exec %s \"$@\"; fi\nexec %s \"$@\"\n", other, build)
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ type stressWindow struct {
 // snapshotOfVersion is the newest snapshot of production on version v.
 func snapshotOfVersion(t testing.TB, s *site, v string) string {
 	t.Helper()
-	list, err := snapshot.List(s.cfg.StateDir)
+	list, err := snapshot.List(s.Cfg.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,12 +354,12 @@ func peakAcceptQueue(listen string, stop <-chan struct{}) func() int {
 // with socket false also the socket unit (the service binds its port
 // itself, as before the socket unit existed).
 func (s *site) legacyInstall(ctx context.Context, socket bool) {
-	s.t.Helper()
-	sock, svc := units.Socket(s.cfg.Backend.Unit), s.cfg.Backend.Unit
-	tmpl := filepath.Join(s.m.UnitsDir, units.SlotTemplate(svc))
+	s.T.Helper()
+	sock, svc := units.Socket(s.Cfg.Backend.Unit), s.Cfg.Backend.Unit
+	tmpl := filepath.Join(s.M.UnitsDir, units.SlotTemplate(svc))
 	b, err := os.ReadFile(tmpl)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	var legacy []string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -368,7 +368,7 @@ func (s *site) legacyInstall(ctx context.Context, socket bool) {
 			strings.HasPrefix(l, "DefaultInstance="), !socket && strings.HasPrefix(l, "Requires="):
 			continue
 		case strings.HasPrefix(l, "ExecStart="):
-			l = strings.Replace(l, filepath.Join(units.SlotLink(s.cfg.Install.Root, "%i"), "mcp-backend"), units.CurrentBinary(s.cfg.Install.Root), 1)
+			l = strings.Replace(l, filepath.Join(units.SlotLink(s.Cfg.Install.Root, "%i"), "mcp-backend"), units.CurrentBinary(s.Cfg.Install.Root), 1)
 		case !socket && strings.HasPrefix(l, "After="):
 			l = strings.Replace(l, " "+sock, "", 1)
 		}
@@ -376,14 +376,14 @@ func (s *site) legacyInstall(ctx context.Context, socket bool) {
 	}
 	boot := units.SlotUnit(svc, units.BootSlot)
 	steps := []func() error{
-		func() error { return s.m.Client.Stop(ctx, boot) },
+		func() error { return s.M.Client.Stop(ctx, boot) },
 		func() error {
-			return os.WriteFile(filepath.Join(s.m.UnitsDir, svc), []byte(strings.Join(legacy, "\n")), 0o644)
+			return os.WriteFile(filepath.Join(s.M.UnitsDir, svc), []byte(strings.Join(legacy, "\n")), 0o644)
 		},
 		func() error { return os.Remove(tmpl) },
-		func() error { return os.Remove(filepath.Join(s.m.UnitsDir, units.BackendSlice(svc))) },
+		func() error { return os.Remove(filepath.Join(s.M.UnitsDir, units.BackendSlice(svc))) },
 	}
-	sockPath := filepath.Join(s.m.UnitsDir, sock)
+	sockPath := filepath.Join(s.M.UnitsDir, sock)
 	if socket {
 		// The socket as the single unit's install wrote it: it starts that unit.
 		steps = append(steps, func() error {
@@ -394,31 +394,31 @@ func (s *site) legacyInstall(ctx context.Context, socket bool) {
 			return os.WriteFile(sockPath, []byte(strings.Replace(string(b), "Service="+boot, "Service="+svc, 1)), 0o644)
 		})
 	} else {
-		steps = append(steps, func() error { return s.m.Client.Stop(ctx, sock) }, func() error { return os.Remove(sockPath) })
+		steps = append(steps, func() error { return s.M.Client.Stop(ctx, sock) }, func() error { return os.Remove(sockPath) })
 	}
-	steps = append(steps, func() error { return s.m.Client.DaemonReload(ctx) },
-		func() error { return s.m.Client.Enable(ctx, svc) },
-		func() error { return s.m.Client.Start(ctx, svc) })
+	steps = append(steps, func() error { return s.M.Client.DaemonReload(ctx) },
+		func() error { return s.M.Client.Enable(ctx, svc) },
+		func() error { return s.M.Client.Start(ctx, svc) })
 	for _, step := range steps {
 		if err := step(); err != nil {
-			s.t.Fatal(err)
+			s.T.Fatal(err)
 		}
 	}
-	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
-	if u, _, _ := s.prod(); u != svc {
-		s.t.Fatalf("production %s, want the single unit %s", u, svc)
+	s.WaitHTTP(s.Backend+"/readyz", 20*time.Second)
+	if u, _, _ := s.Prod(); u != svc {
+		s.T.Fatalf("production %s, want the single unit %s", u, svc)
 	}
 }
 
 // assertLegacyGone: the single unit neither runs nor starts at boot.
 func (s *site) assertLegacyGone(ctx context.Context) {
-	s.t.Helper()
-	st, err := s.m.Client.Unit(ctx, s.cfg.Backend.Unit)
+	s.T.Helper()
+	st, err := s.M.Client.Unit(ctx, s.Cfg.Backend.Unit)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	if st.ActiveState != "inactive" || st.UnitFileState == "enabled" {
-		s.t.Fatalf("the single unit %s is %s, %s after the move to slots; want inactive, not enabled", s.cfg.Backend.Unit, st.ActiveState, st.UnitFileState)
+		s.T.Fatalf("the single unit %s is %s, %s after the move to slots; want inactive, not enabled", s.Cfg.Backend.Unit, st.ActiveState, st.UnitFileState)
 	}
 }
 
@@ -450,11 +450,11 @@ func TestCutoverFromTheSingleUnit(t *testing.T) {
 				s.cutoverFromSingleUnit(ctx)
 				return
 			}
-			s.m.Reboot(t)
-			s.waitHTTP(s.backend+"/readyz", 30*time.Second)
-			boot := units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
-			if u, _, _ := s.prod(); u != boot || s.version() != "v1" {
-				t.Fatalf("after the reboot production %s on %s, want %s on v1", u, s.version(), boot)
+			s.M.Reboot(t)
+			s.WaitHTTP(s.Backend+"/readyz", 30*time.Second)
+			boot := units.SlotUnit(s.Cfg.Backend.Unit, units.BootSlot)
+			if u, _, _ := s.Prod(); u != boot || s.Version() != "v1" {
+				t.Fatalf("after the reboot production %s on %s, want %s on v1", u, s.Version(), boot)
 			}
 			s.assertLegacyGone(ctx)
 		})
@@ -466,14 +466,14 @@ func TestCutoverFromTheSingleUnit(t *testing.T) {
 // slots): it writes the slot template, their slice and the socket's
 // Service=, enables the boot slot, and touches no running process.
 func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
-	t := s.t
+	t := s.T
 	t.Helper()
-	if err := os.RemoveAll(filepath.Dir(units.SlotLink(s.cfg.Install.Root, units.BootSlot))); err != nil {
+	if err := os.RemoveAll(filepath.Dir(units.SlotLink(s.Cfg.Install.Root, units.BootSlot))); err != nil {
 		t.Fatal(err)
 	}
-	unit0, pid0, inv0 := s.prod()
+	unit0, pid0, inv0 := s.Prod()
 	_, sockInv, sockSince := s.socketRun()
-	code, out := s.run("--json", "unit", "install")
+	code, out := s.Run("--json", "unit", "install")
 	if code != 0 {
 		t.Fatalf("unit install over the single unit: exit %d\n%s", code, out)
 	}
@@ -492,7 +492,7 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 		changed = append(changed, ch.Unit)
 	}
 	slices.Sort(changed)
-	svc, boot := s.cfg.Backend.Unit, units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)
+	svc, boot := s.Cfg.Backend.Unit, units.SlotUnit(s.Cfg.Backend.Unit, units.BootSlot)
 	want := []string{units.BackendSlice(svc), units.Socket(svc), units.SlotTemplate(svc)}
 	slices.Sort(want)
 	if !slices.Equal(changed, want) {
@@ -504,14 +504,14 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 		t.Fatalf("unit install linked slots %v and disabled %v, want %v and %s", rep.LinkedSlots, rep.Disabled, units.Slots, svc)
 	}
 	for _, slot := range units.Slots {
-		if l, err := os.Readlink(units.SlotLink(s.cfg.Install.Root, slot)); err != nil || filepath.Base(l) != "v1" {
+		if l, err := os.Readlink(units.SlotLink(s.Cfg.Install.Root, slot)); err != nil || filepath.Base(l) != "v1" {
 			t.Fatalf("slot %s links %q (%v), want the current release v1", slot, l, err)
 		}
 	}
-	if st, err := s.m.Client.Unit(ctx, svc); err != nil || st.UnitFileState != "disabled" {
+	if st, err := s.M.Client.Unit(ctx, svc); err != nil || st.UnitFileState != "disabled" {
 		t.Fatalf("%s after unit install: %+v %v, want disabled", svc, st, err)
 	}
-	if unit, pid, inv := s.prod(); unit != unit0 || pid != pid0 || inv != inv0 {
+	if unit, pid, inv := s.Prod(); unit != unit0 || pid != pid0 || inv != inv0 {
 		t.Fatalf("unit install touched production: was %s pid %d %s, now %s pid %d %s", unit0, pid0, inv0, unit, pid, inv)
 	}
 	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
@@ -519,14 +519,14 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 	}
 	// The socket starts the boot slot from now on, at boot too (the other
 	// slot is listed as well: its Sockets= names the socket).
-	triggers, err := s.m.Exec(ctx, "systemctl", "show", "-P", "Triggers", units.Socket(svc))
+	triggers, err := s.M.Exec(ctx, "systemctl", "show", "-P", "Triggers", units.Socket(svc))
 	if f := strings.Fields(triggers); err != nil || !slices.Contains(f, boot) || slices.Contains(f, svc) {
 		t.Fatalf("%s triggers %q (%v), want %s and not %s", units.Socket(svc), triggers, err, boot, svc)
 	}
-	if st, err := s.m.Client.Unit(ctx, boot); err != nil || st.LoadState != "loaded" || st.UnitFileState != "enabled" {
+	if st, err := s.M.Client.Unit(ctx, boot); err != nil || st.LoadState != "loaded" || st.UnitFileState != "enabled" {
 		t.Fatalf("%s after unit install: %+v %v, want loaded, enabled", boot, st, err)
 	}
-	if v := s.version(); v != "v1" {
+	if v := s.Version(); v != "v1" {
 		t.Fatalf("production %s after unit install, want v1", v)
 	}
 }
@@ -535,10 +535,10 @@ func (s *site) unitInstallOverSingleUnit(ctx context.Context) {
 // load: no call may fail, the single unit hands off and is disabled, the
 // boot slot serves v2, the socket keeps its run.
 func (s *site) cutoverFromSingleUnit(ctx context.Context) {
-	t := s.t
+	t := s.T
 	t.Helper()
 	_, sockInv, sockSince := s.socketRun()
-	s.pass(s.builds["v2"])
+	s.Pass(s.Builds["v2"])
 
 	var mu sync.Mutex
 	var calls []stress.SteadyCall
@@ -546,7 +546,7 @@ func (s *site) cutoverFromSingleUnit(ctx context.Context) {
 	done := make(chan *stress.SteadyReport, 1)
 	go func() {
 		rep, err := stress.RunSteady(context.Background(), stress.SteadyConfig{
-			Targets: []string{s.cfg.Tunnels[0].URL, s.cfg.Tunnels[1].URL}, Rate: 20, Duration: 5 * time.Minute, Stop: stop,
+			Targets: []string{s.Cfg.Tunnels[0].URL, s.Cfg.Tunnels[1].URL}, Rate: 20, Duration: 5 * time.Minute, Stop: stop,
 			OnCall: func(c stress.SteadyCall) { mu.Lock(); calls = append(calls, c); mu.Unlock() },
 		})
 		if err != nil {
@@ -556,7 +556,7 @@ func (s *site) cutoverFromSingleUnit(ctx context.Context) {
 	}()
 	time.Sleep(3 * time.Second)
 	start := time.Now()
-	code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
+	code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback")
 	end := time.Now()
 	time.Sleep(3 * time.Second)
 	close(stop)
@@ -567,7 +567,7 @@ func (s *site) cutoverFromSingleUnit(ctx context.Context) {
 	t.Logf("cutover:\n%s", out)
 	// The single unit runs a build that knows the slots: it hands off
 	// instead of being stopped (a stop answers its next calls UNAVAILABLE).
-	if want := `msg="handed off" unit=` + s.cfg.Backend.Unit + ` state=parked`; !strings.Contains(out, want) {
+	if want := `msg="handed off" unit=` + s.Cfg.Backend.Unit + ` state=parked`; !strings.Contains(out, want) {
 		t.Errorf("the single unit did not hand off (want %q in the output)", want)
 	}
 	mu.Lock()
@@ -579,8 +579,8 @@ func (s *site) cutoverFromSingleUnit(ctx context.Context) {
 		t.Errorf("callers saw %d ok, %d transport, %d HTTP, %d JSON-RPC, %d tool errors %v, %d unreadable; want every call ok",
 			tot.OK, tot.Transport, tot.HTTP, tot.JSONRPC, tot.Tool, tot.ToolByCode, tot.BadReply)
 	}
-	if u, _, _ := s.prod(); u != units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot) || s.version() != "v2" {
-		t.Fatalf("production %s on %s, want %s on v2", u, s.version(), units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot))
+	if u, _, _ := s.Prod(); u != units.SlotUnit(s.Cfg.Backend.Unit, units.BootSlot) || s.Version() != "v2" {
+		t.Fatalf("production %s on %s, want %s on v2", u, s.Version(), units.SlotUnit(s.Cfg.Backend.Unit, units.BootSlot))
 	}
 	s.assertLegacyGone(ctx)
 	if a, inv, since := s.socketRun(); a != "active" || inv != sockInv || !since.Equal(sockSince) {
@@ -605,33 +605,33 @@ func TestCutoverOntoTheSocketAndBack(t *testing.T) {
 		t.Fatal("the older installation has an active socket")
 	}
 
-	s.pass(s.builds["v2"])
-	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+	s.Pass(s.Builds["v2"])
+	if code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback"); code != 0 {
 		t.Fatalf("first cutover onto the socket: exit %d\n%s", code, out)
 	}
 	a, sockInv, _ := s.socketRun()
-	if a != "active" || sockInv == "" || s.version() != "v2" {
-		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, sockInv, s.version())
+	if a != "active" || sockInv == "" || s.Version() != "v2" {
+		t.Fatalf("after the cutover socket %s %s, production %s; want the socket active and v2", a, sockInv, s.Version())
 	}
 	s.assertLegacyGone(ctx)
 
-	if code, out := s.run("rollback", "--last"); code != 0 {
+	if code, out := s.Run("rollback", "--last"); code != 0 {
 		t.Fatalf("rollback to the snapshot without a socket: exit %d\n%s", code, out)
 	}
 	if a, inv, _ := s.socketRun(); a != "active" || inv != sockInv {
 		t.Fatalf("socket %s %s after the rollback, want the same run %s", a, inv, sockInv)
 	}
-	if s.version() != "v1" {
-		t.Fatalf("production %s after the rollback, want v1", s.version())
+	if s.Version() != "v1" {
+		t.Fatalf("production %s after the rollback, want v1", s.Version())
 	}
 	s.assertLegacyGone(ctx)
 
-	if code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback"); code != 0 {
+	if code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback"); code != 0 {
 		t.Fatalf("cutover after the rollback: exit %d\n%s", code, out)
 	}
-	if a, _, _ := s.socketRun(); a != "active" || s.version() != "v2" {
-		t.Fatalf("socket %s, production %s; want active and v2", a, s.version())
+	if a, _, _ := s.socketRun(); a != "active" || s.Version() != "v2" {
+		t.Fatalf("socket %s, production %s; want active and v2", a, s.Version())
 	}
-	s.prod()
+	s.Prod()
 	s.assertNoRollbackArmed()
 }

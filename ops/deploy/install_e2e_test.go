@@ -15,6 +15,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/internal/sitetest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
@@ -25,126 +26,80 @@ import (
 
 var _ deploy.Systemd = (*systemd.Client)(nil)
 
-func writeFile(t testing.TB, path string, data []byte, mode os.FileMode) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, mode); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// host is a clean host inside a real systemd container: mcpctl, builds and
-// all state in one directory bound at the same path inside and out.
-type host struct {
-	t       testing.TB
-	m       *nspawntest.Machine
-	cfg     *ctlconfig.Config
-	cfgPath string
-	mcpctl  string
-	bin     string
-}
-
-// mcpctl runs mcpctl inside the container as an operator would and returns
-// its exit code and stdout.
-func (h *host) run(ctx context.Context, args ...string) (int, string, string) {
-	h.t.Helper()
-	code, out, errOut, err := h.m.Run(ctx, append([]string{h.mcpctl, "--config", h.cfgPath, "--no-color"}, args...)...)
-	if err != nil {
-		h.t.Fatalf("mcpctl %v: %v", args, err)
-	}
-	return code, out, errOut
-}
+// host is the sitetest harness's clean host, with this package's own
+// helpers as methods.
+type host struct{ *sitetest.Host }
 
 func (h *host) unit(ctx context.Context, name string) (active, load string, pid uint32, inv string) {
-	h.t.Helper()
-	u, err := h.m.Client.Unit(ctx, name)
+	h.T.Helper()
+	u, err := h.M.Client.Unit(ctx, name)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return u.ActiveState, u.LoadState, u.MainPID, u.InvocationID
 }
 
-func decode[T any](t testing.TB, out string) *T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("decode %T: %v\n%s", v, err, out)
-	}
-	return &v
-}
-
-func writeConfig(t testing.TB, path string, cfg *ctlconfig.Config) {
-	t.Helper()
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, path, b, 0o644)
-}
-
 // variant writes a copy of h's config changed by edit and returns its path.
 func (h *host) variant(name string, edit func(*ctlconfig.Config)) string {
-	h.t.Helper()
-	b, _ := json.Marshal(h.cfg)
+	h.T.Helper()
+	b, _ := json.Marshal(h.Cfg)
 	var c ctlconfig.Config
 	if err := json.Unmarshal(b, &c); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	edit(&c)
-	p := filepath.Join(filepath.Dir(h.cfgPath), name+".json")
-	writeConfig(h.t, p, &c)
+	p := filepath.Join(filepath.Dir(h.CfgPath), name+".json")
+	sitetest.WriteConfig(h.T, p, &c)
 	return p
 }
 
 // runWith runs mcpctl with another mcpctl.json.
 func (h *host) runWith(ctx context.Context, cfgPath string, args ...string) (int, string, string) {
-	h.t.Helper()
-	saved := h.cfgPath
-	h.cfgPath = cfgPath
-	defer func() { h.cfgPath = saved }()
-	return h.run(ctx, args...)
+	h.T.Helper()
+	saved := h.CfgPath
+	h.CfgPath = cfgPath
+	defer func() { h.CfgPath = saved }()
+	return h.Run(ctx, args...)
 }
 
 // assertNotInstalled fails unless the host holds nothing of an install: no
 // current link, no release, no backend config, no unit file, no unit
 // systemd still knows, the backend's port free.
 func (h *host) assertNotInstalled(ctx context.Context, when string) {
-	h.t.Helper()
-	store := &release.Store{Root: h.cfg.Install.Root}
+	h.T.Helper()
+	store := &release.Store{Root: h.Cfg.Install.Root}
 	if cur, err := store.Current(); !errors.Is(err, release.ErrNoCurrent) {
-		h.t.Errorf("%s: current = %q, %v; want none", when, cur, err)
+		h.T.Errorf("%s: current = %q, %v; want none", when, cur, err)
 	}
 	if rs, err := store.List(); err != nil || len(rs) != 0 {
-		h.t.Errorf("%s: %d releases (%v), want none", when, len(rs), err)
+		h.T.Errorf("%s: %d releases (%v), want none", when, len(rs), err)
 	}
-	if _, err := os.Stat(h.cfg.Backend.Config); !errors.Is(err, os.ErrNotExist) {
-		h.t.Errorf("%s: backend config: %v, want absent (it was absent before)", when, err)
+	if _, err := os.Stat(h.Cfg.Backend.Config); !errors.Is(err, os.ErrNotExist) {
+		h.T.Errorf("%s: backend config: %v, want absent (it was absent before)", when, err)
 	}
-	names := []string{units.Socket(h.cfg.Backend.Unit), units.SlotTemplate(h.cfg.Backend.Unit), units.BackendSlice(h.cfg.Backend.Unit), units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
-	for _, tn := range h.cfg.Tunnels {
+	names := []string{units.Socket(h.Cfg.Backend.Unit), units.SlotTemplate(h.Cfg.Backend.Unit), units.BackendSlice(h.Cfg.Backend.Unit), units.WatchdogTimer, units.WatchdogService, units.PendingRollbackService}
+	for _, tn := range h.Cfg.Tunnels {
 		names = append(names, tn.Unit)
 	}
 	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(h.m.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
-			h.t.Errorf("%s: unit file %s: %v, want absent", when, n, err)
+		if _, err := os.Stat(filepath.Join(h.M.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
+			h.T.Errorf("%s: unit file %s: %v, want absent", when, n, err)
 		}
 		switch n {
-		case units.SlotTemplate(h.cfg.Backend.Unit):
-			n = units.SlotUnit(h.cfg.Backend.Unit, units.BootSlot) // a template has no state of its own
-		case units.BackendSlice(h.cfg.Backend.Unit):
+		case units.SlotTemplate(h.Cfg.Backend.Unit):
+			n = units.SlotUnit(h.Cfg.Backend.Unit, units.BootSlot) // a template has no state of its own
+		case units.BackendSlice(h.Cfg.Backend.Unit):
 			continue // the file is what the undo owns
 		}
 		if a, load, _, _ := h.unit(ctx, n); a != "inactive" || load != "not-found" {
-			h.t.Errorf("%s: %s is %s/%s, want inactive/not-found", when, n, a, load)
+			h.T.Errorf("%s: %s is %s/%s, want inactive/not-found", when, n, a, load)
 		}
 	}
-	if out, err := h.m.Exec(ctx, "find", "/etc/systemd/system", "-name", "*mcp*"); err != nil || strings.TrimSpace(out) != "" {
-		h.t.Errorf("%s: enablement links or units left: %q (%v)", when, out, err)
+	if out, err := h.M.Exec(ctx, "find", "/etc/systemd/system", "-name", "*mcp*"); err != nil || strings.TrimSpace(out) != "" {
+		h.T.Errorf("%s: enablement links or units left: %q (%v)", when, out, err)
 	}
-	if !deploy.PortFree(h.cfg.Backend.Listen) {
-		h.t.Errorf("%s: backend.listen %s is still held", when, h.cfg.Backend.Listen)
+	if !deploy.PortFree(h.Cfg.Backend.Listen) {
+		h.T.Errorf("%s: backend.listen %s is still held", when, h.Cfg.Backend.Listen)
 	}
 }
 
@@ -154,18 +109,18 @@ func (h *host) assertNotInstalled(ctx context.Context, when string) {
 // unchanged, its status, and its stop.
 func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	dir := t.TempDir()
-	h := &host{t: t, bin: filepath.Join(dir, "bin")}
-	h.mcpctl = filepath.Join(h.bin, "mcpctl")
-	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "e2e"), h.mcpctl)
+	h := &host{&sitetest.Host{T: t, Bin: filepath.Join(dir, "bin")}}
+	h.MCPCtl = filepath.Join(h.Bin, "mcpctl")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "e2e"), h.MCPCtl)
 	builds := map[string]string{}
 	for _, v := range []string{"v1", "v2"} {
-		builds[v] = filepath.Join(h.bin, "mcp-backend-"+v)
+		builds[v] = filepath.Join(h.Bin, "mcp-backend-"+v)
 		nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcp-backend", v), builds[v])
 	}
-	noVersion := filepath.Join(h.bin, "no-version")
-	writeFile(t, noVersion, []byte("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n"), 0o755)
-	badConfig := filepath.Join(h.bin, "bad-config")
-	writeFile(t, badConfig, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'mcp-backend v3'; exit 0; }\necho 'listen: refused by this build' >&2\nexit 2\n"), 0o755)
+	noVersion := filepath.Join(h.Bin, "no-version")
+	sitetest.WriteFile(t, noVersion, []byte("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n"), 0o755)
+	badConfig := filepath.Join(h.Bin, "bad-config")
+	sitetest.WriteFile(t, badConfig, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'mcp-backend v3'; exit 0; }\necho 'listen: refused by this build' >&2\nexit 2\n"), 0o755)
 
 	port, canaryPort := proctest.FreePort(t), proctest.FreePort(t)
 	cfg := ctlconfig.Default()
@@ -181,20 +136,20 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
 		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
 	}
-	h.cfg = cfg
-	h.cfgPath = filepath.Join(dir, "mcpctl.json")
-	writeConfig(t, h.cfgPath, cfg)
+	h.Cfg = cfg
+	h.CfgPath = filepath.Join(dir, "mcpctl.json")
+	sitetest.WriteConfig(t, h.CfgPath, cfg)
 
-	h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{dir}})
+	h.M = nspawntest.Boot(t, nspawntest.Options{Binds: []string{dir}})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	if _, err := h.m.Exec(ctx, "test", "-x", "/usr/bin/socat"); err != nil {
+	if _, err := h.M.Exec(ctx, "test", "-x", "/usr/bin/socat"); err != nil {
 		t.Skipf("socat is needed for the tunnel units: %v", err)
 	}
 	store := &release.Store{Root: cfg.Install.Root}
 
 	t.Run("refuses a --version that is not what the build prints, exit 2", func(t *testing.T) {
-		code, out, stderr := h.run(ctx, "install", "--build", builds["v1"], "--version", "v9")
+		code, out, stderr := h.Run(ctx, "install", "--build", builds["v1"], "--version", "v9")
 		if code != 2 || !strings.Contains(out+stderr, "the build prints version v1; --version v9 would name it wrongly") {
 			t.Fatalf("exit %d, want 2 naming both versions\n%s\n%s", code, out, stderr)
 		}
@@ -217,7 +172,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		if code != 1 {
 			t.Fatalf("exit %d, want 1\n%s\n%s", code, out, stderr)
 		}
-		ir := decode[deploy.InstallReport](t, out)
+		ir := sitetest.Decode[deploy.InstallReport](t, out)
 		if ir.OK || !ir.UndoOK || len(ir.Undo) == 0 || len(ir.Started) != 5 {
 			t.Fatalf("report: ok %v undoOK %v, %d undo steps, started %v; want a failed install after 5 starts (socket, backend, tunnels, timer), fully undone\n%s", ir.OK, ir.UndoOK, len(ir.Undo), ir.Started, out)
 		}
@@ -234,11 +189,11 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	})
 
 	// The corrected retry: the real config.
-	code, out, stderr := h.run(ctx, "install", "--build", builds["v1"], "--json")
+	code, out, stderr := h.Run(ctx, "install", "--build", builds["v1"], "--json")
 	if code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, stderr)
 	}
-	ir := decode[deploy.InstallReport](t, out)
+	ir := sitetest.Decode[deploy.InstallReport](t, out)
 	if !ir.OK || ir.Version != "v1" || !ir.ConfigWritten || ir.Backend == nil || !ir.Backend.OK() || len(ir.Tunnels) != 2 {
 		t.Fatalf("install report: %s", out)
 	}
@@ -251,21 +206,21 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		}
 	}
 
-	if code, out, stderr := h.run(ctx, "install", "--build", builds["v2"]); code != 1 || !strings.Contains(out+stderr, "production exists") {
+	if code, out, stderr := h.Run(ctx, "install", "--build", builds["v2"]); code != 1 || !strings.Contains(out+stderr, "production exists") {
 		t.Fatalf("second install: exit %d, want 1 and \"production exists\"\n%s\n%s", code, out, stderr)
 	}
 
 	_, _, pid0, inv0 := h.unit(ctx, units.SlotUnit(cfg.Backend.Unit, units.BootSlot))
 	refusedCode := func(t *testing.T, wantCode int, wantMsg string, args ...string) {
 		t.Helper()
-		code, out, stderr := h.run(ctx, append([]string{"canary", "start"}, args...)...)
+		code, out, stderr := h.Run(ctx, append([]string{"canary", "start"}, args...)...)
 		if code != wantCode || !strings.Contains(out+stderr, wantMsg) {
 			t.Fatalf("exit %d, want %d and %q\n%s\n%s", code, wantCode, wantMsg, out, stderr)
 		}
 		if _, load, _, _ := h.unit(ctx, cfg.Canary.Unit); load != "not-found" {
 			t.Errorf("canary unit LoadState = %s after a refusal, want not-found", load)
 		}
-		if _, err := os.Stat(filepath.Join(h.m.UnitsDir, cfg.Canary.Unit)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(h.M.UnitsDir, cfg.Canary.Unit)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("canary unit file written despite the refusal: %v", err)
 		}
 		if rs, _ := store.List(); len(rs) != 1 {
@@ -287,8 +242,8 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, cfg.Backend.Config, []byte("listen: nope\n"), 0o644)
-		defer writeFile(t, cfg.Backend.Config, good, 0o644)
+		sitetest.WriteFile(t, cfg.Backend.Config, []byte("listen: nope\n"), 0o644)
+		defer sitetest.WriteFile(t, cfg.Backend.Config, good, 0o644)
 		refusedCode(t, 2, "not a JSON object", "--build", builds["v2"])
 	})
 	t.Run("backend.config missing is a config error, exit 2", func(t *testing.T) {
@@ -313,11 +268,11 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		refused(t, "is taken by another process", "--build", builds["v2"])
 	})
 
-	code, out, stderr = h.run(ctx, "canary", "start", "--build", builds["v2"], "--json")
+	code, out, stderr = h.Run(ctx, "canary", "start", "--build", builds["v2"], "--json")
 	if code != 0 {
 		t.Fatalf("canary start: exit %d\n%s\n%s", code, out, stderr)
 	}
-	cr := decode[deploy.CanaryReport](t, out)
+	cr := sitetest.Decode[deploy.CanaryReport](t, out)
 	d2, _ := buildinfo.FileDigest(builds["v2"])
 	if !cr.Pass || cr.Version != "v2" || cr.Digest != d2 || cr.Canary == nil || cr.Canary.Version != "v2" || cr.Canary.Build != d2 {
 		t.Fatalf("canary report: %s", out)
@@ -339,15 +294,15 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		t.Errorf("no passing canary verdict for %s (%v)", d2, err)
 	}
 
-	code, out, stderr = h.run(ctx, "canary", "status", "--json")
+	code, out, stderr = h.Run(ctx, "canary", "status", "--json")
 	if code != 0 {
 		t.Fatalf("canary status: exit %d\n%s", code, stderr)
 	}
-	cs := decode[deploy.CanaryStatus](t, out)
+	cs := sitetest.Decode[deploy.CanaryStatus](t, out)
 	if cs.ActiveState != "active" || cs.Version != "v2" || cs.Healthz != 200 || cs.Readyz != 200 || cs.Record == nil || !cs.Record.Pass {
 		t.Errorf("canary status: %s", out)
 	}
-	if code, out, _ = h.run(ctx, "canary", "status"); code != 0 || !strings.Contains(out, "active/running") {
+	if code, out, _ = h.Run(ctx, "canary", "status"); code != 0 || !strings.Contains(out, "active/running") {
 		t.Errorf("human canary status: exit %d\n%s", code, out)
 	}
 
@@ -356,11 +311,11 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		t.Errorf("%s is %s while the canary runs, want active", units.Socket(cfg.Canary.Unit), a)
 	}
 
-	code, out, stderr = h.run(ctx, "canary", "stop", "--json")
+	code, out, stderr = h.Run(ctx, "canary", "stop", "--json")
 	if code != 0 {
 		t.Fatalf("canary stop: exit %d\n%s\n%s", code, out, stderr)
 	}
-	sr := decode[deploy.StopReport](t, out)
+	sr := sitetest.Decode[deploy.StopReport](t, out)
 	if !sr.WasActive || !sr.ReleaseRemoved || sr.Version != "v2" {
 		t.Errorf("stop report: %s", out)
 	}
@@ -368,7 +323,7 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 		t.Errorf("canary still active after stop")
 	}
 	for _, n := range []string{cfg.Canary.Unit, units.Socket(cfg.Canary.Unit)} {
-		if _, err := os.Stat(filepath.Join(h.m.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(h.M.UnitsDir, n)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s after canary stop: %v, want removed", n, err)
 		}
 	}

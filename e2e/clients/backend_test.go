@@ -33,12 +33,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "mcp-backend")
-	out, err := exec.Command("go", "build", "-o", binary, "../cmd/mcp-backend").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", binary, "../../cmd/mcp-backend").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	clientsDir, err = filepath.Abs("../testdata/clients")
+	clientsDir, err = filepath.Abs("../../testdata/clients")
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 	"github.com/overdeck/mcp-backend/audit"
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
+	"github.com/overdeck/mcp-backend/internal/sitetest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/units"
@@ -162,10 +163,10 @@ func (c auditClient) call(t testing.TB, tool string, args any, timeout time.Dura
 // byte.
 func TestAuditTrailInRealJournal(t *testing.T) {
 	dir := t.TempDir()
-	h := &host{t: t, bin: filepath.Join(dir, "bin")}
-	h.mcpctl = filepath.Join(h.bin, "mcpctl")
-	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "e2e"), h.mcpctl)
-	build := filepath.Join(h.bin, "mcp-backend-v1")
+	h := &sitetest.Host{T: t, Bin: filepath.Join(dir, "bin")}
+	h.MCPCtl = filepath.Join(h.Bin, "mcpctl")
+	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcpctl", "e2e"), h.MCPCtl)
+	build := filepath.Join(h.Bin, "mcp-backend-v1")
 	nspawntest.CopyExecutable(t, nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1"), build)
 
 	port := proctest.FreePort(t)
@@ -182,13 +183,13 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		cfg.Tunnels[i].URL = fmt.Sprintf("http://127.0.0.1:%d", tp)
 		cfg.Tunnels[i].Exec = fmt.Sprintf("/usr/bin/socat TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:%d", tp, port)
 	}
-	h.cfg, h.cfgPath = cfg, filepath.Join(dir, "mcpctl.json")
-	writeConfig(t, h.cfgPath, cfg)
+	h.Cfg, h.CfgPath = cfg, filepath.Join(dir, "mcpctl.json")
+	sitetest.WriteConfig(t, h.CfgPath, cfg)
 
 	is := startIssuer(t)
 	const operatorToken = "audit-e2e-operator-token-0123456789"
 	tokenFile := filepath.Join(dir, "etc", "token")
-	writeFile(t, tokenFile, []byte(operatorToken), 0o600)
+	sitetest.WriteFile(t, tokenFile, []byte(operatorToken), 0o600)
 	resource := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 	backendCfg := map[string]any{
 		"listen":       cfg.Backend.Listen,
@@ -197,10 +198,10 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		"concurrency":  map[string]any{"maxActive": 8, "reservedControl": 2, "maxShell": 3, "maxQueue": 16, "queueWaitMs": 1500},
 	}
 	b, _ := json.Marshal(backendCfg)
-	writeFile(t, cfg.Backend.Config, b, 0o644)
+	sitetest.WriteFile(t, cfg.Backend.Config, b, 0o644)
 
-	h.m = nspawntest.Boot(t, nspawntest.Options{Binds: []string{dir}})
-	m := h.m
+	h.M = nspawntest.Boot(t, nspawntest.Options{Binds: []string{dir}})
+	m := h.M
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	if _, err := m.Exec(ctx, "test", "-x", "/usr/bin/socat"); err != nil {
@@ -226,7 +227,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		t.Fatalf("journalctl --rotate: %v\n%s", err, out)
 	}
 
-	if code, out, stderr := h.run(ctx, "install", "--build", build, "--json"); code != 0 {
+	if code, out, stderr := h.Run(ctx, "install", "--build", build, "--json"); code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, stderr)
 	}
 	unitText, err := os.ReadFile(filepath.Join(m.UnitsDir, units.SlotTemplate(cfg.Backend.Unit)))
@@ -451,11 +452,11 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 	}
 
 	// mcpctl audit --summary agrees with what the clients counted.
-	code, out, stderr := h.run(ctx, "audit", "--summary", "--json", "--since", "1h")
+	code, out, stderr := h.Run(ctx, "audit", "--summary", "--json", "--since", "1h")
 	if code != 0 {
 		t.Fatalf("mcpctl audit --summary: exit %d\n%s\n%s", code, out, stderr)
 	}
-	sum := decode[struct {
+	sum := sitetest.Decode[struct {
 		Principals []struct {
 			PrincipalKind, Principal string
 			Calls, Errors, Refusals  int
@@ -487,8 +488,8 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		}
 	}
 	// Filters are journal matches: one tool, one principal, one outcome.
-	code, out, _ = h.run(ctx, "audit", "--json", "--limit", "0", "--tool", "file.read", "--principal", "oauth:"+is.url+" alice", "--outcome", "NOT_FOUND")
-	calls := decode[struct {
+	code, out, _ = h.Run(ctx, "audit", "--json", "--limit", "0", "--tool", "file.read", "--principal", "oauth:"+is.url+" alice", "--outcome", "NOT_FOUND")
+	calls := sitetest.Decode[struct {
 		Calls []struct{ Tool, Principal, Outcome string } `json:"calls"`
 	}](t, out)
 	if code != 0 || len(calls.Calls) != seen[principals[1].name]["NOT_FOUND"] {
@@ -499,7 +500,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 			t.Errorf("filtered call %+v", c)
 		}
 	}
-	if code, out, _ := h.run(ctx, "audit", "--tool", "system.info", "--limit", "3"); code != 0 || !strings.HasPrefix(out, "TIME ") || strings.Count(out, "\n") != 4 {
+	if code, out, _ := h.Run(ctx, "audit", "--tool", "system.info", "--limit", "3"); code != 0 || !strings.HasPrefix(out, "TIME ") || strings.Count(out, "\n") != 4 {
 		t.Errorf("audit table: exit %d\n%s", code, out)
 	}
 
@@ -634,7 +635,7 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 // build with audit.sink off beside it (both transient units of one
 // container, same limits), from 8 parallel clients on the host.
 //
-//	go test -run '^$' -bench ToolCallJournal -benchtime 5000x ./ops/deploy/
+//	go test -run '^$' -bench ToolCallJournal -benchtime 5000x ./e2e/
 func BenchmarkToolCallJournal(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "mcp-backend")
@@ -645,7 +646,7 @@ func BenchmarkToolCallJournal(b *testing.B) {
 	for _, sink := range []string{"journal", "off"} {
 		addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(b))
 		cfg := filepath.Join(dir, sink+".json")
-		writeFile(b, cfg, []byte(fmt.Sprintf(`{"listen":%q,"audit":{"sink":%q}}`, addr, sink)), 0o644)
+		sitetest.WriteFile(b, cfg, []byte(fmt.Sprintf(`{"listen":%q,"audit":{"sink":%q}}`, addr, sink)), 0o644)
 		if out, err := m.Exec(ctx, "systemd-run", "--unit=mcp-bench-"+sink, "-p", "LogRateLimitIntervalSec=10s", "-p", "LogRateLimitBurst=100000", bin, "serve", "--config", cfg); err != nil {
 			b.Fatalf("systemd-run: %v\n%s", err, out)
 		}

@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/deploy"
@@ -73,15 +74,15 @@ func toolCall(t testing.TB, url, subject, tool string, args any, out any) *mcpwi
 }
 
 func (s *site) job(subject, tool string, args any, out any) {
-	s.t.Helper()
-	if code, msg := jobCall(s.t, s.backend, subject, tool, args, out); code != "" {
-		s.t.Fatalf("%s: %s: %s", tool, code, msg)
+	s.T.Helper()
+	if code, msg := jobCall(s.T, s.Backend, subject, tool, args, out); code != "" {
+		s.T.Fatalf("%s: %s: %s", tool, code, msg)
 	}
 }
 
 // allOutput reads a stream of a job from offset 0 to its end by job.output.
 func (s *site) allOutput(subject, id, stream string) []byte {
-	s.t.Helper()
+	s.T.Helper()
 	var all []byte
 	off := int64(0)
 	for {
@@ -100,7 +101,7 @@ func (s *site) allOutput(subject, id, stream string) []byte {
 }
 
 func (s *site) waitJob(subject, id string) mcpwire.JobStatus {
-	s.t.Helper()
+	s.T.Helper()
 	for range 10 {
 		var w mcpwire.JobWaitResult
 		s.job(subject, mcpwire.ToolJobWait, map[string]any{"id": id, "waitMs": 20000}, &w)
@@ -108,18 +109,18 @@ func (s *site) waitJob(subject, id string) mcpwire.JobStatus {
 			return w.Job
 		}
 	}
-	s.t.Fatalf("job %s still running after 10 waits", id)
+	s.T.Fatalf("job %s still running after 10 waits", id)
 	return mcpwire.JobStatus{}
 }
 
 // inContainer runs argv inside the container and returns its stdout.
 func (s *site) inContainer(argv ...string) string {
-	s.t.Helper()
+	s.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, out, _, err := s.m.Run(ctx, argv...)
+	_, out, _, err := s.M.Run(ctx, argv...)
 	if err != nil {
-		s.t.Fatalf("%v: %v", argv, err)
+		s.T.Fatalf("%v: %v", argv, err)
 	}
 	return out
 }
@@ -127,7 +128,7 @@ func (s *site) inContainer(argv ...string) string {
 // systemdCgroup is the name=systemd (v1) or unified (v2) line of a
 // container process's /proc/PID/cgroup.
 func (s *site) systemdCgroup(pid int) string {
-	s.t.Helper()
+	s.T.Helper()
 	out := s.inContainer("cat", fmt.Sprintf("/proc/%d/cgroup", pid))
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, ":name=systemd:") {
@@ -139,7 +140,7 @@ func (s *site) systemdCgroup(pid int) string {
 			return l
 		}
 	}
-	s.t.Fatalf("pid %d: no systemd cgroup line in %q", pid, out)
+	s.T.Fatalf("pid %d: no systemd cgroup line in %q", pid, out)
 	return ""
 }
 
@@ -162,8 +163,8 @@ func pidsOf(t testing.TB, out []byte) []int {
 // output at 100000 bytes.
 func jobSite(t *testing.T) *site {
 	s := newSite(t, 60*time.Second)
-	writeJSON(t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen, "jobs": map[string]any{
-		"stateDir": filepath.Join(s.dir, "jobstate"), "outputBytes": 100000, "totalOutputBytes": 100 << 20,
+	nspawntest.WriteJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "jobs": map[string]any{
+		"stateDir": filepath.Join(s.Dir, "jobstate"), "outputBytes": 100000, "totalOutputBytes": 100 << 20,
 		"memoryMaxBytes": 1 << 30, "tasksMax": 256,
 	}})
 	s.restartBackend()
@@ -171,14 +172,14 @@ func jobSite(t *testing.T) *site {
 }
 
 func (s *site) restartBackend() {
-	s.t.Helper()
+	s.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	unit, _, _ := s.prod()
-	if err := s.m.Client.Restart(ctx, unit); err != nil {
-		s.t.Fatal(err)
+	unit, _, _ := s.Prod()
+	if err := s.M.Client.Restart(ctx, unit); err != nil {
+		s.T.Fatal(err)
 	}
-	s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+	s.WaitHTTP(s.Backend+"/readyz", 20*time.Second)
 }
 
 // gated is a job command that prints a tick every 100 ms until the gate
@@ -208,30 +209,30 @@ func TestJobsInSystemd(t *testing.T) {
 	const alice = "alice"
 
 	t.Run("slice missing", func(t *testing.T) {
-		s.t = t
-		slice := filepath.Join(s.m.UnitsDir, units.JobsSlice)
+		s.T = t
+		slice := filepath.Join(s.M.UnitsDir, units.JobsSlice)
 		body, err := os.ReadFile(slice)
 		if err != nil {
 			t.Fatal(err)
 		}
 		os.Remove(slice)
-		if err := s.m.Client.DaemonReload(ctx); err != nil {
+		if err := s.M.Client.DaemonReload(ctx); err != nil {
 			t.Fatal(err)
 		}
-		code, msg := jobCall(t, s.backend, alice, mcpwire.ToolJobStart, map[string]any{"command": "true"}, nil)
+		code, msg := jobCall(t, s.Backend, alice, mcpwire.ToolJobStart, map[string]any{"command": "true"}, nil)
 		if code != string(mcpwire.CodeUnavailable) || !strings.Contains(msg, "mcpctl unit install") {
 			t.Fatalf("without the slice: %s %q", code, msg)
 		}
 		if err := os.WriteFile(slice, body, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.m.Client.DaemonReload(ctx); err != nil {
+		if err := s.M.Client.DaemonReload(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("own unit, cgroup and limits", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		var st mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "echo $$; sleep 600 & echo $!; wait",
 			"memoryMaxBytes": 256 << 20, "tasksMax": 64, "timeoutMs": 900000, "waitMs": 2000}, &st)
@@ -239,7 +240,7 @@ func TestJobsInSystemd(t *testing.T) {
 			t.Fatalf("start: %+v", st.Job)
 		}
 		proctest.Eventually(t, "both pids printed", func() bool { return len(strings.Fields(string(s.allOutput(alice, st.Job.ID, "stdout")))) == 2 })
-		u, err := s.m.Client.Unit(ctx, st.Job.Unit)
+		u, err := s.M.Client.Unit(ctx, st.Job.Unit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +250,7 @@ func TestJobsInSystemd(t *testing.T) {
 		pids := pidsOf(t, s.allOutput(alice, st.Job.ID, "stdout"))
 		for _, pid := range append(pids, int(u.MainPID)) {
 			cg := s.systemdCgroup(pid)
-			if !strings.HasSuffix(cg, "/"+units.JobsSlice+"/"+st.Job.Unit) || strings.Contains(cg, units.BackendSlice(s.cfg.Backend.Unit)) {
+			if !strings.HasSuffix(cg, "/"+units.JobsSlice+"/"+st.Job.Unit) || strings.Contains(cg, units.BackendSlice(s.Cfg.Backend.Unit)) {
 				t.Fatalf("pid %d is in %q, want the job's own unit", pid, cg)
 			}
 		}
@@ -260,38 +261,38 @@ func TestJobsInSystemd(t *testing.T) {
 			t.Fatalf("cancel: %+v", c)
 		}
 		proctest.Eventually(t, "the job's unit gone", func() bool {
-			gone, err := s.m.Client.Gone(ctx, st.Job.Unit)
+			gone, err := s.M.Client.Gone(ctx, st.Job.Unit)
 			return err == nil && gone
 		})
 		for _, pid := range pids {
-			if code, _, _, _ := s.m.Run(ctx, "test", "-e", fmt.Sprintf("/proc/%d", pid)); code == 0 {
+			if code, _, _, _ := s.M.Run(ctx, "test", "-e", fmt.Sprintf("/proc/%d", pid)); code == 0 {
 				t.Fatalf("pid %d of the cancelled job still runs", pid)
 			}
 		}
 	})
 
 	t.Run("survives cutover and rollback", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		// Through a tunnel, as a hosted client reaches it; the job runs at
 		// least 90 s (the gate opens then, and only after the rollback).
-		url := s.cfg.Tunnels[0].URL
-		gate := filepath.Join(s.dir, "gate-cutover")
+		url := s.Cfg.Tunnels[0].URL
+		gate := filepath.Join(s.Dir, "gate-cutover")
 		var st mcpwire.JobStartResult
 		if code, msg := jobCall(t, url, alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st); code != "" {
 			t.Fatalf("job.start through the tunnel: %s %s", code, msg)
 		}
 		started := time.Now()
-		_, inv := s.unit(st.Job.Unit)
-		s.pass(s.builds["v2"])
-		code, out := s.run("cutover", "--build", s.builds["v2"], "--arm-rollback")
-		if code != 0 || s.version() != "v2" {
+		_, inv := s.Unit(st.Job.Unit)
+		s.Pass(s.Builds["v2"])
+		code, out := s.Run("cutover", "--build", s.Builds["v2"], "--arm-rollback")
+		if code != 0 || s.Version() != "v2" {
 			t.Fatalf("cutover exit %d:\n%s", code, out)
 		}
 		t.Logf("cutover report:\n%s", out)
 		if !strings.Contains(out, "jobs: 1 running before, 1 still running") {
 			t.Fatalf("the cutover report does not name the running job:\n%s", out)
 		}
-		code, out = s.run("--json", "status")
+		code, out = s.Run("--json", "status")
 		var status struct {
 			Jobs []deploy.JobUnit `json:"jobs"`
 		}
@@ -300,13 +301,13 @@ func TestJobsInSystemd(t *testing.T) {
 		}
 		var mid mcpwire.JobStatus
 		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, &mid)
-		if active, now := s.unit(st.Job.Unit); mid.State != mcpwire.JobRunning || active != "active" || now != inv {
+		if active, now := s.Unit(st.Job.Unit); mid.State != mcpwire.JobRunning || active != "active" || now != inv {
 			t.Fatalf("after the cutover: %+v, unit %s invocation %s (was %s)", mid, active, now, inv)
 		}
-		if code, out := s.run("rollback", "--last"); code != 0 || s.version() != "v1" {
+		if code, out := s.Run("rollback", "--last"); code != 0 || s.Version() != "v1" {
 			t.Fatalf("rollback exit %d:\n%s", code, out)
 		}
-		if active, now := s.unit(st.Job.Unit); active != "active" || now != inv {
+		if active, now := s.Unit(st.Job.Unit); active != "active" || now != inv {
 			t.Fatalf("after the rollback: unit %s invocation %s (was %s)", active, now, inv)
 		}
 		time.Sleep(time.Until(started.Add(90 * time.Second)))
@@ -334,22 +335,22 @@ func TestJobsInSystemd(t *testing.T) {
 	})
 
 	t.Run("ends while no backend runs", func(t *testing.T) {
-		s.t = t
-		gate := filepath.Join(s.dir, "gate-stopped")
+		s.T = t
+		gate := filepath.Join(s.Dir, "gate-stopped")
 		var st mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": gated(gate)}, &st)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		prod, _, _ := s.prod()
-		if err := s.m.Client.Stop(cctx, prod); err != nil {
+		prod, _, _ := s.Prod()
+		if err := s.M.Client.Stop(cctx, prod); err != nil {
 			t.Fatal(err)
 		}
 		openGate(t, gate)
 		proctest.Eventually(t, "the job's unit gone", func() bool {
-			gone, err := s.m.Client.Gone(ctx, st.Job.Unit)
+			gone, err := s.M.Client.Gone(ctx, st.Job.Unit)
 			return err == nil && gone
 		})
-		if err := s.m.Client.Start(cctx, prod); err != nil {
+		if err := s.M.Client.Start(cctx, prod); err != nil {
 			t.Fatal(err)
 		}
 		var end mcpwire.JobStatus
@@ -360,7 +361,7 @@ func TestJobsInSystemd(t *testing.T) {
 	})
 
 	t.Run("output cap and ownership", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		var st mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "yes", "waitMs": 20000}, &st)
 		end := st.Job
@@ -370,7 +371,7 @@ func TestJobsInSystemd(t *testing.T) {
 		if end.State != mcpwire.JobOutputLimit || end.StdoutBytes != 100000 {
 			t.Fatalf("output cap: %+v", end)
 		}
-		if code, _ := jobCall(t, s.backend, "bob", mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, nil); code != string(mcpwire.CodeNotFound) {
+		if code, _ := jobCall(t, s.Backend, "bob", mcpwire.ToolJobStatus, map[string]any{"id": st.Job.ID}, nil); code != string(mcpwire.CodeNotFound) {
 			t.Fatalf("bob sees alice's job: %q", code)
 		}
 		var l mcpwire.JobList
@@ -381,7 +382,7 @@ func TestJobsInSystemd(t *testing.T) {
 	})
 
 	t.Run("start cost", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		const n = 20
 		var took time.Duration
 		for range n {
@@ -403,7 +404,7 @@ func TestJobsInSystemd(t *testing.T) {
 	// nothing and cannot write; it runs until job.cancel stops it, and
 	// the record is the supervisor's.
 	t.Run("the job's shell does not see the state directory", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		const planted = `{"version":1,"state":"exited","exitCode":0,"started":"2020-01-01T00:00:00Z","ended":"2020-01-01T00:00:01Z"}`
 		cmd := `d=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--dir$/{n;p;}'); ` +
 			`if printf '%s' '` + planted + `' > "$d/exit.json"; then echo planted; else echo refused; fi; ` +
@@ -418,7 +419,7 @@ func TestJobsInSystemd(t *testing.T) {
 		if !strings.Contains(out, "refused") || !strings.Contains(out, "entries 0") {
 			t.Fatalf("the job's shell saw or wrote the state directory: %q", out)
 		}
-		if _, err := os.Stat(filepath.Join(s.dir, "jobstate", "v1", st.Job.ID, "exit.json")); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(s.Dir, "jobstate", "v1", st.Job.ID, "exit.json")); !os.IsNotExist(err) {
 			t.Fatalf("exit.json while the job runs (%v)", err)
 		}
 		var js mcpwire.JobStatus
@@ -430,17 +431,17 @@ func TestJobsInSystemd(t *testing.T) {
 		if js.State != mcpwire.JobCancelled {
 			t.Fatalf("cancel: %+v", js)
 		}
-		rec, err := os.ReadFile(filepath.Join(s.dir, "jobstate", "v1", st.Job.ID, "exit.json"))
+		rec, err := os.ReadFile(filepath.Join(s.Dir, "jobstate", "v1", st.Job.ID, "exit.json"))
 		if err != nil || !strings.Contains(string(rec), `"cancelled"`) {
 			t.Fatalf("record on disk %s (%v), want the supervisor's", rec, err)
 		}
 	})
 
 	t.Run("supervisor killed: lost; reboot: never running", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		var st mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "sleep 600"}, &st)
-		u, err := s.m.Client.Unit(ctx, st.Job.Unit)
+		u, err := s.M.Client.Unit(ctx, st.Job.Unit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,15 +453,15 @@ func TestJobsInSystemd(t *testing.T) {
 		})
 		var r mcpwire.JobStartResult
 		s.job(alice, mcpwire.ToolJobStart, map[string]any{"command": "sleep 600"}, &r)
-		s.m.Reboot(t)
+		s.M.Reboot(t)
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		for _, u := range []string{units.SlotUnit(s.cfg.Backend.Unit, units.BootSlot)} {
-			if err := s.m.Client.Start(cctx, u); err != nil {
+		for _, u := range []string{units.SlotUnit(s.Cfg.Backend.Unit, units.BootSlot)} {
+			if err := s.M.Client.Start(cctx, u); err != nil {
 				t.Fatal(err)
 			}
 		}
-		s.waitHTTP(s.backend+"/readyz", 20*time.Second)
+		s.WaitHTTP(s.Backend+"/readyz", 20*time.Second)
 		var after mcpwire.JobStatus
 		s.job(alice, mcpwire.ToolJobStatus, map[string]any{"id": r.Job.ID}, &after)
 		if !after.Done || (after.State != mcpwire.JobLost && after.State != mcpwire.JobKilled) {
@@ -489,8 +490,8 @@ func TestJobContainment(t *testing.T) {
 		t.Skipf("containment not testable here: the container's systemd has no delegated memory and pids controllers (cgroup v2 controllers inside: %q; host: %q, %v): limits are set on the job's unit but the kernel does not enforce them", strings.TrimSpace(inside), strings.TrimSpace(string(ctrl)), err)
 	}
 	const alice = "alice"
-	prod, _, _ := s.prod()
-	before, err := s.m.Client.Unit(context.Background(), prod)
+	prod, _, _ := s.Prod()
+	before, err := s.M.Client.Unit(context.Background(), prod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,20 +505,20 @@ func TestJobContainment(t *testing.T) {
 	if end.State == mcpwire.JobExited && (end.ExitCode == nil || *end.ExitCode == 0) {
 		t.Fatalf("the memory hog was not killed: %+v", end)
 	}
-	after, err := s.m.Client.Unit(context.Background(), prod)
+	after, err := s.M.Client.Unit(context.Background(), prod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after.MainPID != before.MainPID || after.NRestarts != before.NRestarts || after.ActiveState != "active" {
 		t.Fatalf("the backend changed: MainPID %d->%d NRestarts %d->%d %s", before.MainPID, after.MainPID, before.NRestarts, after.NRestarts, after.ActiveState)
 	}
-	s.waitHTTP(s.backend+"/healthz", 5*time.Second)
+	s.WaitHTTP(s.Backend+"/healthz", 5*time.Second)
 	var m struct {
 		Memory struct {
 			Shedding bool `json:"shedding"`
 		} `json:"memory"`
 	}
-	resp, err := http.Get(s.backend + "/metrics")
+	resp, err := http.Get(s.Backend + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package deploy_test
+package e2e
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -23,8 +24,8 @@ func policySite(t *testing.T, expireMs int64) *site {
 }
 
 func (s *site) writePolicy(expireMs int64) {
-	s.t.Helper()
-	writeJSON(s.t, s.cfg.Backend.Config, map[string]any{"listen": s.cfg.Backend.Listen, "policy": map[string]any{
+	s.T.Helper()
+	nspawntest.WriteJSON(s.T, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "policy": map[string]any{
 		"default":   "allow",
 		"rules":     []map[string]any{{"id": "ask-touch", "action": "ask", "reason": "touch changes files", "commands": []string{"touch *"}}},
 		"approvals": map[string]any{"expireMs": expireMs},
@@ -34,8 +35,8 @@ func (s *site) writePolicy(expireMs int64) {
 // approvalsCtl runs mcpctl approvals inside the container, as an operator
 // would, with no --dir: the default must be where the backend keeps them.
 func (s *site) approvalsCtl(args ...string) (int, string) {
-	s.t.Helper()
-	return s.run(append([]string{"approvals"}, args...)...)
+	s.T.Helper()
+	return s.Run(append([]string{"approvals"}, args...)...)
 }
 
 // TestPolicyApprovalsInSystemd: a client without elicitation asks for a
@@ -51,10 +52,10 @@ func TestPolicyApprovalsInSystemd(t *testing.T) {
 	}
 	s := policySite(t, 15*60*1000)
 	const alice = "alice"
-	marker := filepath.Join(s.dir, "touched")
+	marker := filepath.Join(s.Dir, "touched")
 	call := map[string]any{"command": fmt.Sprintf("touch %s && echo ran-once", marker)}
 
-	te := toolCall(t, s.backend, alice, mcpwire.ToolShellExec, call, nil)
+	te := toolCall(t, s.Backend, alice, mcpwire.ToolShellExec, call, nil)
 	if te == nil || te.Code != mcpwire.CodeNeedsApproval || te.ApprovalStatus != mcpwire.ApprovalPending || te.ApprovalID == "" {
 		t.Fatalf("the first call: %+v, want a pending approval", te)
 	}
@@ -80,8 +81,8 @@ func TestPolicyApprovalsInSystemd(t *testing.T) {
 	}
 
 	t.Run("approved: runs once as a job", func(t *testing.T) {
-		s.t = t
-		te := toolCall(t, s.backend, alice, mcpwire.ToolShellExec, call, nil)
+		s.T = t
+		te := toolCall(t, s.Backend, alice, mcpwire.ToolShellExec, call, nil)
 		if te == nil || te.ApprovalID != id || te.ApprovalStatus != mcpwire.ApprovalApproved || te.JobID == "" {
 			t.Fatalf("the call after approval: %+v, want the approved job", te)
 		}
@@ -101,11 +102,11 @@ func TestPolicyApprovalsInSystemd(t *testing.T) {
 	})
 
 	t.Run("replayed: runs nothing", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		if err := os.Remove(marker); err != nil {
 			t.Fatal(err)
 		}
-		te := toolCall(t, s.backend, alice, mcpwire.ToolShellExec, call, nil)
+		te := toolCall(t, s.Backend, alice, mcpwire.ToolShellExec, call, nil)
 		if te == nil || te.Code != mcpwire.CodePermissionDenied || te.ApprovalID != id || !strings.Contains(te.Message, "used already") {
 			t.Fatalf("the call sent again: %+v, want a refusal naming the used approval", te)
 		}
@@ -123,11 +124,11 @@ func TestPolicyApprovalsInSystemd(t *testing.T) {
 	})
 
 	t.Run("expired: runs nothing", func(t *testing.T) {
-		s.t = t
+		s.T = t
 		s.writePolicy(1000)
 		s.restartBackend()
 		late := map[string]any{"command": fmt.Sprintf("touch %s-late && echo late", marker)}
-		te := toolCall(t, s.backend, alice, mcpwire.ToolShellExec, late, nil)
+		te := toolCall(t, s.Backend, alice, mcpwire.ToolShellExec, late, nil)
 		if te == nil || te.ApprovalStatus != mcpwire.ApprovalPending {
 			t.Fatalf("the late call: %+v, want a pending approval", te)
 		}
@@ -137,7 +138,7 @@ func TestPolicyApprovalsInSystemd(t *testing.T) {
 		if code, out := s.approvalsCtl("approve", te.ApprovalID); code == 0 || !strings.Contains(out, "expired") {
 			t.Fatalf("approving an expired approval: exit %d:\n%s", code, out)
 		}
-		again := toolCall(t, s.backend, alice, mcpwire.ToolShellExec, late, nil)
+		again := toolCall(t, s.Backend, alice, mcpwire.ToolShellExec, late, nil)
 		if again == nil || again.Code != mcpwire.CodeNeedsApproval || again.ApprovalStatus != mcpwire.ApprovalPending || again.ApprovalID == te.ApprovalID {
 			t.Fatalf("the late call sent again: %+v, want a new pending approval", again)
 		}
