@@ -4,30 +4,12 @@
 package proctest
 
 import (
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
-
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// FreeAddr returns "127.0.0.1:PORT" for a free port.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	return "127.0.0.1:" + strconv.Itoa(FreePort(t))
-}
 
 // Eventually polls cond until it holds, failing the test after a minute.
 // It bounds a wait; it times nothing: a condition that holds returns at

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/internal/loopport"
 	"github.com/overdeck/mcp-backend/internal/nspawn"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
@@ -656,22 +657,16 @@ func writeJSON(path string, v any) error {
 }
 
 // freePorts returns n distinct free loopback ports (the container shares
-// the host's network namespace).
+// the host's network namespace), reserved until the demo's process exits:
+// the tunnels bind theirs only minutes later, after the container boots.
 func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
 	out := make([]int, 0, n)
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		p, _, err := loopport.Reserve(loopport.Dir(), time.Now().UnixNano())
 		if err != nil {
 			return nil, fmt.Errorf("free port: %w", err)
 		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+		out = append(out, p)
 	}
 	return out, nil
 }
