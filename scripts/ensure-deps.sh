@@ -9,6 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One run at a time on this machine: two checkouts' ./task at once would
+# otherwise race for the dpkg lock (the second apt-get failed at once) and
+# for policy-rc.d (one run removing it while the other installs). The
+# second run waits, then finds installed what the first installed.
+exec 9>"${TMPDIR:-/tmp}/mcp-backend-ensure-deps.lock"
+flock 9
+
 # install_quietly installs Debian packages with every service start
 # forbidden: openssh-server and prometheus would otherwise start their
 # daemons on this machine. A policy-rc.d that exits 101 forbids them
@@ -22,8 +29,10 @@ install_quietly() {
   printf '#!/bin/sh\n# ensure-deps: no service starts while packages install\nexit 101\n' >"$policy"
   chmod 755 "$policy"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq "$@" >&2
+  # Something else on the machine (unattended upgrades) may hold dpkg's
+  # lock for a while: wait for it rather than fail.
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >&2
   if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi
   trap - EXIT
 }
