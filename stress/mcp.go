@@ -4,11 +4,17 @@
 // failures, responsive control calls and liveness, a stable unit, and a
 // return to idle with balanced counters. Decisions are pure (Assess turns
 // Facts into PASS/FAIL checks); the effects (attack, samplers, faults) are
-// thin and bounded in count and time, and only ever aim at loopback.
+// thin and bounded in count and time, and only ever aim at loopback. A
+// systemd unit is sampled through the caller's client (Units; no D-Bus
+// here), and RecordVerdict records a run's verdict in mcpctl's state
+// directory for the build the unit runs.
 package stress
 
 import (
 	"fmt"
+	"strings"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/overdeck/mcp-backend/mcpclient"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -33,6 +39,26 @@ const (
 
 // Outcomes lists the outcomes in report order.
 var Outcomes = []Outcome{OutcomeOK, OutcomeOverloaded, OutcomeCancelled, OutcomeToolError, OutcomeRPCError, OutcomeHTTPError, OutcomeTransport, OutcomeBadReply}
+
+// OutcomeLabel labels a vegeta result (a plot point, a progress count) by
+// the classified outcome the stress wrote into its Error ("overloaded:
+// ...") or, for vegeta's own errors, by whether any HTTP status came back.
+func OutcomeLabel(r *vegeta.Result) string {
+	if r.Error == "" {
+		return "ok"
+	}
+	if o, _, ok := strings.Cut(r.Error, ":"); ok {
+		for _, known := range Outcomes {
+			if o == string(known) {
+				return o
+			}
+		}
+	}
+	if r.Code == 0 {
+		return string(OutcomeTransport)
+	}
+	return string(OutcomeHTTPError)
+}
 
 // Acceptable reports whether an outcome is allowed under load.
 func (o Outcome) Acceptable() bool {

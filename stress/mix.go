@@ -220,3 +220,21 @@ func ParseTag(url string) (tool string, id uint64, err error) {
 	}
 	return tool, id, nil
 }
+
+// ParseMix reads SHELL:NORMAL:CONTROL weights, e.g. 5:3:2.
+func ParseMix(s string) (Mix, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return Mix{}, fmt.Errorf("%q: want SHELL:NORMAL:CONTROL weights, e.g. 5:3:2", s)
+	}
+	var w [3]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return Mix{}, fmt.Errorf("%q: weight %q is not a whole number", s, p)
+		}
+		w[i] = n
+	}
+	m := Mix{Shell: w[0], Normal: w[1], Control: w[2]}
+	return m, m.Validate()
+}

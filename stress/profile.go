@@ -3,6 +3,7 @@ package stress
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -27,6 +28,11 @@ const (
 
 // Profiles lists the profiles.
 var Profiles = []Profile{Overload, Spike, Soak}
+
+// Known says whether p is one of Profiles.
+func (p Profile) Known() bool {
+	return slices.Contains(Profiles, p)
+}
 
 // MaxRate caps any offered rate: the stress must stay a bounded load on the
 // machine it runs on.

@@ -82,6 +82,27 @@ func (c *Config) defaults() {
 	}
 }
 
+// SameHostPort says whether base (a URL) points at listen (host:port),
+// localhost and 127.0.0.1 being the same: a target that is production.
+func SameHostPort(base, listen string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h1, p1, err1 := net.SplitHostPort(u.Host)
+	h2, p2, err2 := net.SplitHostPort(listen)
+	if err1 != nil || err2 != nil || p1 != p2 {
+		return false
+	}
+	norm := func(h string) string {
+		if h == "localhost" {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return norm(h1) == norm(h2)
+}
+
 // CheckLoopback refuses any base URL that is not plain http on loopback:
 // the stress never aims at another machine.
 func CheckLoopback(base string) error {

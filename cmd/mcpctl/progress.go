@@ -39,7 +39,7 @@ func newStressProgress(w io.Writer, tty bool, total time.Duration) *stressProgre
 }
 
 // add counts one result; OnResult calls it from the attack's loop.
-func (p *stressProgress) add(r *vegeta.Result) { p.addOutcome(stressOutcomeLabel(r)) }
+func (p *stressProgress) add(r *vegeta.Result) { p.addOutcome(stress.OutcomeLabel(r)) }
 
 // addOutcome counts one answered call by its outcome.
 func (p *stressProgress) addOutcome(outcome string) {

@@ -11,6 +11,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/status"
 )
 
 func rollbackCommand(d *deps) *cli.Command {
@@ -94,13 +95,13 @@ func rollbackCommand(d *deps) *cli.Command {
 					// A broken marker is still a status: say what it means
 					// and what to run, beside what the timer does.
 					p, markerErr := state.Dir(b.cfg.StateDir).ReadPending()
-					rv := rollbackView{Pending: p}
+					rv := status.RollbackView{Pending: p}
 					if markerErr != nil {
 						rv.Err = markerErr.Error()
 					}
 					if b.sd == nil {
 						rv.TimerState = "unknown"
-						rv = planRollbackView(rv, time.Now())
+						rv = status.PlanRollback(rv, time.Now())
 						d.out.printText(rv, func(w io.Writer) {
 							fmt.Fprintf(w, "rollback timer unknown (needs systemd, not reachable); pending cutover: %s\n", pendingLine(rv.Pending, rv.Err))
 						})
@@ -116,7 +117,7 @@ func rollbackCommand(d *deps) *cli.Command {
 					if st.LoadState != "not-found" {
 						rv.TimerState = st.ActiveState
 					}
-					rv = planRollbackView(rv, time.Now())
+					rv = status.PlanRollback(rv, time.Now())
 					d.out.printText(rv, func(w io.Writer) {
 						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
 					})

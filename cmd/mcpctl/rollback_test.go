@@ -12,6 +12,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/status"
 )
 
 // TestRollbackStatusBrokenMarkerInRealSystemd: rollback status is what the
@@ -57,11 +58,11 @@ func TestRollbackStatusBrokenMarkerInRealSystemd(t *testing.T) {
 	}
 
 	code, out, _ = run("rollback", "status", "--json")
-	var rv rollbackView
+	var rv status.RollbackView
 	if err := json.Unmarshal([]byte(out), &rv); err != nil || code != deploy.CodeFailed {
 		t.Fatalf("exit %d, %v: %s", code, err, out)
 	}
-	if rv.State != rollbackMarkerUnreadable || rv.Err == "" || rv.Armed {
-		t.Fatalf("rollback status --json = %+v, want state %s with the error", rv, rollbackMarkerUnreadable)
+	if rv.State != status.RollbackMarkerUnreadable || rv.Err == "" || rv.Armed {
+		t.Fatalf("rollback status --json = %+v, want state %s with the error", rv, status.RollbackMarkerUnreadable)
 	}
 }

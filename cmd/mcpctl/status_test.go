@@ -19,6 +19,7 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
@@ -38,59 +39,22 @@ func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, erro
 	return &unitstate.State{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
 }
 
-func TestPlanRollbackView(t *testing.T) {
+// TestRollbackLine: the lines that need a human say so and what to run.
+func TestRollbackLine(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	p := &state.Pending{SnapshotID: "s", Deadline: now.Add(90 * time.Second)}
-	late := &state.Pending{SnapshotID: "s", Deadline: now.Add(-time.Minute)}
-	tests := []struct {
-		name      string
-		in        rollbackView
-		wantArmed bool
-		wantState string
-		wantLeft  time.Duration
-	}{
-		{"nothing", rollbackView{}, false, rollbackNone, 0},
-		{"marker and timer", rollbackView{Pending: p, TimerState: "active"}, true, rollbackArmed, 90 * time.Second},
-		{"marker after a reboot", rollbackView{Pending: p}, false, rollbackPendingNotArmed, 90 * time.Second},
-		{"marker after the timer ran and failed", rollbackView{Pending: late, TimerState: "failed"}, false, rollbackPendingNotArmed, 0},
-		{"deadline passed", rollbackView{Pending: late, TimerState: "active"}, true, rollbackArmed, 0},
-		{"stray timer", rollbackView{TimerState: "active"}, true, rollbackStrayTimer, 0},
-		{"unreadable marker", rollbackView{Err: "read pending-cutover.json: unexpected end of JSON input", TimerState: "active"}, true, rollbackMarkerUnreadable, 0},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := planRollbackView(tc.in, now)
-			if got.Armed != tc.wantArmed || got.State != tc.wantState || got.Left.D() != tc.wantLeft {
-				t.Fatalf("armed %v state %s left %s, want %v %s %s", got.Armed, got.State, got.Left, tc.wantArmed, tc.wantState, tc.wantLeft)
-			}
-			if line := rollbackLine(got, func(s ...string) string { return strings.Join(s, "") }); tc.wantState == rollbackPendingNotArmed && !strings.Contains(line, "NOT ARMED") {
-				t.Fatalf("line %q does not say the rollback is not armed", line)
-			} else if tc.wantState == rollbackMarkerUnreadable && !strings.Contains(line, "`mcpctl rollback --snapshot ID`") {
-				t.Fatalf("line %q does not say what to run next", line)
-			}
-		})
-	}
-}
-
-func TestDeployEvents(t *testing.T) {
-	ev := func(a string) state.Event { return state.Event{Action: a} }
-	all := []state.Event{ev(state.ActionCutover), ev(state.ActionArmed), ev(state.ActionRolledBack), ev(state.ActionWatchdog), ev(state.ActionRollbackFailed), ev(state.ActionCutover)}
 	tests := []struct {
 		name string
-		n    int
-		want []string
+		in   status.RollbackView
+		want string
 	}{
-		{"all kept, newest first", 10, []string{"cutover", "rollback-failed", "rolled-back", "cutover"}},
-		{"bounded", 2, []string{"cutover", "rollback-failed"}},
+		{"marker after a reboot", status.RollbackView{Pending: p}, "NOT ARMED"},
+		{"unreadable marker", status.RollbackView{Err: "read pending-cutover.json: unexpected end of JSON input", TimerState: "active"}, "`mcpctl rollback --snapshot ID`"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []string
-			for _, e := range deployEvents(all, tc.n) {
-				got = append(got, e.Action)
-			}
-			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
-				t.Fatalf("got %v, want %v", got, tc.want)
+			if line := rollbackLine(status.PlanRollback(tc.in, now), func(s ...string) string { return strings.Join(s, "") }); !strings.Contains(line, tc.want) {
+				t.Fatalf("line %q lacks %q", line, tc.want)
 			}
 		})
 	}
@@ -135,7 +99,7 @@ func TestStatusAssembly(t *testing.T) {
 		"mcpctl-rollback.timer": {LoadState: "loaded", ActiveState: "active"},
 	}
 	v, _ := verify.ForBackend("")
-	r := gatherStatus(context.Background(), cfg, sd, v, now)
+	r := status.Gather(context.Background(), cfg, sd, v, now)
 
 	p := r.Production
 	if p.ActiveState != "active" || p.NRestarts != 2 || !p.Since.Equal(since) || p.Healthz != 200 || p.Readyz != 200 {
@@ -221,7 +185,7 @@ func TestDegradedWithoutSystemd(t *testing.T) {
 		}
 	}
 	code, out, errb = runCLI(t, "--config", conf, "status", "--json")
-	var rep statusReport
+	var rep status.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.SystemdErr == "" || rep.Production.Healthz != 200 {
 		t.Fatalf("status --json: exit %d %s%s", code, out, errb)
 	}
@@ -261,22 +225,22 @@ func TestStatusShowsTheSlotBeside(t *testing.T) {
 		name        string
 		blue, green *unitstate.State
 		serving     string
-		beside      []besideView
+		beside      []status.BesideView
 	}{
 		{"at rest", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 7},
 			&unitstate.State{LoadState: "loaded", ActiveState: "inactive"}, blue, nil},
 		{"parked until confirmed", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotParked, MainPID: 7},
 			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 9}, green,
-			[]besideView{{Unit: blue, ActiveState: "active", Status: mcpwire.SlotParked, MainPID: 7}}},
+			[]status.BesideView{{Unit: blue, ActiveState: "active", Status: mcpwire.SlotParked, MainPID: 7}}},
 		{"standby being verified", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 7},
 			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotStandby, MainPID: 9}, blue,
-			[]besideView{{Unit: green, ActiveState: "active", Status: mcpwire.SlotStandby, MainPID: 9}}},
+			[]status.BesideView{{Unit: green, ActiveState: "active", Status: mcpwire.SlotStandby, MainPID: 9}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sd := fixedUnits{units.Socket(cfg.Backend.Unit): {LoadState: "loaded", ActiveState: "active"}, blue: tc.blue, green: tc.green}
 			v, _ := verify.ForBackend("")
-			r := gatherStatus(context.Background(), cfg, sd, v, time.Now())
+			r := status.Gather(context.Background(), cfg, sd, v, time.Now())
 			if r.Production.Unit != tc.serving || fmt.Sprint(r.Beside) != fmt.Sprint(tc.beside) {
 				t.Fatalf("production %s beside %+v, want %s beside %+v", r.Production.Unit, r.Beside, tc.serving, tc.beside)
 			}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/systemd"
-	"github.com/overdeck/mcp-backend/systemd/unitstate"
 )
 
 func stressCommand(d *deps) *cli.Command {
@@ -61,83 +57,8 @@ func stressCommand(d *deps) *cli.Command {
 // systemdStressSampler when nil.
 type stressSamplerFunc func(ctx context.Context, unit string) (stress.UnitSampler, uint64, func(), error)
 
-// stressUnits is what the stress needs from systemd.
-type stressUnits interface {
-	Unit(ctx context.Context, unit string) (*unitstate.State, error)
-}
-
-var _ stressUnits = (*systemd.Client)(nil)
-
-// stressUnit samples a unit over D-Bus; the memory is the main process's
-// RSS (the backend itself, not its short-lived commands).
-type stressUnit struct {
-	units stressUnits
-	name  string
-}
-
-var _ stress.UnitSampler = (*stressUnit)(nil)
-
-func (u *stressUnit) Sample(ctx context.Context) (stress.UnitSample, error) {
-	st, err := u.units.Unit(ctx, u.name)
-	if err != nil {
-		return stress.UnitSample{}, err
-	}
-	if st.LoadState != "loaded" {
-		return stress.UnitSample{}, fmt.Errorf("unit %s: LoadState %q (want loaded)", u.name, st.LoadState)
-	}
-	s := stress.UnitSample{At: time.Now(), MainPID: st.MainPID, InvocationID: st.InvocationID, NRestarts: st.NRestarts}
-	if st.MainPID != 0 {
-		if p, err := (&stress.ProcSampler{PID: int(st.MainPID)}).Sample(ctx); err == nil {
-			s.MemoryBytes = p.MemoryBytes
-		}
-		s.CgroupBytes = stressCgroupMemory(st.MainPID, u.name)
-	}
-	return s, nil
-}
-
-// stressCgroupMemory reads the memory of unit's own cgroup through pid, its
-// main process (v2 memory.current, or v1 memory.usage_in_bytes); 0 when
-// neither is readable.
-func stressCgroupMemory(pid uint32, unit string) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/cgroup")
-	if err != nil {
-		return 0
-	}
-	for _, path := range unitCgroupFiles(string(b), unit) {
-		v, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 10, 64); err == nil {
-			return n
-		}
-	}
-	return 0
-}
-
-// unitCgroupFiles lists the memory files to try for unit, given the
-// /proc/PID/cgroup text of its main process. Only a cgroup of the unit's
-// own counts: where the memory controller is not delegated to the unit (a
-// container without it, a hybrid host's v1 hierarchy), the process's
-// memory cgroup is an ancestor such as "/", whose usage is the whole
-// container's or host's, page cache included, and is no figure of the
-// unit's.
-func unitCgroupFiles(procCgroup, unit string) []string {
-	var files []string
-	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 || unit == "" || !strings.HasSuffix(f[2], "/"+unit) {
-			continue
-		}
-		switch {
-		case f[0] == "0" && f[1] == "":
-			files = append(files, "/sys/fs/cgroup"+f[2]+"/memory.current", "/sys/fs/cgroup/unified"+f[2]+"/memory.current")
-		case f[1] == "memory":
-			files = append(files, "/sys/fs/cgroup/memory"+f[2]+"/memory.usage_in_bytes")
-		}
-	}
-	return files
-}
+// The real client is what units are sampled through.
+var _ stress.Units = (*systemd.Client)(nil)
 
 // systemdStressSampler connects to the system bus and returns a sampler of
 // unit, the unit's MemoryHigh (0 when infinite) and a close func.
@@ -146,16 +67,12 @@ func systemdStressSampler(ctx context.Context, unit string) (stress.UnitSampler,
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	st, err := cl.Unit(ctx, unit)
+	s, high, err := stress.OpenUnit(ctx, cl, unit)
 	if err != nil {
 		cl.Close()
 		return nil, 0, nil, err
 	}
-	high := st.MemoryHigh
-	if high == ^uint64(0) {
-		high = 0
-	}
-	return &stressUnit{units: cl, name: unit}, high, cl.Close, nil
+	return s, high, cl.Close, nil
 }
 
 func runStressCommand(c *cli.Context, d *deps) error {
@@ -183,7 +100,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if err := stress.CheckLoopback(target); err != nil {
 		return usageError("--target: %v", err)
 	}
-	if stressSameHostPort(target, cfg.Backend.Listen) {
+	if stress.SameHostPort(target, cfg.Backend.Listen) {
 		return usageError("--target %s is production (backend.listen %s): stress the canary, never production", target, cfg.Backend.Listen)
 	}
 	production := "http://" + cfg.Backend.Listen
@@ -200,10 +117,10 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		unit = cfg.Canary.Unit
 	}
 	profile := stress.Profile(c.String("profile"))
-	if !stressProfileOK(profile) {
+	if !profile.Known() {
 		return usageError("--profile %q: must be overload, spike, soak or steady", profile)
 	}
-	mix, err := stressParseMix(c.String("mix"))
+	mix, err := stress.ParseMix(c.String("mix"))
 	if err != nil {
 		return usageError("--mix: %v", err)
 	}
@@ -278,7 +195,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	}
 	var pl *plot.Plot
 	if c.String("plot") != "" {
-		pl = plot.New(plot.Title("mcpctl stress "+target+" ("+string(profile)+")"), plot.Label(stressOutcomeLabel))
+		pl = plot.New(plot.Title("mcpctl stress "+target+" ("+string(profile)+")"), plot.Label(stress.OutcomeLabel))
 		sinks = append(sinks, pl.Add)
 	}
 	var prog *stressProgress
@@ -333,7 +250,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if err != nil {
 		who = &verify.Client{} // system.info of a tokenless target still answers
 	}
-	recErr := recordStressVerdict(ctx, cfg.StateDir, rep, who)
+	recErr := stress.RecordVerdict(ctx, state.Dir(cfg.StateDir), rep, who)
 
 	if d.out.json {
 		if err := rep.WriteJSON(d.stdout); err != nil {
@@ -362,95 +279,6 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// stressPremises are the checks whose SKIP means the run did not show what
-// a cutover relies on: the offered shell load went above the limit, and the
-// unit running the build was watched. A run that skipped any of them is
-// recorded, but never as a pass.
-func stressPremises() []string {
-	return []string{"shell.reaches.limit", "unit.stable", "unit.memory"}
-}
-
-// stressSkippedPremises names the premise checks rep skipped.
-func stressSkippedPremises(rep *stress.Report) []string {
-	var out []string
-	for _, ch := range rep.Checks {
-		if ch.Status == stress.Skip && slices.Contains(stressPremises(), ch.Name) {
-			out = append(out, ch.Name)
-		}
-	}
-	return out
-}
-
-// stressIdentity is how the stress learns which build the target serves.
-type stressIdentity interface {
-	SystemInfo(ctx context.Context, baseURL string) (version, build string, err error)
-}
-
-var _ stressIdentity = (*verify.Client)(nil)
-
-// recordStressVerdict records the verdict for the build that was stressed:
-// the digest of the executable the unit runs, and only when the target
-// itself reports that build in system.info's backend.build (--unit and
-// --target could name different processes). Without a unit there is no
-// build to name: nothing is recorded, and the report says so. A run that
-// skipped a premise check is recorded as not passing.
-func recordStressVerdict(ctx context.Context, stateDir string, rep *stress.Report, who stressIdentity) error {
-	b := &stress.Build{}
-	rep.Build = b
-	if rep.UnitSamples == nil || rep.UnitSamples.First.MainPID == 0 {
-		b.Note = "no unit sampled, so no build digest to record the verdict for"
-		return nil
-	}
-	digest, err := stress.ExeDigest(rep.UnitSamples.Last.MainPID)
-	if err != nil {
-		b.Note = err.Error()
-		return err
-	}
-	b.Digest = digest
-	ictx, cancel := context.WithTimeout(ctx, verify.ProbeTimeout)
-	version, served, err := who.SystemInfo(ictx, rep.Target)
-	cancel()
-	if err != nil {
-		b.Note = fmt.Sprintf("the target's system.info did not answer, so the stressed build is unproven: %v", err)
-		return errors.New(b.Note)
-	}
-	if served != digest {
-		b.Note = fmt.Sprintf("the target %s serves build %q, but unit %s runs %s: the verdict would name a build that was not stressed", rep.Target, served, rep.Unit, digest)
-		return errors.New(b.Note)
-	}
-	b.Version = version
-	pass := rep.Pass
-	summary := fmt.Sprintf("profile %s, %s at %.0f/s offered, %d requests: ", rep.Profile, rep.Plan.Duration, rep.OfferedRate, rep.Requests)
-	var failed []string
-	for _, ch := range rep.Checks {
-		if ch.Status == stress.Fail {
-			failed = append(failed, ch.Name)
-		}
-	}
-	skipped := stressSkippedPremises(rep)
-	switch {
-	case len(failed) > 0:
-		summary += "FAIL " + strings.Join(failed, ", ")
-	case len(skipped) > 0:
-		pass = false
-		summary += "INCONCLUSIVE, skipped " + strings.Join(skipped, ", ")
-		b.Note = fmt.Sprintf("recorded as NOT passing: the run skipped %s, so it does not count for a cutover (offer more load, sample the unit)", strings.Join(skipped, ", "))
-	default:
-		summary += "all checks passed"
-	}
-	if rep.Faults {
-		summary += " (with faults)"
-	}
-	if err := state.Dir(stateDir).RecordVerdict(state.Verdict{
-		Kind: state.KindStress, Digest: digest, Version: version, Pass: pass, Summary: summary,
-	}); err != nil {
-		b.Note = err.Error()
-		return err
-	}
-	b.Recorded = true
-	return nil
-}
-
 func stressWritePlot(path string, pl *plot.Plot) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -461,69 +289,4 @@ func stressWritePlot(path string, pl *plot.Plot) error {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	return f.Close()
-}
-
-// stressOutcomeLabel labels plot points by the classified outcome the stress
-// wrote into Error ("overloaded: ...") or vegeta's own error.
-func stressOutcomeLabel(r *vegeta.Result) string {
-	if r.Error == "" {
-		return "ok"
-	}
-	if o, _, ok := strings.Cut(r.Error, ":"); ok {
-		for _, known := range stress.Outcomes {
-			if o == string(known) {
-				return o
-			}
-		}
-	}
-	if r.Code == 0 {
-		return string(stress.OutcomeTransport)
-	}
-	return string(stress.OutcomeHTTPError)
-}
-
-func stressProfileOK(p stress.Profile) bool {
-	for _, q := range stress.Profiles {
-		if p == q {
-			return true
-		}
-	}
-	return false
-}
-
-func stressParseMix(s string) (stress.Mix, error) {
-	parts := strings.Split(s, ":")
-	if len(parts) != 3 {
-		return stress.Mix{}, fmt.Errorf("%q: want SHELL:NORMAL:CONTROL weights, e.g. 5:3:2", s)
-	}
-	var w [3]int
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return stress.Mix{}, fmt.Errorf("%q: weight %q is not a whole number", s, p)
-		}
-		w[i] = n
-	}
-	m := stress.Mix{Shell: w[0], Normal: w[1], Control: w[2]}
-	return m, m.Validate()
-}
-
-// stressSameHostPort says whether base (a URL) points at listen (host:port).
-func stressSameHostPort(base, listen string) bool {
-	u, err := url.Parse(base)
-	if err != nil {
-		return false
-	}
-	h1, p1, err1 := net.SplitHostPort(u.Host)
-	h2, p2, err2 := net.SplitHostPort(listen)
-	if err1 != nil || err2 != nil || p1 != p2 {
-		return false
-	}
-	norm := func(h string) string {
-		if h == "localhost" {
-			return "127.0.0.1"
-		}
-		return h
-	}
-	return norm(h1) == norm(h2)
 }

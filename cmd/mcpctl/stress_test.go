@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,9 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,74 +305,6 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	html, err := os.ReadFile(plotFile)
 	if err != nil || !strings.Contains(string(html), "<html") {
 		t.Fatalf("--plot did not write an HTML plot: %v", err)
-	}
-}
-
-func TestUnitCgroupFiles(t *testing.T) {
-	const unit = "mcp-backend-canary.service"
-	tests := []struct {
-		name, proc string
-		unit       string // unit when empty, none for "no unit name"
-		want       []string
-	}{
-		{"cgroup v2", "0::/system.slice/" + unit + "\n", "", []string{
-			"/sys/fs/cgroup/system.slice/" + unit + "/memory.current",
-			"/sys/fs/cgroup/unified/system.slice/" + unit + "/memory.current",
-		}},
-		{"hybrid host, memory delegated", "4:memory:/system.slice/" + unit + "\n0::/system.slice/" + unit + "\n", "", []string{
-			"/sys/fs/cgroup/memory/system.slice/" + unit + "/memory.usage_in_bytes",
-			"/sys/fs/cgroup/system.slice/" + unit + "/memory.current",
-			"/sys/fs/cgroup/unified/system.slice/" + unit + "/memory.current",
-		}},
-		// The memory line names the container's root: its usage is not the
-		// unit's (it held the host's page cache, 6 GiB, in a test run).
-		{"container without a memory controller of its own", "4:memory:/\n1:cpu:/\n0::/system.slice/" + unit + "\n", "", []string{
-			"/sys/fs/cgroup/system.slice/" + unit + "/memory.current",
-			"/sys/fs/cgroup/unified/system.slice/" + unit + "/memory.current",
-		}},
-		{"another unit's cgroup", "4:memory:/system.slice/other.service\n0::/system.slice/other.service\n", "", nil},
-		{"a unit whose name ends the same", "0::/system.slice/x-" + unit + "\n", "", nil},
-		{"no unit name", "0::/system.slice/" + unit + "\n", "-", nil},
-		{"garbage", "not a cgroup line", "", nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			u := cmp.Or(tc.unit, unit)
-			if u == "-" {
-				u = ""
-			}
-			if got := unitCgroupFiles(tc.proc, u); !slices.Equal(got, tc.want) {
-				t.Fatalf("unitCgroupFiles(%q, %q) =\n%q\nwant\n%q", tc.proc, u, got, tc.want)
-			}
-		})
-	}
-}
-
-// TestStressCgroupMemory reads a real cgroup: this process's own memory
-// cgroup, named as the unit, is read; any other name reads nothing.
-func TestStressCgroupMemory(t *testing.T) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Skip("no /proc/self/cgroup here")
-	}
-	own := ""
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.SplitN(line, ":", 3); len(f) == 3 && (f[1] == "memory" || f[0] == "0") && f[2] != "/" {
-			own = path.Base(f[2])
-		}
-	}
-	if own == "" {
-		t.Skip("this process is in no memory cgroup of its own: " + strings.TrimSpace(string(b)))
-	}
-	pid := uint32(os.Getpid())
-	if n := stressCgroupMemory(pid, own); n == 0 {
-		t.Fatalf("no memory read for this process's cgroup %s:\n%s", own, b)
-	}
-	if n := stressCgroupMemory(pid, "not-this.service"); n != 0 {
-		t.Fatalf("another unit's name: %d, want 0", n)
-	}
-	if n := stressCgroupMemory(0, own); n != 0 {
-		t.Fatalf("pid 0: %d, want 0", n)
 	}
 }
 

@@ -1,0 +1,118 @@
+package audit_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/overdeck/mcp-backend/audit"
+)
+
+func TestJournalArgs(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	base := []string{"MESSAGE_ID=" + audit.MsgCallStart, "MESSAGE_ID=" + audit.MsgCallEnd, "MESSAGE_ID=" + audit.MsgRefused}
+	cases := []struct {
+		name string
+		q    audit.Query
+		want []string // besides -o json --no-pager -q and the MESSAGE_IDs
+		err  string
+	}{
+		{"a duration is relative to now", audit.Query{Since: "1h"}, []string{"--since", "@1799996400"}, ""},
+		{"a journalctl time passes as it is", audit.Query{Since: "2026-12-03 10:00"}, []string{"--since", "2026-12-03 10:00"}, ""},
+		{"negative duration", audit.Query{Since: "-5m"}, nil, "want a positive duration"},
+		{"principal id", audit.Query{Principal: "operator"}, []string{"MCP_PRINCIPAL=operator"}, ""},
+		{"kind and id", audit.Query{Principal: "oauth:https://auth.example.com alice"}, []string{"MCP_PRINCIPAL_KIND=oauth", "MCP_PRINCIPAL=https://auth.example.com alice"}, ""},
+		{"kind only", audit.Query{Principal: "anonymous:"}, []string{"MCP_PRINCIPAL_KIND=anonymous"}, ""},
+		{"conversation and tool", audit.Query{Conversation: "c0ffee", Tool: "shell.exec"}, []string{"MCP_CONVERSATION=c0ffee", "MCP_TOOL=shell.exec"}, ""},
+		{"a forwarded journal", audit.Query{Directory: "/srv/journal"}, []string{"--directory", "/srv/journal"}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.q.JournalArgs(now)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range append(slices.Clone(base), c.want...) {
+				if !slices.Contains(got, w) {
+					t.Errorf("args %q lack %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// journalLines is what journalctl -o json gives: a call that ended, one
+// still running, and a second's refusals.
+const journalLines = `{"__REALTIME_TIMESTAMP": "1796292000000000", "MESSAGE_ID": "fd88676feef14e258a69165b687e1d7a", "MCP_CALL_ID": "c-1", "MCP_TOOL": "shell.exec", "MCP_QUEUED_MS": "2", "MCP_COMMAND": "uptime", "MCP_PRINCIPAL_KIND": "operator", "MCP_PRINCIPAL": "operator", "MCP_CONVERSATION": "default"}
+{"__REALTIME_TIMESTAMP": "1796292000052000", "MESSAGE_ID": "9d30f54ec0a74ff8b47e181274285485", "MCP_CALL_ID": "c-1", "MCP_TOOL": "shell.exec", "MCP_OUTCOME": "ok", "MCP_DURATION_MS": "51", "MCP_OUTPUT_BYTES": "812", "MCP_TRUNCATED": "true", "MCP_EXIT_CODE": "0", "MCP_PRINCIPAL_KIND": "operator", "MCP_PRINCIPAL": "operator", "MCP_CONVERSATION": "default"}
+{"__REALTIME_TIMESTAMP": "1796292000060000", "MESSAGE_ID": "fd88676feef14e258a69165b687e1d7a", "MCP_CALL_ID": "c-2", "MCP_TOOL": "service.status", "MCP_UNIT": "nginx.service", "MCP_PRINCIPAL_KIND": "oauth", "MCP_PRINCIPAL": "alice", "MCP_CONVERSATION": "c0ffee", "BINARY": [1, 2]}
+{"TIME": "2026-12-03T10:00:01Z", "MESSAGE_ID": "` + audit.MsgRefused + `", "MCP_COUNT": "7"}
+`
+
+func TestJoinCalls(t *testing.T) {
+	recs, err := audit.DecodeJournal(strings.NewReader(journalLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := recs[2]["BINARY"]; ok {
+		t.Errorf("a byte-array field was kept: %q", recs[2])
+	}
+	cases := []struct {
+		name, outcome string
+		want          []audit.Call
+	}{
+		{"every call, oldest first", "", []audit.Call{
+			{Time: time.UnixMicro(1796292000000000).UTC(), CallID: "c-1", PrincipalKind: "operator", Principal: "operator", Conversation: "default", Tool: "shell.exec",
+				Target: "uptime", QueuedMs: 2, Outcome: "ok", DurationMs: 51, ExitCode: "0", OutputBytes: 812, Truncated: true, Ended: true},
+			{Time: time.UnixMicro(1796292000060000).UTC(), CallID: "c-2", PrincipalKind: "oauth", Principal: "alice", Conversation: "c0ffee", Tool: "service.status",
+				Target: "nginx.service"},
+		}},
+		{"only an outcome", "ok", []audit.Call{
+			{Time: time.UnixMicro(1796292000000000).UTC(), CallID: "c-1", PrincipalKind: "operator", Principal: "operator", Conversation: "default", Tool: "shell.exec",
+				Target: "uptime", QueuedMs: 2, Outcome: "ok", DurationMs: 51, ExitCode: "0", OutputBytes: 812, Truncated: true, Ended: true},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			calls, _ := audit.JoinCalls(recs, c.outcome)
+			if !slices.Equal(calls, c.want) {
+				t.Errorf("calls:\n got %+v\nwant %+v", calls, c.want)
+			}
+		})
+	}
+	_, sums := audit.JoinCalls(recs, "")
+	want := []audit.Summary{
+		{PrincipalKind: "oauth", Principal: "alice", Calls: 1, Unended: 1},
+		{PrincipalKind: "operator", Principal: "operator", Calls: 1},
+		{PrincipalKind: "unauthenticated", Refusals: 7},
+	}
+	if !slices.Equal(sums, want) {
+		t.Errorf("summaries:\n got %+v\nwant %+v", sums, want)
+	}
+}
+
+func TestJournalTime(t *testing.T) {
+	cases := []struct {
+		name string
+		rec  map[string]string
+		want time.Time
+	}{
+		{"the journal's microseconds", map[string]string{"__REALTIME_TIMESTAMP": "1796292000000001"}, time.UnixMicro(1796292000000001).UTC()},
+		{"the file sink's TIME", map[string]string{audit.FieldTime: "2026-12-03T10:00:01.5+01:00"}, time.Date(2026, 12, 3, 9, 0, 1, 5e8, time.UTC)},
+		{"neither", map[string]string{}, time.Time{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := audit.JournalTime(c.rec); !got.Equal(c.want) {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
