@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -292,6 +293,48 @@ func freeLoopback() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// standbyTries bounds the starts of one standby whose port was taken.
+const standbyTries = 3
+
+// startStandby starts a slot serving its own listener at an address pick
+// chooses. A port free when picked may be taken before the slot binds it:
+// every outgoing connection on the host draws its local port from the same
+// ephemeral range. So a start that failed while its port is now held by
+// somebody else (taken says so, after stopping the slot) is tried again on
+// another port; any other failure is the build's and is returned. addr is
+// the last address tried.
+func startStandby(pick func() (string, error), start func(addr string) error, taken func(addr string) bool, log *slog.Logger) (addr string, err error) {
+	for try := 1; ; try++ {
+		addr, err = pick()
+		if err != nil {
+			return "", fmt.Errorf("standby address: %w", err)
+		}
+		err = start(addr)
+		if err == nil || try == standbyTries || !taken(addr) {
+			return addr, err
+		}
+		log.Warn("standby port taken before the slot bound it; another port", "addr", addr, "err", err)
+	}
+}
+
+// startWithStandby starts unit with its standby listener at addr, told
+// through the environment file its unit reads at the start.
+func (e *Env) startWithStandby(ctx context.Context, unit, envFile, addr string) error {
+	err := os.MkdirAll(filepath.Dir(envFile), 0o700)
+	if err == nil {
+		err = atomicfs.WriteFile(envFile, []byte("MCP_BACKEND_STANDBY="+addr+"\n"), 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("standby address: %w", err)
+	}
+	_ = e.Systemd.ResetFailed(ctx, unit)
+	err = e.Systemd.Start(ctx, unit)
+	// Read at the start only: a later restart of this slot (Restart=,
+	// the socket) must accept at once.
+	_ = os.Remove(envFile)
+	return err
+}
+
 // Takeover is what applying a SlotPlan did, for the report.
 type Takeover struct {
 	Slot    string `json:"slot"`
@@ -395,29 +438,32 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 			_ = e.setSlotLink(plan.Start, oldRelease)
 		}
 	}
-	envFile := standbyEnv(plan.Start)
-	_ = os.Remove(envFile)
+	// A standby file left by a killed mcpctl must not make this start a
+	// standby.
+	_ = os.Remove(standbyEnv(plan.Start))
 	url := e.backendURL()
-	if plan.Standby {
-		addr, err := freeLoopback()
-		if err == nil {
-			err = os.MkdirAll(filepath.Dir(envFile), 0o700)
-		}
-		if err == nil {
-			err = atomicfs.WriteFile(envFile, []byte("MCP_BACKEND_STANDBY="+addr+"\n"), 0o600)
-		}
-		if err != nil {
-			return []string{"standby address: " + err.Error()}
-		}
-		tk.Standby, url = addr, URL(addr)
-	}
-	_ = sd.ResetFailed(ctx, unit)
 	sctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	err := sd.Start(sctx, unit)
-	// Read at the start only: a later restart of this slot (Restart=,
-	// the socket) must accept at once.
-	_ = os.Remove(envFile)
+	var err error
+	if plan.Standby {
+		var addr string
+		addr, err = startStandby(freeLoopback, func(addr string) error {
+			return e.startWithStandby(sctx, unit, standbyEnv(plan.Start), addr)
+		}, func(addr string) bool {
+			// Stopped, the slot holds no listener: a port not free now
+			// is somebody else's.
+			sctx := context.WithoutCancel(ctx)
+			_ = sd.Stop(sctx, unit)
+			_ = sd.ResetFailed(sctx, unit)
+			return !PortFree(addr)
+		}, e.log())
+		if addr != "" {
+			tk.Standby, url = addr, URL(addr)
+		}
+	} else {
+		_ = sd.ResetFailed(ctx, unit)
+		err = sd.Start(sctx, unit)
+	}
 	if err != nil {
 		undo()
 		return []string{fmt.Sprintf("start %s: %v", unit, err)}
