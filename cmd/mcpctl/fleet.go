@@ -248,48 +248,10 @@ func fleetStatus(c *cli.Context, d *deps) error {
 		return err
 	}
 	defer e.close()
-	obs := e.runner.Observe(c.Context)
-	events, _ := e.runner.Log.Read()
-	rs := fleet.LastRun(events)
-	rep := fleetStatusReport(e.inv, obs, rs)
+	rep := e.runner.Status(c.Context)
 	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
-	for _, h := range rep.Hosts {
-		if h.Error != "" {
-			return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
-		}
+	if h := rep.Unreadable(); h != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
 	}
 	return nil
-}
-
-// fleetHostStatus is one host in `fleet status`.
-type fleetHostStatus struct {
-	Host    string       `json:"host"`
-	Address string       `json:"address"`
-	Facts   *fleet.Facts `json:"facts,omitempty"`
-	Error   string       `json:"error,omitempty"`
-	// LastRun is this host's outcome in the last run.
-	LastRun fleet.Outcome `json:"lastRun,omitempty"`
-}
-
-type fleetStatusView struct {
-	Inventory string            `json:"inventory"`
-	Hosts     []fleetHostStatus `json:"hosts"`
-	LastRun   *fleet.RunState   `json:"lastRun,omitempty"`
-}
-
-func fleetStatusReport(inv *fleet.Inventory, obs map[string]fleet.Observed, rs *fleet.RunState) *fleetStatusView {
-	rep := &fleetStatusView{Inventory: inv.Path, LastRun: rs}
-	for _, h := range inv.Hosts {
-		hs := fleetHostStatus{Host: h.Name, Address: fmt.Sprintf("%s@%s:%d", h.User, h.Address, h.Port)}
-		o := obs[h.Name]
-		hs.Facts = o.Facts
-		if o.Err != nil {
-			hs.Error = o.Err.Error()
-		}
-		if rs != nil && rs.Hosts[h.Name] != nil {
-			hs.LastRun = rs.Hosts[h.Name].Outcome
-		}
-		rep.Hosts = append(rep.Hosts, hs)
-	}
-	return rep
 }
