@@ -14,7 +14,6 @@ import (
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 	"github.com/overdeck/mcp-backend/ops/fleet/sshrun"
-	"github.com/overdeck/mcp-backend/ops/release"
 )
 
 func fleetCommand(d *deps) *cli.Command {
@@ -114,29 +113,14 @@ func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
 	return e, nil
 }
 
-// buildOf checks --build and --version: an existing regular file, a
-// version a release may have, both plain words on a remote command line.
-func buildOf(c *cli.Context) (path, digest, version string, size int64, err error) {
-	path, err = buildArg(c)
+// buildOf reads --build and --version, checked before any host is
+// contacted.
+func buildOf(c *cli.Context) (*agent.Build, error) {
+	path, err := buildArg(c)
 	if err != nil {
-		return "", "", "", 0, err
+		return nil, err
 	}
-	st, err := os.Stat(path)
-	if err != nil || !st.Mode().IsRegular() {
-		return "", "", "", 0, usageError("--build %q: not a regular file (%v)", c.String("build"), err)
-	}
-	version = c.String("version")
-	if err := release.ValidateVersion(version); err != nil {
-		return "", "", "", 0, usageError("--version %q: %v", version, err)
-	}
-	if err := agent.CheckWord(version); err != nil {
-		return "", "", "", 0, usageError("--version %q: %v", version, err)
-	}
-	digest, err = buildinfo.FileDigest(path)
-	if err != nil {
-		return "", "", "", 0, err
-	}
-	return path, digest, version, st.Size(), nil
+	return agent.CheckBuild(path, c.String("build"), c.String("version"))
 }
 
 func fleetPlan(c *cli.Context, d *deps) error {
@@ -145,15 +129,13 @@ func fleetPlan(c *cli.Context, d *deps) error {
 		return err
 	}
 	defer e.close()
-	var digest, version string
-	var size int64
+	b := &agent.Build{}
 	if c.String("build") != "" {
-		_, digest, version, size, err = buildOf(c)
-		if err != nil {
+		if b, err = buildOf(c); err != nil {
 			return err
 		}
 	}
-	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
+	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
 	d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
 	if len(plan.Problems) > 0 {
 		return withCode(deploy.CodeFailed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
@@ -162,7 +144,7 @@ func fleetPlan(c *cli.Context, d *deps) error {
 }
 
 func fleetRollout(c *cli.Context, d *deps) error {
-	build, digest, version, size, err := buildOf(c)
+	b, err := buildOf(c)
 	if err != nil {
 		return err
 	}
@@ -171,13 +153,13 @@ func fleetRollout(c *cli.Context, d *deps) error {
 		return err
 	}
 	defer e.close()
-	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), digest, version, size)
+	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
 	if len(plan.Problems) > 0 {
 		d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
 		return withCode(deploy.CodeFailed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
 	}
 	e.view.setPlan(plan)
-	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), build)
+	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), b.Path)
 	if err != nil {
 		return err
 	}
@@ -248,48 +230,10 @@ func fleetStatus(c *cli.Context, d *deps) error {
 		return err
 	}
 	defer e.close()
-	obs := e.runner.Observe(c.Context)
-	events, _ := e.runner.Log.Read()
-	rs := fleet.LastRun(events)
-	rep := fleetStatusReport(e.inv, obs, rs)
+	rep := e.runner.Status(c.Context)
 	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
-	for _, h := range rep.Hosts {
-		if h.Error != "" {
-			return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
-		}
+	if h := rep.Unreadable(); h != nil {
+		return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
 	}
 	return nil
-}
-
-// fleetHostStatus is one host in `fleet status`.
-type fleetHostStatus struct {
-	Host    string       `json:"host"`
-	Address string       `json:"address"`
-	Facts   *fleet.Facts `json:"facts,omitempty"`
-	Error   string       `json:"error,omitempty"`
-	// LastRun is this host's outcome in the last run.
-	LastRun fleet.Outcome `json:"lastRun,omitempty"`
-}
-
-type fleetStatusView struct {
-	Inventory string            `json:"inventory"`
-	Hosts     []fleetHostStatus `json:"hosts"`
-	LastRun   *fleet.RunState   `json:"lastRun,omitempty"`
-}
-
-func fleetStatusReport(inv *fleet.Inventory, obs map[string]fleet.Observed, rs *fleet.RunState) *fleetStatusView {
-	rep := &fleetStatusView{Inventory: inv.Path, LastRun: rs}
-	for _, h := range inv.Hosts {
-		hs := fleetHostStatus{Host: h.Name, Address: fmt.Sprintf("%s@%s:%d", h.User, h.Address, h.Port)}
-		o := obs[h.Name]
-		hs.Facts = o.Facts
-		if o.Err != nil {
-			hs.Error = o.Err.Error()
-		}
-		if rs != nil && rs.Hosts[h.Name] != nil {
-			hs.LastRun = rs.Hosts[h.Name].Outcome
-		}
-		rep.Hosts = append(rep.Hosts, hs)
-	}
-	return rep
 }

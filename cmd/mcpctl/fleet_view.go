@@ -229,7 +229,7 @@ func dash(s string) string {
 	return s
 }
 
-func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleetStatusView) {
+func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
 	rows := [][]string{}
 	for _, h := range rep.Hosts {
 		f := h.Facts

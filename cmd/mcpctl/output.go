@@ -29,7 +29,7 @@ type output struct {
 
 // styles are the few text styles every human form uses.
 type styles struct {
-	title, ok, bad, dim lipgloss.Style
+	title, ok, warn, bad, dim lipgloss.Style
 }
 
 func (s styles) verdict(ok bool) string {
@@ -50,6 +50,7 @@ func newOutput(w io.Writer, asJSON, noColor bool) *output {
 	return &output{w: w, json: asJSON, color: color, r: r, st: styles{
 		title: r.NewStyle().Bold(true),
 		ok:    r.NewStyle().Foreground(lipgloss.Color("2")).Bold(true),
+		warn:  r.NewStyle().Foreground(lipgloss.Color("3")).Bold(true),
 		bad:   r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
 		dim:   r.NewStyle().Faint(true),
 	}}

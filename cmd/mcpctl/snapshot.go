@@ -1,16 +1,12 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
@@ -83,11 +79,11 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	}
 	snapAudit(d, cfg, state.Event{Action: state.ActionSnapshot, SnapshotID: m.ID, FromVersion: m.Version,
 		Outcome: state.OutcomeOK, Reason: reason})
-	v := newSnapView(d)
-	if v.json {
-		return v.writeJSON(m)
+	o := d.out
+	if o.json {
+		return writeJSON(o.w, m)
 	}
-	fmt.Fprintf(v.w, "%s snapshot %s of %s (%d files)\n", v.ok("created"), v.bold(m.ID), snapVersion(m.Version), len(m.Files))
+	fmt.Fprintf(o.w, "%s snapshot %s of %s (%d files)\n", o.st.ok.Render("created"), o.st.title.Render(m.ID), snapVersion(m.Version), len(m.Files))
 	return nil
 }
 
@@ -122,18 +118,6 @@ func snapAudit(d *deps, cfg *ctlconfig.Config, e state.Event) {
 	}
 }
 
-type snapListEntry struct {
-	ID      string    `json:"id"`
-	Created time.Time `json:"created"`
-	Reason  string    `json:"reason"`
-	Version string    `json:"version"`
-	Digest  string    `json:"digest,omitempty"`
-	Files   int       `json:"files"`
-	Bytes   int64     `json:"bytes"`
-	Pending bool      `json:"pending"` // a pending cutover rolls back to it
-	Error   string    `json:"error,omitempty"`
-}
-
 func snapshotList(c *cli.Context, d *deps) error {
 	if c.Args().Len() > 0 {
 		return usageError("snapshot list: unexpected argument %q", c.Args().First())
@@ -142,47 +126,32 @@ func snapshotList(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	list, err := snapshot.List(cfg.StateDir)
+	ls, err := snapshot.ReadListing(cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	pendingID, perr := pendingSnapshot(cfg)
-	entries := make([]snapListEntry, 0, len(list))
-	for _, s := range list {
-		e := snapListEntry{ID: s.ID, Created: s.Time(), Pending: s.ID == pendingID}
-		if s.Err != nil {
-			e.Error = s.Err.Error()
-		}
-		if m := s.Manifest; m != nil {
-			e.Reason, e.Version, e.Digest, e.Files = m.Reason, m.Version, m.Digest, len(m.Files)
-			for _, f := range m.Files {
-				e.Bytes += f.Size
-			}
-		}
-		entries = append(entries, e)
+	o, st := d.out, d.out.st
+	if o.json {
+		return writeJSON(o.w, ls.Entries)
 	}
-	v := newSnapView(d)
-	if v.json {
-		return v.writeJSON(entries)
+	if ls.PendingError != nil {
+		fmt.Fprintf(o.w, "%s %v\n", st.bad.Render("warning:"), ls.PendingError)
 	}
-	if perr != nil {
-		fmt.Fprintf(v.w, "%s %v\n", v.bad("warning:"), perr)
-	}
-	if len(entries) == 0 {
-		fmt.Fprintf(v.w, "no snapshots in %s\n", cfg.StateDir)
+	if len(ls.Entries) == 0 {
+		fmt.Fprintf(o.w, "no snapshots in %s\n", cfg.StateDir)
 		return nil
 	}
 	headers := []string{"ID", "CREATED", "VERSION", "REASON", "FILES", "SIZE"}
-	rows := make([][]string, 0, len(entries))
+	rows := make([][]string, 0, len(ls.Entries))
 	notes := false
-	for _, e := range entries {
+	for _, e := range ls.Entries {
 		row := []string{e.ID, e.Created.Local().Format("2006-01-02 15:04:05"), snapVersion(e.Version),
 			e.Reason, strconv.Itoa(e.Files), snapBytes(e.Bytes), ""}
 		switch {
 		case e.Error != "":
-			row[6], notes = v.bad("BROKEN: "+e.Error), true
+			row[6], notes = st.bad.Render("BROKEN: "+e.Error), true
 		case e.Pending:
-			row[6], notes = v.warn("pending cutover"), true
+			row[6], notes = st.warn.Render("pending cutover"), true
 		}
 		rows = append(rows, row)
 	}
@@ -193,7 +162,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = rows[i][:6]
 		}
 	}
-	if !v.wide {
+	if !o.wide {
 		// The id holds the creation time (UTC) already: the CREATED column
 		// is for --wide, so the table fits 80 columns.
 		headers = slices.Delete(headers, 1, 2)
@@ -201,28 +170,8 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = slices.Delete(rows[i], 1, 2)
 		}
 	}
-	fmt.Fprintln(v.w, v.out.table(headers, rows))
+	fmt.Fprintln(o.w, o.table(headers, rows))
 	return nil
-}
-
-// pendingSnapshot is the id a pending cutover needs, "" when none is pending.
-func pendingSnapshot(cfg *ctlconfig.Config) (string, error) {
-	p, err := state.Dir(cfg.StateDir).ReadPending()
-	if err != nil {
-		return "", fmt.Errorf("pending-cutover marker unreadable: %w", err)
-	}
-	if p == nil {
-		return "", nil
-	}
-	return p.SnapshotID, nil
-}
-
-type snapShowResult struct {
-	*snapshot.Manifest
-	// OK is the verdict: every file's sha256 matches (the same as Verified).
-	OK          bool   `json:"ok"`
-	Verified    bool   `json:"verified"`
-	VerifyError string `json:"verifyError,omitempty"`
 }
 
 func snapshotShow(c *cli.Context, d *deps) error {
@@ -237,23 +186,18 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	m, err := snapshot.Load(cfg.StateDir, id)
+	res, err := snapshot.Check(cfg.StateDir, id)
 	if err != nil {
 		return err
 	}
-	verr := snapshot.Verify(m)
-	res := snapShowResult{Manifest: m, OK: verr == nil, Verified: verr == nil}
-	if verr != nil {
-		res.VerifyError = verr.Error()
-	}
-	v := newSnapView(d)
-	if v.json {
-		if err := v.writeJSON(res); err != nil {
+	o, st, m := d.out, d.out.st, res.Manifest
+	if o.json {
+		if err := writeJSON(o.w, res); err != nil {
 			return err
 		}
-		return verr
+		return res.Err
 	}
-	kv := func(k, val string) { fmt.Fprintf(v.w, "%s %s\n", v.bold(fmt.Sprintf("%-10s", k)), val) }
+	kv := func(k, val string) { fmt.Fprintf(o.w, "%s %s\n", st.title.Render(fmt.Sprintf("%-10s", k)), val) }
 	kv("id", m.ID)
 	kv("created", m.Created.Local().Format(time.RFC3339))
 	kv("reason", m.Reason)
@@ -266,37 +210,28 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	} else {
 		kv("current", m.Current.Path+" (absent: a restore removes it)")
 	}
-	if verr == nil {
-		kv("integrity", v.ok("ok")+" (every sha256 matches)")
+	if res.OK {
+		kv("integrity", st.ok.Render("ok")+" (every sha256 matches)")
 	} else {
-		kv("integrity", v.bad("CORRUPT"))
+		kv("integrity", st.bad.Render("CORRUPT"))
 	}
 	rows := make([][]string, 0, len(m.Files))
 	for _, f := range m.Files {
 		if !f.Exists {
-			rows = append(rows, []string{f.Role, f.Path, "", "", v.warn("absent: a restore removes it")})
+			rows = append(rows, []string{f.Role, f.Path, "", "", st.warn.Render("absent: a restore removes it")})
 			continue
 		}
 		sum := f.SHA256[:16]
-		if !v.wide {
+		if !o.wide {
 			sum = f.SHA256[:8] // enough to tell files apart; --wide for more
 		}
 		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), sum})
 	}
-	fmt.Fprintln(v.w, v.out.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
+	fmt.Fprintln(o.w, o.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
 	for _, s := range m.Sets {
-		fmt.Fprintf(v.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
+		fmt.Fprintf(o.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
 	}
-	return verr
-}
-
-type snapPruneResult struct {
-	DryRun    bool     `json:"dryRun"`
-	Keep      int      `json:"keep"`
-	Removed   []string `json:"removed"`
-	Protected []string `json:"protected"`
-	// Why names, per protected id, what needs it.
-	Why map[string]string `json:"why"`
+	return res.Err
 }
 
 func snapshotPrune(c *cli.Context, d *deps) error {
@@ -329,104 +264,39 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 		}
 		defer unlock()
 	}
-	// Read under the lock, so no cutover arms between reading and pruning.
-	why, err := pruneProtected(cfg)
-	if err != nil {
+	res, err := snapshot.PruneKeeping(cfg.StateDir, &release.Store{Root: cfg.Install.Root}, keep, dry)
+	if res == nil {
 		return err
 	}
-	res := snapPruneResult{DryRun: dry, Keep: keep, Removed: []string{}, Protected: []string{}, Why: why}
-	for id := range why {
-		res.Protected = append(res.Protected, id)
-	}
-	slices.Sort(res.Protected)
-	var removed []string
-	if dry {
-		removed, err = snapshot.PrunePlan(cfg.StateDir, keep, res.Protected...)
-	} else {
-		removed, err = snapshot.Prune(cfg.StateDir, keep, res.Protected...)
-	}
-	res.Removed = append(res.Removed, removed...)
-	if len(removed) > 0 && !dry {
+	if len(res.Removed) > 0 && !dry {
 		snapAudit(d, cfg, state.Event{Action: state.ActionSnapshotPrune, Outcome: state.OutcomeOK,
-			Details: map[string]string{"removed": strings.Join(removed, ",")}})
+			Details: map[string]string{"removed": strings.Join(res.Removed, ",")}})
 	}
 	if err != nil {
 		return err
 	}
-	v := newSnapView(d)
-	if v.json {
-		return v.writeJSON(res)
+	o, st := d.out, d.out.st
+	if o.json {
+		return writeJSON(o.w, res)
 	}
 	verb, prefix := "removed", ""
 	if dry {
 		verb, prefix = "would remove", "dry run: "
 	}
-	if len(removed) == 0 {
-		fmt.Fprintf(v.w, "%snothing to prune (keeping the newest %d)\n", prefix, keep)
+	if len(res.Removed) == 0 {
+		fmt.Fprintf(o.w, "%snothing to prune (keeping the newest %d)\n", prefix, keep)
 	}
-	for _, id := range removed {
-		fmt.Fprintf(v.w, "%s %s\n", v.ok(verb), id)
+	for _, id := range res.Removed {
+		fmt.Fprintf(o.w, "%s %s\n", st.ok.Render(verb), id)
 	}
 	for _, id := range res.Protected {
-		fmt.Fprintf(v.w, "%s %s (%s)\n", v.warn("kept"), id, why[id])
+		fmt.Fprintf(o.w, "%s %s (%s)\n", st.warn.Render("kept"), id, res.Why[id])
 	}
 	if dry {
-		fmt.Fprintln(v.w, "nothing was changed")
+		fmt.Fprintln(o.w, "nothing was changed")
 	}
 	return nil
 }
-
-// pruneProtected are the snapshots no prune may remove, with why: the facts
-// read here, the rule snapshot.Protect's (the cutover's prune asks it too).
-// A fact that cannot be read refuses the prune rather than guess it.
-func pruneProtected(cfg *ctlconfig.Config) (map[string]string, error) {
-	pendingID, err := pendingSnapshot(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot prune: refusing, since the snapshot a rollback may need is unknown: %w", err)
-	}
-	cur, cerr := (&release.Store{Root: cfg.Install.Root}).Current()
-	if cerr != nil && !errors.Is(cerr, release.ErrNoCurrent) {
-		return nil, fmt.Errorf("snapshot prune: refusing, since the current release is unknown: %w", cerr)
-	}
-	list, err := snapshot.List(cfg.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	why := map[string]string{}
-	for _, p := range snapshot.Protect(list, pendingID, cur) {
-		why[p.ID] = p.Why
-	}
-	return why, nil
-}
-
-// snapView renders for people (lipgloss, plain when stdout is not a
-// terminal or colour is off) or as JSON for scripts.
-type snapView struct {
-	w    io.Writer
-	json bool
-	wide bool
-	r    *lipgloss.Renderer
-	out  *output
-}
-
-func newSnapView(d *deps) *snapView {
-	return &snapView{w: d.out.w, json: d.out.json, wide: d.out.wide, r: d.out.r, out: d.out}
-}
-
-func (v *snapView) writeJSON(x any) error {
-	enc := json.NewEncoder(v.w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(x)
-}
-
-func (v *snapView) style(color string) lipgloss.Style {
-	return v.r.NewStyle().Foreground(lipgloss.Color(color)).Bold(true)
-}
-
-func (v *snapView) ok(s string) string   { return v.style("2").Render(s) }
-func (v *snapView) warn(s string) string { return v.style("3").Render(s) }
-func (v *snapView) bad(s string) string  { return v.style("1").Render(s) }
-func (v *snapView) bold(s string) string { return v.r.NewStyle().Bold(true).Render(s) }
 
 func snapVersion(v string) string {
 	if v == "" {

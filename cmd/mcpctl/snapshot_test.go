@@ -99,7 +99,7 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	if code != deploy.CodeOK {
 		t.Fatalf("list exit %d", code)
 	}
-	var list []snapListEntry
+	var list []snapshot.ListEntry
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 	if code != deploy.CodeOK {
 		t.Fatalf("prune exit %d: %s", code, errOut)
 	}
-	var res snapPruneResult
+	var res snapshot.PruneResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestSnapshotPruneGuards(t *testing.T) {
 	}
 	newest, _ := snapshot.List(e.stateDir)
 	code, out, errOut = e.run(t, "snapshot", "prune", "--all", "--json")
-	var res snapPruneResult
+	var res snapshot.PruneResult
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Removed) != 2 || count() != 1 {
 		t.Fatalf("--all: exit %d, %d left: %s%s", code, count(), out, errOut)
 	}
@@ -318,7 +318,7 @@ func TestSnapshotPruneKeepsTheNewest(t *testing.T) {
 		t.Fatalf("list = %+v, %v; want 3, %s newest", list, err, ofV2)
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "prune", "--all")
-	var res snapPruneResult
+	var res snapshot.PruneResult
 	if code != deploy.CodeOK || json.Unmarshal([]byte(out), &res) != nil {
 		t.Fatalf("prune --all: exit %d: %s%s", code, out, errOut)
 	}

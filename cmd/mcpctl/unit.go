@@ -128,27 +128,6 @@ func unitRender(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// unitChange is one unit install wrote.
-type unitChange struct {
-	Unit   string `json:"unit"`
-	Action string `json:"action"` // "created" or "updated"
-	Diff   string `json:"diff"`
-}
-
-type unitInstallReport struct {
-	DryRun    bool         `json:"dryRun"`
-	UnitDir   string       `json:"unitDir"`
-	Changed   []unitChange `json:"changed"`
-	Unchanged []string     `json:"unchanged"`
-	Reloaded  bool         `json:"reloaded"`
-	Enabled   []string     `json:"enabled"`
-	// A host moved from the single unit: the slots linked to the current
-	// release, and the single unit disabled (it serves until the next
-	// cutover hands it off).
-	LinkedSlots []string `json:"linkedSlots,omitempty"`
-	Disabled    []string `json:"disabled,omitempty"`
-}
-
 func unitInstall(c *cli.Context, d *deps) error {
 	cfg, us, err := renderUnits(c, "")
 	if err != nil {
@@ -164,14 +143,10 @@ func unitInstall(c *cli.Context, d *deps) error {
 		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer unlock()
-
-	rep := unitInstallReport{UnitDir: cfg.UnitDir, Changed: []unitChange{}, Unchanged: []string{}, Enabled: []string{}}
-	writes, unchanged, err := units.Changes(cfg.UnitDir, us)
+	ui, err := deploy.CompareUnits(cfg, us)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
-	rep.Unchanged = append(rep.Unchanged, unchanged...)
-
 	// Connect before writing: without systemd the new files would sit
 	// there unloaded, so fail with nothing changed instead.
 	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
@@ -181,52 +156,10 @@ func unitInstall(c *cli.Context, d *deps) error {
 		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer sd.Close()
-
-	for _, w := range writes {
-		path := filepath.Join(cfg.UnitDir, w.Unit.Name)
-		action := "updated"
-		if w.Created() {
-			action = "created"
-		}
-		if err := units.Write(cfg.UnitDir, w.Unit); err != nil {
-			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w (written so far: %d of %d changed units)", err, len(rep.Changed), len(writes)))
-		}
-		rep.Changed = append(rep.Changed, unitChange{
-			Unit: w.Unit.Name, Action: action,
-			Diff: units.Diff(path+" (installed)", path+" (rendered)", string(w.Old), string(w.Unit.Content)),
-		})
+	rep, err := ui.Apply(ctx, sd)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
 	}
-	// Before the boot slot is enabled: it must start on what runs now.
-	if rep.LinkedSlots, err = deploy.LinkMissingSlots(cfg.Install.Root); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but slot links: %w", err))
-	}
-	if len(rep.Changed) > 0 {
-		if err := sd.DaemonReload(ctx); err != nil {
-			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: units written but %w; run systemctl daemon-reload", err))
-		}
-		rep.Reloaded = true
-	}
-	for _, u := range us {
-		if u.Enable {
-			rep.Enabled = append(rep.Enabled, u.Name)
-		}
-	}
-	if err := sd.Enable(ctx, rep.Enabled...); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
-	}
-	// The single unit would start at boot beside the boot slot without the
-	// socket's descriptors and fail on its port; it keeps running now.
-	if st, err := sd.UnitFileState(ctx, cfg.Backend.Unit); err == nil && st == "enabled" {
-		if err := sd.Disable(ctx, cfg.Backend.Unit); err != nil {
-			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: disable the single unit %s: %w", cfg.Backend.Unit, err))
-		}
-		// systemd reads enablement (UnitFileState) again only then.
-		if err := sd.DaemonReload(ctx); err != nil {
-			return withCode(deploy.CodeFailed, fmt.Errorf("unit install: %w", err))
-		}
-		rep.Disabled = append(rep.Disabled, cfg.Backend.Unit)
-	}
-
 	if d.out.json {
 		return writeJSON(d.stdout, rep)
 	}
@@ -234,7 +167,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	return nil
 }
 
-func printUnitInstall(o *output, rep unitInstallReport) {
+func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {
 	w, r := o.w, o.r
 	add := r.NewStyle().Foreground(lipgloss.Color("2"))
 	del := r.NewStyle().Foreground(lipgloss.Color("1"))
@@ -288,35 +221,15 @@ func printUnitInstall(o *output, rep unitInstallReport) {
 }
 
 // unitInstallDryRun is unit install --dry-run: the same comparison and
-// diffs, then the plan; no lock, no systemd, nothing written. Without
-// systemd it cannot read whether the single unit is enabled: a single unit
-// file in the unit directory is reported as one it would disable if so.
+// diffs, then the plan; no lock, no systemd, nothing written.
 func unitInstallDryRun(d *deps, cfg *ctlconfig.Config, us []units.Unit) error {
-	unitDir := cfg.UnitDir
-	writes, unchanged, err := units.Changes(unitDir, us)
+	ui, err := deploy.CompareUnits(cfg, us)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
-	rep := unitInstallReport{DryRun: true, UnitDir: unitDir, Changed: []unitChange{}, Unchanged: append([]string{}, unchanged...), Enabled: []string{}}
-	for _, w := range writes {
-		path := filepath.Join(unitDir, w.Unit.Name)
-		action := "would update"
-		if w.Created() {
-			action = "would create"
-		}
-		rep.Changed = append(rep.Changed, unitChange{Unit: w.Unit.Name, Action: action,
-			Diff: units.Diff(path+" (installed)", path+" (rendered)", string(w.Old), string(w.Unit.Content))})
-	}
-	for _, u := range us {
-		if u.Enable {
-			rep.Enabled = append(rep.Enabled, u.Name)
-		}
-	}
-	if _, rep.LinkedSlots, err = deploy.MissingSlotLinks(cfg.Install.Root); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: slot links: %w", err))
-	}
-	if _, err := os.Stat(filepath.Join(unitDir, cfg.Backend.Unit)); err == nil {
-		rep.Disabled = append(rep.Disabled, cfg.Backend.Unit)
+	rep, err := ui.DryRun()
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
 	}
 	if d.out.json {
 		return writeJSON(d.stdout, rep)

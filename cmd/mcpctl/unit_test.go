@@ -200,13 +200,13 @@ func TestUnitInstallInRealSystemd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	install := func() unitInstallReport {
+	install := func() deploy.UnitInstallReport {
 		t.Helper()
 		out, err := m.Exec(ctx, mcpctl, "--config", conf, "--json", "unit", "install")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep unitInstallReport
+		var rep deploy.UnitInstallReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
@@ -291,7 +291,7 @@ func TestUnitInstallDryRun(t *testing.T) {
 		t.Fatalf("unitDir after a dry run: %v, want absent", err)
 	}
 	code, out, _ = runCLI(t, "--config", conf, "unit", "install", "--dry-run", "--mcpctl", "/usr/local/bin/mcpctl", "--json")
-	var rep unitInstallReport
+	var rep deploy.UnitInstallReport
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Changed) == 0 || rep.Reloaded {
 		t.Fatalf("--json: exit %d %s", code, out)
 	}

@@ -85,9 +85,9 @@ func prune(env *Env, store *release.Store, keepReleases []string) *Pruned {
 	out := &Pruned{}
 	var errs []error
 	var err error
-	if protect, perr := protectedSnapshots(dir, store, pendingSnap); perr != nil {
+	if protect, perr := snapshot.ReadProtected(dir, store, pendingSnap); perr != nil {
 		errs = append(errs, fmt.Errorf("no snapshot pruned: %w", perr))
-	} else if out.Snapshots, err = snapshot.Prune(dir, keep, protect...); err != nil {
+	} else if out.Snapshots, err = snapshot.Prune(dir, keep, snapshot.ProtectedIDs(protect)...); err != nil {
 		errs = append(errs, err)
 	}
 	if out.Releases, err = store.Prune(keep, keepReleases...); err != nil {
@@ -102,21 +102,6 @@ func prune(env *Env, store *release.Store, keepReleases []string) *Pruned {
 			Details: map[string]string{"snapshots": strings.Join(out.Snapshots, ","), "releases": strings.Join(out.Releases, ",")}})
 	}
 	return out
-}
-
-// protectedSnapshots reads the facts snapshot.Protect decides on. A fact
-// that cannot be read is an error: the prune then removes no snapshot
-// rather than guess.
-func protectedSnapshots(dir string, store *release.Store, pending string) ([]string, error) {
-	cur, err := store.Current()
-	if err != nil && !errors.Is(err, release.ErrNoCurrent) {
-		return nil, fmt.Errorf("current release unknown: %w", err)
-	}
-	list, err := snapshot.List(dir)
-	if err != nil {
-		return nil, err
-	}
-	return snapshot.ProtectedIDs(snapshot.Protect(list, pending, cur)), nil
 }
 
 // Cutover runs mcpctl cutover: preflight, snapshot and arm the rollback,

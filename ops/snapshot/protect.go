@@ -1,8 +1,11 @@
 package snapshot
 
 import (
+	"errors"
 	"slices"
 	"strings"
+
+	"github.com/overdeck/mcp-backend/ops/release"
 )
 
 // Protected is a snapshot no prune may remove, and why.
@@ -60,4 +63,29 @@ func ProtectedIDs(ps []Protected) []string {
 		ids[i] = p.ID
 	}
 	return ids
+}
+
+// CurrentUnknownError is ReadProtected's when the current link cannot be
+// read: callers word their refusal around the fact that is missing.
+type CurrentUnknownError struct{ Err error }
+
+func (e *CurrentUnknownError) Error() string { return "current release unknown: " + e.Err.Error() }
+func (e *CurrentUnknownError) Unwrap() error { return e.Err }
+
+// ReadProtected reads the facts Protect decides on, the current release and
+// the snapshots in stateDir, and asks it. pending is the caller's: a
+// cutover reads the whole marker (its releases are kept too). A fact that
+// cannot be read is an error, so a prune removes nothing rather than guess.
+// mcpctl snapshot prune and a confirmed cutover's prune both read through
+// here.
+func ReadProtected(stateDir string, store *release.Store, pending string) ([]Protected, error) {
+	cur, err := store.Current()
+	if err != nil && !errors.Is(err, release.ErrNoCurrent) {
+		return nil, &CurrentUnknownError{Err: err}
+	}
+	list, err := List(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return Protect(list, pending, cur), nil
 }

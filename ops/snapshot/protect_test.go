@@ -1,7 +1,9 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -54,5 +56,44 @@ func TestProtect(t *testing.T) {
 				t.Errorf("ProtectedIDs = %v", ids)
 			}
 		})
+	}
+}
+
+// snapshots creates n snapshots of h, oldest first.
+func snapshots(t testing.TB, h *host, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		m, err := Create(context.Background(), h.spec("n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func TestReadProtected(t *testing.T) {
+	h := newHost(t)
+	ids := snapshots(t, h, 3)
+	got, err := ReadProtected(h.stateDir, h.store, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{ids[0], ids[2]}; !slices.Equal(ProtectedIDs(got), want) {
+		t.Fatalf("protected %v, want %v", ProtectedIDs(got), want)
+	}
+	// A current link that names no release: the fact is unknown.
+	link := h.store.CurrentPath()
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("elsewhere", link); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadProtected(h.stateDir, h.store, "")
+	var cu *CurrentUnknownError
+	if !errors.As(err, &cu) || !strings.HasPrefix(err.Error(), "current release unknown: current -> ") {
+		t.Fatalf("with a bad current link: %v", err)
 	}
 }

@@ -8,6 +8,9 @@
 // directory: pruning releases can then never break a rollback, and a restore
 // re-creates a pruned or damaged release directory from the copy. The cost is
 // one binary per kept snapshot, bounded by snapshot pruning.
+//
+// What mcpctl snapshot list, show and prune report is decided here too
+// (ReadListing, Check, PruneKeeping); the command only renders it.
 package snapshot
 
 import (
