@@ -325,7 +325,7 @@ func (e *Env) startWithStandby(ctx context.Context, unit, envFile, addr string) 
 		err = atomicfs.WriteFile(envFile, []byte("MCP_BACKEND_STANDBY="+addr+"\n"), 0o600)
 	}
 	if err != nil {
-		return fmt.Errorf("standby address: %w", err)
+		return fmt.Errorf("start %s: standby address: %w", unit, err)
 	}
 	_ = e.Systemd.ResetFailed(ctx, unit)
 	err = e.Systemd.Start(ctx, unit)
@@ -466,7 +466,8 @@ func (e *Env) startSlot(ctx context.Context, plan SlotPlan, tk *Takeover, versio
 	}
 	if err != nil {
 		undo()
-		return []string{fmt.Sprintf("start %s: %v", unit, err)}
+		// The systemd client's errors name the job and the unit already.
+		return []string{err.Error()}
 	}
 	if err := e.waitReady(sctx, url, digest, budget); err != nil {
 		undo()
