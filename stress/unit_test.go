@@ -2,34 +2,22 @@ package stress
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"os"
 	"path"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/systemd/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate/unitstatetest"
 )
-
-// fixedUnits is a systemd seen through fixed unit states; a unit absent
-// from it cannot be read.
-type fixedUnits map[string]*unitstate.State
-
-func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, error) {
-	if st, ok := u[name]; ok {
-		return st, nil
-	}
-	return nil, errors.New("D-Bus gone")
-}
 
 func TestUnitStateSampler(t *testing.T) {
 	pid := uint32(os.Getpid())
-	units := fixedUnits{
+	units := unitstatetest.Fixed{
 		"up.service":      {LoadState: "loaded", ActiveState: "active", MainPID: pid, InvocationID: "inv", NRestarts: 3, MemoryHigh: 64 << 20},
 		"stopped.service": {LoadState: "loaded", ActiveState: "inactive", MemoryHigh: ^uint64(0)},
 		"gone.service":    {LoadState: "not-found", ActiveState: "inactive"},
+		"unknown.service": nil,
 	}
 	tests := []struct {
 		name, unit string

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -22,22 +21,9 @@ import (
 	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate/unitstatetest"
 	"github.com/overdeck/mcp-backend/units"
 )
-
-// fixedUnits is a systemd seen through fixed unit states; a unit absent from it
-// is not found.
-type fixedUnits map[string]*unitstate.State
-
-func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, error) {
-	if st, ok := u[name]; ok {
-		if st == nil {
-			return nil, errors.New("D-Bus gone")
-		}
-		return st, nil
-	}
-	return &unitstate.State{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
-}
 
 // TestRollbackLine: the lines that need a human say so and what to run.
 func TestRollbackLine(t *testing.T) {
@@ -92,7 +78,7 @@ func TestStatusAssembly(t *testing.T) {
 		}
 	}
 	since := now.Add(-time.Hour)
-	sd := fixedUnits{
+	sd := unitstatetest.Fixed{
 		cfg.Backend.Unit:        {LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 42, NRestarts: 2, ActiveEnterTimestamp: since},
 		cfg.Tunnels[0].Unit:     {LoadState: "loaded", ActiveState: "active", ActiveEnterTimestamp: since},
 		cfg.Tunnels[1].Unit:     nil,
@@ -238,7 +224,7 @@ func TestStatusShowsTheSlotBeside(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sd := fixedUnits{units.Socket(cfg.Backend.Unit): {LoadState: "loaded", ActiveState: "active"}, blue: tc.blue, green: tc.green}
+			sd := unitstatetest.Fixed{units.Socket(cfg.Backend.Unit): {LoadState: "loaded", ActiveState: "active"}, blue: tc.blue, green: tc.green}
 			v, _ := verify.ForBackend("")
 			r := status.Gather(context.Background(), cfg, sd, v, time.Now())
 			if r.Production.Unit != tc.serving || fmt.Sprint(r.Beside) != fmt.Sprint(tc.beside) {

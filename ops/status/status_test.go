@@ -2,29 +2,14 @@ package status_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
-	"github.com/overdeck/mcp-backend/systemd/unitstate"
+	"github.com/overdeck/mcp-backend/systemd/unitstate/unitstatetest"
 )
-
-// fixedUnits is a systemd seen through fixed unit states; a unit absent
-// from it is not found, a nil one cannot be read.
-type fixedUnits map[string]*unitstate.State
-
-func (u fixedUnits) Unit(_ context.Context, name string) (*unitstate.State, error) {
-	if st, ok := u[name]; ok {
-		if st == nil {
-			return nil, errors.New("D-Bus gone")
-		}
-		return st, nil
-	}
-	return &unitstate.State{Name: name, LoadState: "not-found", ActiveState: "inactive"}, nil
-}
 
 func TestPlanRollback(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -81,7 +66,7 @@ func TestDeployEvents(t *testing.T) {
 
 func TestGatherUnit(t *testing.T) {
 	since := time.Date(2025, 1, 1, 11, 0, 0, 0, time.UTC)
-	sd := fixedUnits{
+	sd := unitstatetest.Fixed{
 		"up.service":     {LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 42, NRestarts: 2, ActiveEnterTimestamp: since},
 		"down.service":   {LoadState: "loaded", ActiveState: "failed", SubState: "failed", ActiveEnterTimestamp: since},
 		"broken.service": nil,
