@@ -417,14 +417,21 @@ func TestAuditJobRecords(t *testing.T) {
 	jobCallAs(t, b, "alice", "conv-1", "job.wait", map[string]any{"id": st.ID, "waitMs": 20000})
 	jobCallAs(t, b, "alice", "conv-1", "job.status", map[string]any{"id": st.ID})
 	var recs []map[string]string
-	proctest.Eventually(t, "the job.end record", func() bool {
+	// The job ended before job.wait answered, so its job.end record can be
+	// in the file while job.status's end record still waits in the buffer:
+	// wait for both.
+	proctest.Eventually(t, "the job.end record and job.status's end record", func() bool {
 		recs = auditRecords(t, path)
+		jobEnd, statusEnd := false, false
 		for _, r := range recs {
-			if r[audit.FieldMessageID] == audit.MsgJobEnd {
-				return true
+			switch r[audit.FieldMessageID] {
+			case audit.MsgJobEnd:
+				jobEnd = true
+			case audit.MsgCallEnd:
+				statusEnd = statusEnd || r[audit.FieldTool] == "job.status"
 			}
 		}
-		return false
+		return jobEnd && statusEnd
 	})
 	starts, ends := callPairs(t, recs)
 	named := map[string]int{} // tool/record -> records naming the job
