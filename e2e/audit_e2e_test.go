@@ -23,6 +23,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/overdeck/mcp-backend/audit"
+	"github.com/overdeck/mcp-backend/audit/audittest"
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/internal/sitetest"
@@ -370,49 +371,36 @@ func TestAuditTrailInRealJournal(t *testing.T) {
 		return s == e && refused >= wantRefused && calls >= wantCalls
 	})
 
-	starts := map[string]map[string]string{}
-	ends := map[string]map[string]string{}
+	starts, ends := audittest.CallPairs(t, recs)
 	refusedBy := map[string]map[string]int{} // principal -> outcome -> count
 	for _, r := range recs {
-		id := r[audit.FieldCallID]
-		switch r[audit.FieldMessageID] {
-		case audit.MsgCallStart:
-			if starts[id] != nil {
-				t.Errorf("call %s: two starts", id)
-			}
-			starts[id] = r
-		case audit.MsgCallEnd:
-			if ends[id] != nil {
-				t.Errorf("call %s: two ends", id)
-			}
-			ends[id] = r
-		case audit.MsgRefused:
-			who := r[audit.FieldPrincipalKind] + ":" + r[audit.FieldPrincipal]
-			if r[audit.FieldPrincipalKind] == "" {
-				who = "unauthenticated"
-			}
-			k := r[audit.FieldOutcome]
-			switch r[audit.FieldStatus] {
-			case "401", "403":
-				k = r[audit.FieldStatus]
-			}
-			if r[audit.FieldOutcome] == "CANCELLED" {
-				k = "cancelled"
-			}
-			if refusedBy[who] == nil {
-				refusedBy[who] = map[string]int{}
-			}
-			n, _ := strconv.Atoi(r[audit.FieldCount])
-			refusedBy[who][k] += n
+		if r[audit.FieldMessageID] != audit.MsgRefused {
+			continue
 		}
+		who := r[audit.FieldPrincipalKind] + ":" + r[audit.FieldPrincipal]
+		if r[audit.FieldPrincipalKind] == "" {
+			who = "unauthenticated"
+		}
+		k := r[audit.FieldOutcome]
+		switch r[audit.FieldStatus] {
+		case "401", "403":
+			k = r[audit.FieldStatus]
+		}
+		if r[audit.FieldOutcome] == "CANCELLED" {
+			k = "cancelled"
+		}
+		if refusedBy[who] == nil {
+			refusedBy[who] = map[string]int{}
+		}
+		n, _ := strconv.Atoi(r[audit.FieldCount])
+		refusedBy[who][k] += n
 	}
 	admitted := map[string]int{}
 	endedBy := map[string]map[string]int{}
 	for id, s := range starts {
 		e := ends[id]
 		if e == nil {
-			t.Errorf("call %s: no end", id)
-			continue
+			continue // CallPairs said so
 		}
 		who := s[audit.FieldPrincipalKind] + ":" + s[audit.FieldPrincipal]
 		if who == "operator:operator" && s[audit.FieldHost] != "mcp.example.com" {

@@ -405,12 +405,10 @@ func TestJobsAndTransientTimers(t *testing.T) {
 		}
 	})
 
-	t.Run("left armed it fires and runs its service", func(t *testing.T) {
-		marker := filepath.Join(work, "fired")
-		tr := unitstate.Transient{
-			Timer: "it-fire.timer", Service: "it-fire.service",
-			Argv: []string{"/usr/bin/touch", marker}, After: time.Second,
-		}
+	// fire arms tr, whose service creates marker, and waits until the
+	// service has run and both units have unloaded by themselves.
+	fire := func(t *testing.T, tr unitstate.Transient, marker string) {
+		t.Helper()
 		if err := sd.ArmTransient(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
@@ -418,10 +416,19 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			_, err := os.Stat(marker)
 			return err == nil
 		})
-		// RemainAfterElapse=false: once done, both unload by themselves.
 		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	t.Run("left armed it fires and runs its service", func(t *testing.T) {
+		marker := filepath.Join(work, "fired")
+		tr := unitstate.Transient{
+			Timer: "it-fire.timer", Service: "it-fire.service",
+			Argv: []string{"/usr/bin/touch", marker}, After: time.Second,
+		}
+		// RemainAfterElapse=false: once done, both unload by themselves.
+		fire(t, tr, marker)
 		if err := sd.DisarmTransient(ctx, tr.Timer, tr.Service); !errors.Is(err, unitstate.ErrAlreadyFired) {
 			t.Fatalf("disarm after firing: %v, want ErrAlreadyFired", err)
 		}
@@ -433,18 +440,9 @@ func TestJobsAndTransientTimers(t *testing.T) {
 			Timer: "it-fail.timer", Service: "it-fail.service",
 			Argv: []string{"/bin/sh", "-c", "touch " + marker + "; exit 4"}, After: time.Second,
 		}
-		if err := sd.ArmTransient(ctx, tr); err != nil {
-			t.Fatal(err)
-		}
-		proctest.Eventually(t, "the armed timer to run its service", func() bool {
-			_, err := os.Stat(marker)
-			return err == nil
-		})
 		// Without CollectMode=inactive-or-failed the failed service stays
 		// loaded and blocks arming until someone runs reset-failed.
-		if err := sd.WaitGone(ctx, tr.Timer, tr.Service); err != nil {
-			t.Fatal(err)
-		}
+		fire(t, tr, marker)
 		tr.After = time.Hour
 		if err := sd.ArmTransient(ctx, tr); err != nil {
 			t.Fatalf("arming again after a failed run: %v", err)

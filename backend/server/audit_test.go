@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/audit"
+	"github.com/overdeck/mcp-backend/audit/audittest"
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/internal/proctest"
@@ -105,44 +106,6 @@ func auditRecords(t testing.TB, path string) []map[string]string {
 		out = append(out, m)
 	}
 	return out
-}
-
-// callPairs checks that every start record has exactly one end record of
-// the same call and tool, and returns the pairs by call id.
-func callPairs(t testing.TB, recs []map[string]string) (starts, ends map[string]map[string]string) {
-	t.Helper()
-	starts, ends = map[string]map[string]string{}, map[string]map[string]string{}
-	for _, r := range recs {
-		id := r[audit.FieldCallID]
-		switch r[audit.FieldMessageID] {
-		case audit.MsgCallStart:
-			if starts[id] != nil {
-				t.Errorf("call %s has two start records", id)
-			}
-			starts[id] = r
-		case audit.MsgCallEnd:
-			if ends[id] != nil {
-				t.Errorf("call %s has two end records", id)
-			}
-			ends[id] = r
-		}
-	}
-	for id, s := range starts {
-		e := ends[id]
-		if e == nil {
-			t.Errorf("call %s (%s) has no end record", id, s[audit.FieldTool])
-			continue
-		}
-		if e[audit.FieldTool] != s[audit.FieldTool] || e[audit.FieldPrincipal] != s[audit.FieldPrincipal] {
-			t.Errorf("call %s: end %v does not match start %v", id, e, s)
-		}
-	}
-	for id := range ends {
-		if starts[id] == nil {
-			t.Errorf("call %s has an end record and no start", id)
-		}
-	}
-	return starts, ends
 }
 
 // TestAuditRecordsEveryCallOverHTTP: many concurrent calls of every tool
@@ -258,7 +221,7 @@ func TestAuditRecordsEveryCallOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := auditRecords(t, path)
-	starts, ends := callPairs(t, recs)
+	starts, ends := audittest.CallPairs(t, recs)
 
 	// The end records' outcomes are what the clients saw; a call the
 	// client gave up on ended CANCELLED, or left the queue cancelled.
@@ -417,16 +380,23 @@ func TestAuditJobRecords(t *testing.T) {
 	jobCallAs(t, b, "alice", "conv-1", "job.wait", map[string]any{"id": st.ID, "waitMs": 20000})
 	jobCallAs(t, b, "alice", "conv-1", "job.status", map[string]any{"id": st.ID})
 	var recs []map[string]string
-	proctest.Eventually(t, "the job.end record", func() bool {
+	// The job ended before job.wait answered, so its job.end record can be
+	// in the file while job.status's end record still waits in the buffer:
+	// wait for both.
+	proctest.Eventually(t, "the job.end record and job.status's end record", func() bool {
 		recs = auditRecords(t, path)
+		jobEnd, statusEnd := false, false
 		for _, r := range recs {
-			if r[audit.FieldMessageID] == audit.MsgJobEnd {
-				return true
+			switch r[audit.FieldMessageID] {
+			case audit.MsgJobEnd:
+				jobEnd = true
+			case audit.MsgCallEnd:
+				statusEnd = statusEnd || r[audit.FieldTool] == "job.status"
 			}
 		}
-		return false
+		return jobEnd && statusEnd
 	})
-	starts, ends := callPairs(t, recs)
+	starts, ends := audittest.CallPairs(t, recs)
 	named := map[string]int{} // tool/record -> records naming the job
 	for id, e := range ends {
 		if e[audit.FieldJobID] == st.ID {

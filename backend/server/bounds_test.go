@@ -54,10 +54,7 @@ func serveLogged(t testing.TB, mutate func(*config.Config), logs io.Writer) *ser
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -327,10 +327,7 @@ func TestRefusalFloodLogsBounded(t *testing.T) {
 	cfg := config.Default()
 	cfg.Concurrency.MaxShell, cfg.Concurrency.MaxQueue, cfg.Concurrency.FlowReserve = 1, 0, 0
 	logs := &lockedWriter{w: &bytes.Buffer{}}
-	srv, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	g := newGate(t)

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
 
@@ -44,10 +45,7 @@ func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
 	if testing.Verbose() {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, cfg, log)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
@@ -55,6 +53,26 @@ func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
 		srv.Close()
 	})
 	return &backend{srv: srv, http: hs, url: hs.URL}
+}
+
+// newServer is New for a test, whose audit log is closed when the test
+// ends. Server.Close leaves the log open, as the process writes its stop
+// record after it (cmd/mcp-backend): a test stands for the process here,
+// or the log's goroutines outlive it (see TestMain).
+func newServer(t testing.TB, cfg config.Config, log *slog.Logger, opts ...Option) *Server {
+	t.Helper()
+	srv, err := New(cfg, log, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the caller's cleanups have
+	// stopped serving (t.Cleanup runs last in, first out).
+	t.Cleanup(func() {
+		if err := srv.Audit().Close(5 * time.Second); err != nil {
+			t.Errorf("closing the audit log: %v", err)
+		}
+	})
+	return srv
 }
 
 var rpcID atomic.Int64

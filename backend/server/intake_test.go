@@ -45,10 +45,7 @@ func serveBackend(t testing.TB, mutate func(*config.Config), limits func(*HTTPLi
 	if testing.Verbose() {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, cfg, log)
 	if limits != nil {
 		l := srv.HTTPLimits()
 		limits(&l)

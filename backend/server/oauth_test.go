@@ -78,12 +78,9 @@ func startOAuthEnv(t testing.TB, mutate ...func(*config.Config)) *oauthEnv {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(env.logs, nil))
-	srv, err := New(cfg, log, WithOAuthOptions(oauth.Options{
+	srv := newServer(t, cfg, log, WithOAuthOptions(oauth.Options{
 		Now: func() time.Time { return time.Now().Add(time.Duration(env.skew.Load())) },
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	env.srv = srv
 	hs.Config.Handler = srv.Handler()
 	hs.Start()

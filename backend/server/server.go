@@ -99,7 +99,7 @@ func WithOAuthOptions(o oauth.Options) Option {
 
 // New builds a server for a validated config. It reads the bearer token
 // file when one is configured.
-func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
+func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +155,12 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.audit = a
+	defer func() {
+		if err != nil {
+			// Nothing will serve or close it: its goroutines and file go.
+			_ = a.log.Close(time.Second)
+		}
+	}()
 	pol, err := policy.New(cfg.Policy)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/internal/proctest"
 
@@ -497,5 +498,27 @@ func TestCloseCancelsCallsInFlight(t *testing.T) {
 	proctest.WaitDead(t, pids...)
 	if s := b.metrics(t); s.Active.Total != 0 || s.Queued.Total != 0 || s.Counters.Cancelled != 1 {
 		t.Fatalf("after Close: %+v", s)
+	}
+}
+
+// TestNewRefusedClosesItsAuditLog: a New that fails after the audit log
+// is open (here jobs.mode systemd with nowhere to keep the jobs) closes
+// it: nothing will serve, so its goroutines and file must not stay.
+func TestNewRefusedClosesItsAuditLog(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	cfg := config.Default()
+	cfg.Audit.Sink, cfg.Audit.File = config.AuditFile, filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg.Jobs.Mode = config.JobsSystemd
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := New(cfg, nil); err == nil {
+		srv.Close()
+		t.Fatal("jobs.mode systemd without a state directory accepted")
+	}
+	// No test of this package runs in parallel, and each closes the logs
+	// it opened, so any audit goroutine alive now is this New's.
+	if leaked := leakedAudit(time.Second); len(leaked) > 0 {
+		t.Fatalf("%d audit log goroutines outlived the refused New:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }
