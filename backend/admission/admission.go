@@ -363,12 +363,13 @@ func (p *Permit) Release() {
 // canStart reports whether an operation of kind k fits in state s.
 func (c *Controller) canStart(s uint64, k Kind) bool { return c.flows.fits(usageOf(s), k) }
 
-// notePeaks raises the peaks to state s. Caller holds mu.
-func (c *Controller) notePeaks(s uint64) {
+// noteActivePeaks raises the peaks of slots held to state s, after a
+// start (which queues nothing, so the queue's peak stays). Caller holds
+// mu.
+func (c *Controller) noteActivePeaks(s uint64) {
 	c.peakActive = max(c.peakActive, int64(field(s, shTotal)))
 	c.peakNonControl = max(c.peakNonControl, int64(field(s, shNonControl)))
 	c.peakShell = max(c.peakShell, int64(field(s, shShell)))
-	c.peakQueued = max(c.peakQueued, int64(queuedTotal(s)))
 }
 
 // dispatch grants queued waiters while capacity and fair shares allow:
@@ -398,7 +399,7 @@ func (c *Controller) dispatch(now instant) {
 func (c *Controller) grant(w *waiter, now instant) {
 	n := c.state.Load() - queuedDelta(w.kind) + takeDelta[w.kind]
 	c.state.Store(n)
-	c.notePeaks(n)
+	c.noteActivePeaks(n)
 	c.flows.unlink(w)
 	c.flows.start(w.conv, w.kind, now)
 	// The permit goes with the grant: the waiter wakes up holding it,
@@ -493,13 +494,21 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		// overtakes no one.
 		n := c.state.Load() + takeDelta[k]
 		c.state.Store(n)
-		c.notePeaks(n)
+		c.noteActivePeaks(n)
 		c.flows.start(conv, k, now)
 		p := c.permit(k, conv)
 		c.accepted++
 		c.mu.Unlock()
 		return p, nil
 	}
+	return c.wait(ctx, k, conv, now)
+}
+
+// wait queues an operation of kind k of conv that may not start now, or
+// refuses it, and waits for its grant. Caller holds mu, which wait
+// releases. Apart from AcquireFlow so that the start at once carries
+// neither its frame nor its defer.
+func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now instant) (*Permit, error) {
 	w := &waiter{kind: k, conv: conv, ready: make(chan struct{})}
 	s := c.state.Load()
 	if queuedTotal(s) >= c.lim.MaxQueue {
@@ -537,7 +546,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	}
 	n := c.state.Load() + queuedDelta(k)
 	c.state.Store(n)
-	c.notePeaks(n)
+	c.peakQueued = max(c.peakQueued, int64(queuedTotal(n)))
 	c.flows.queue(w)
 	c.dispatch(now) // a place given up may have raised another flow's share
 	c.mu.Unlock()

@@ -466,23 +466,34 @@ func (t *flowTable) remember(f *flowState, now instant) {
 
 // fell updates f's effective demand after its demand fell: while the
 // memory lasts the peak still counts.
+// The check is apart from the work so that it inlines: on the hot path
+// the memory mostly lasts.
 func (t *flowTable) fell(f *flowState) {
-	if f.lapseL.in {
-		return
+	if !f.lapseL.in {
+		t.demandNow(f)
 	}
+}
+
+// demandNow makes f's demand now its effective demand.
+func (t *flowTable) demandNow(f *flowState) {
 	for pool := range numPools {
 		t.setEff(f, pool, f.demand(pool))
 	}
 }
 
 // expire lets the remembered demand lapse that has: O(1) per lapse, and
-// the decisions read the shares as of now.
+// the decisions read the shares as of now. Every lock runs it, and mostly
+// nothing has lapsed: the check inlines, the work does not.
 func (t *flowTable) expire(now instant) {
+	if f := t.lapsing.head; f != nil && now >= f.peakUntil {
+		t.expireFrom(now)
+	}
+}
+
+func (t *flowTable) expireFrom(now instant) {
 	for f := t.lapsing.head; f != nil && now >= f.peakUntil; f = t.lapsing.head {
 		t.lapsing.remove(f, lapseLinks)
-		for pool := range numPools {
-			t.setEff(f, pool, f.demand(pool))
-		}
+		t.demandNow(f)
 	}
 }
 
@@ -674,8 +685,13 @@ func (t *flowTable) finish(c *flowState, k Kind, now instant) {
 		c.active[pool]--
 		p.active[pool]--
 	}
-	t.fell(c)
-	t.fell(p)
+	// fell, by hand: it does not inline, and mostly the memory lasts.
+	if !c.lapseL.in {
+		t.demandNow(c)
+	}
+	if !p.lapseL.in {
+		t.demandNow(p)
+	}
 	t.idled(c, now)
 }
 
