@@ -166,7 +166,7 @@ func (l Limits) withDefaults() Limits {
 }
 
 // The gauges live in one 64-bit word of 12-bit fields, so one atomic load
-// is a consistent view for Snapshot, Full and /readyz without the lock.
+// is a consistent view for Full, Occupancy and /readyz without the lock.
 // Every change is made under the controller's mutex.
 const (
 	fieldBits = 12
@@ -221,10 +221,18 @@ type Controller struct {
 	fresh  bool  // last was read less than a tick ago
 	stale  Timer // clears fresh
 
-	peakActive, peakNonControl, peakShell, peakQueued  atomic.Int64
-	accepted, completed, rejected, timedOut, cancelled atomic.Int64
-	preempted, displaced                               atomic.Int64
-	stopped                                            atomic.Bool // set under mu
+	// Counted under mu, where the hot path is anyway: an atomic each
+	// would cost a call more than the rest of the bookkeeping. Metrics
+	// read them under mu.
+	peakActive, peakNonControl, peakShell, peakQueued int64
+	accepted, completed                               int64
+
+	// Counted where mu is not held. acceptedQueued: a granted waiter
+	// counts itself as it wakes (a grant that races a cancellation is
+	// handed back, never accepted).
+	acceptedQueued, rejected, timedOut, cancelled atomic.Int64
+	preempted, displaced                          atomic.Int64
+	stopped                                       atomic.Bool // set under mu
 }
 
 // Option adjusts a Controller at construction.
@@ -343,7 +351,7 @@ func (p *Permit) Release() {
 		panic("admission: permit released twice")
 	}
 	p.released = true
-	c.completed.Add(1)
+	c.completed++
 	c.state.Add(-takeDelta[p.kind])
 	c.flows.finish(p.conv, p.kind, now)
 	c.drain.note(p.kind, now)
@@ -355,11 +363,13 @@ func (p *Permit) Release() {
 // canStart reports whether an operation of kind k fits in state s.
 func (c *Controller) canStart(s uint64, k Kind) bool { return c.flows.fits(usageOf(s), k) }
 
-func (c *Controller) notePeaks(s uint64) {
-	setMax(&c.peakActive, int64(field(s, shTotal)))
-	setMax(&c.peakNonControl, int64(field(s, shNonControl)))
-	setMax(&c.peakShell, int64(field(s, shShell)))
-	setMax(&c.peakQueued, int64(queuedTotal(s)))
+// noteActivePeaks raises the peaks of slots held to state s, after a
+// start (which queues nothing, so the queue's peak stays). Caller holds
+// mu.
+func (c *Controller) noteActivePeaks(s uint64) {
+	c.peakActive = max(c.peakActive, int64(field(s, shTotal)))
+	c.peakNonControl = max(c.peakNonControl, int64(field(s, shNonControl)))
+	c.peakShell = max(c.peakShell, int64(field(s, shShell)))
 }
 
 // dispatch grants queued waiters while capacity and fair shares allow:
@@ -389,7 +399,7 @@ func (c *Controller) dispatch(now instant) {
 func (c *Controller) grant(w *waiter, now instant) {
 	n := c.state.Load() - queuedDelta(w.kind) + takeDelta[w.kind]
 	c.state.Store(n)
-	c.notePeaks(n)
+	c.noteActivePeaks(n)
 	c.flows.unlink(w)
 	c.flows.start(w.conv, w.kind, now)
 	// The permit goes with the grant: the waiter wakes up holding it,
@@ -484,13 +494,21 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		// overtakes no one.
 		n := c.state.Load() + takeDelta[k]
 		c.state.Store(n)
-		c.notePeaks(n)
+		c.noteActivePeaks(n)
 		c.flows.start(conv, k, now)
 		p := c.permit(k, conv)
+		c.accepted++
 		c.mu.Unlock()
-		c.accepted.Add(1)
 		return p, nil
 	}
+	return c.wait(ctx, k, conv, now)
+}
+
+// wait queues an operation of kind k of conv that may not start now, or
+// refuses it, and waits for its grant. Caller holds mu, which wait
+// releases. Apart from AcquireFlow so that the start at once carries
+// neither its frame nor its defer.
+func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now instant) (*Permit, error) {
 	w := &waiter{kind: k, conv: conv, ready: make(chan struct{})}
 	s := c.state.Load()
 	if queuedTotal(s) >= c.lim.MaxQueue {
@@ -528,7 +546,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	}
 	n := c.state.Load() + queuedDelta(k)
 	c.state.Store(n)
-	c.notePeaks(n)
+	c.peakQueued = max(c.peakQueued, int64(queuedTotal(n)))
 	c.flows.queue(w)
 	c.dispatch(now) // a place given up may have raised another flow's share
 	c.mu.Unlock()
@@ -544,7 +562,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		if w.stopped { // likewise, counted by Stop
 			return nil, ErrStopped
 		}
-		c.accepted.Add(1)
+		c.acceptedQueued.Add(1)
 		return w.permit, nil // set before ready closed
 	case <-ctx.Done():
 		failure = ErrCancelled
@@ -672,6 +690,14 @@ func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
 	}
 	c.rejected.Add(1)
 	return c.refusal(ErrQueueFull, scope, conv, k, now)
+}
+
+// Occupancy is the slots held and the places queued: one atomic load,
+// without the lock, so /readyz answers at once however busy the
+// dispatcher is.
+func (c *Controller) Occupancy() (active, queued int) {
+	s := c.state.Load()
+	return field(s, shTotal), queuedTotal(s)
 }
 
 // Full reports whether the queue is full: the /readyz condition. It is one

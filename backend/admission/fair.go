@@ -466,23 +466,34 @@ func (t *flowTable) remember(f *flowState, now instant) {
 
 // fell updates f's effective demand after its demand fell: while the
 // memory lasts the peak still counts.
+// The check is apart from the work so that it inlines: on the hot path
+// the memory mostly lasts.
 func (t *flowTable) fell(f *flowState) {
-	if f.lapseL.in {
-		return
+	if !f.lapseL.in {
+		t.demandNow(f)
 	}
+}
+
+// demandNow makes f's demand now its effective demand.
+func (t *flowTable) demandNow(f *flowState) {
 	for pool := range numPools {
 		t.setEff(f, pool, f.demand(pool))
 	}
 }
 
 // expire lets the remembered demand lapse that has: O(1) per lapse, and
-// the decisions read the shares as of now.
+// the decisions read the shares as of now. Every lock runs it, and mostly
+// nothing has lapsed: the check inlines, the work does not.
 func (t *flowTable) expire(now instant) {
+	if f := t.lapsing.head; f != nil && now >= f.peakUntil {
+		t.expireFrom(now)
+	}
+}
+
+func (t *flowTable) expireFrom(now instant) {
 	for f := t.lapsing.head; f != nil && now >= f.peakUntil; f = t.lapsing.head {
 		t.lapsing.remove(f, lapseLinks)
-		for pool := range numPools {
-			t.setEff(f, pool, f.demand(pool))
-		}
+		t.demandNow(f)
 	}
 }
 
@@ -674,8 +685,13 @@ func (t *flowTable) finish(c *flowState, k Kind, now instant) {
 		c.active[pool]--
 		p.active[pool]--
 	}
-	t.fell(c)
-	t.fell(p)
+	// fell, by hand: it does not inline, and mostly the memory lasts.
+	if !c.lapseL.in {
+		t.demandNow(c)
+	}
+	if !p.lapseL.in {
+		t.demandNow(p)
+	}
 	t.idled(c, now)
 }
 
@@ -716,34 +732,44 @@ func (t *flowTable) convShare(c *flowState, pool int, pshare float64) float64 {
 }
 
 // usage is a snapshot of the slots held and the places queued: the
-// dispatcher decides over it, not over the controller's live word.
-type usage struct {
-	total                 int           // slots held, of every kind
-	used                  [numPools]int // slots held per pool (control: by control work)
-	queuedControl, queued int           // places held by control and by other work
+// dispatcher decides over it, not over the controller's live word. It is
+// the word itself, its fields read as asked: a struct of them, built and
+// copied on every call, cost more than the decision.
+type usage uint64
+
+func usageOf(s uint64) usage { return usage(s) }
+
+// total is the slots held, of every kind.
+func (u usage) total() int { return field(uint64(u), shTotal) }
+
+// used is the slots held in pool (control: by control work).
+func (u usage) used(pool int) int {
+	switch pool {
+	case poolControl:
+		return field(uint64(u), shTotal) - field(uint64(u), shNonControl)
+	case poolNonControl:
+		return field(uint64(u), shNonControl)
+	}
+	return field(uint64(u), shShell)
 }
 
-func usageOf(s uint64) usage {
-	return usage{
-		total:         field(s, shTotal),
-		used:          [numPools]int{field(s, shTotal) - field(s, shNonControl), field(s, shNonControl), field(s, shShell)},
-		queuedControl: field(s, shQControl),
-		queued:        field(s, shQNormal),
-	}
-}
+// queuedControl and queued are the places held by control and by other
+// work.
+func (u usage) queuedControl() int { return field(uint64(u), shQControl) }
+func (u usage) queued() int        { return field(uint64(u), shQNormal) }
 
 // fits reports whether an operation of kind k fits the global caps.
 func (t *flowTable) fits(u usage, k Kind) bool {
-	if u.total >= t.lim.MaxActive {
+	if u.total() >= t.lim.MaxActive {
 		return false
 	}
 	if k == Control {
 		return true
 	}
-	if u.used[poolNonControl] >= t.lim.MaxNonControl() {
+	if u.used(poolNonControl) >= t.lim.MaxNonControl() {
 		return false
 	}
-	return k != Shell || u.used[poolShell] < t.lim.MaxShell
+	return k != Shell || u.used(poolShell) < t.lim.MaxShell
 }
 
 // mayStart reports whether conversation conv may start an operation of
@@ -766,8 +792,8 @@ func (t *flowTable) mayStart(u usage, conv *flowState, k Kind) bool {
 			}
 		}
 		pa := float64(p.active[pool])
-		inShare := pa < ps && (u.used[pool] < n-h || p.active[pool] == 0)
-		newcomer := conv.active[pool] == 0 && pa < ps+float64(h) && u.used[pool] < n
+		inShare := pa < ps && (u.used(pool) < n-h || p.active[pool] == 0)
+		newcomer := conv.active[pool] == 0 && pa < ps+float64(h) && u.used(pool) < n
 		if !inShare && !newcomer {
 			return false
 		}
@@ -780,7 +806,7 @@ func (t *flowTable) mayStart(u usage, conv *flowState, k Kind) bool {
 // its oldest such waiter (ties go to the oldest). nil when none may start.
 func (t *flowTable) pick(u usage, now instant) *waiter {
 	for _, control := range []bool{true, false} {
-		if control && u.queuedControl == 0 || !control && u.queued == 0 {
+		if control && u.queuedControl() == 0 || !control && u.queued() == 0 {
 			continue
 		}
 		var best *waiter

@@ -15,14 +15,19 @@ func (c *Controller) Snapshot() mcpwire.Metrics {
 	return m
 }
 
-// Gauges is the snapshot without the flows. It reads the state without
-// taking the scheduler's lock (what /readyz needs, at any rate); each number
-// is exact, the set is a moment's view.
+// Gauges is the snapshot without the flows: each number exact, the set a
+// moment's view. It takes the lock briefly (the hot path counts under it);
+// /readyz, which must not wait on the dispatcher, reads Occupancy.
 func (c *Controller) Gauges() mcpwire.Metrics {
-	// completed before accepted: every completion follows its acceptance,
-	// so the view never shows more completed than accepted.
-	completed := c.completed.Load()
+	c.mu.Lock()
+	completed, accepted := c.completed, c.accepted
+	peak := mcpwire.Peak{Active: c.peakActive, NonControl: c.peakNonControl, Shell: c.peakShell, Queued: c.peakQueued}
 	st := c.state.Load()
+	c.mu.Unlock()
+	// A waiter counts itself after its grant and before its release:
+	// read after completed, so the view never shows more completed than
+	// accepted.
+	accepted += c.acceptedQueued.Load()
 	qc, qn := int64(field(st, shQControl)), int64(field(st, shQNormal))
 	total, nonControl := int64(field(st, shTotal)), int64(field(st, shNonControl))
 	return mcpwire.Metrics{
@@ -41,14 +46,9 @@ func (c *Controller) Gauges() mcpwire.Metrics {
 			Shell:      int64(field(st, shShell)),
 		},
 		Queued: mcpwire.Queued{Total: qc + qn, Control: qc, NonControl: qn},
-		Peak: mcpwire.Peak{
-			Active:     c.peakActive.Load(),
-			NonControl: c.peakNonControl.Load(),
-			Shell:      c.peakShell.Load(),
-			Queued:     c.peakQueued.Load(),
-		},
+		Peak:   peak,
 		Counters: mcpwire.Counters{
-			Accepted:  c.accepted.Load(),
+			Accepted:  accepted,
 			Completed: completed,
 			Rejected:  c.rejected.Load(),
 			TimedOut:  c.timedOut.Load(),

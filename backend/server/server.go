@@ -752,8 +752,8 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	snap := s.adm.Gauges()
-	body := map[string]any{"status": "ready", "active": snap.Active.Total, "queued": snap.Queued.Total, "maxQueue": snap.Limits.MaxQueue}
+	active, queued := s.adm.Occupancy()
+	body := map[string]any{"status": "ready", "active": active, "queued": queued, "maxQueue": s.adm.Limits().MaxQueue}
 	code := http.StatusOK
 	mem := s.mem.Load()
 	switch {
