@@ -186,7 +186,20 @@ type Keys struct {
 	// are reused, and the principals with a fixed id are hashed once.
 	macs                sync.Pool // *mac
 	anonymous, operator string
+	// seen remembers recent pseudonyms by their hashed input: a caller
+	// seen again (every call of a conversation, of a principal) costs a
+	// map lookup instead of an HMAC and its string. Bounded by
+	// seenEntries; emptied when full.
+	seenMu sync.RWMutex
+	seen   map[string]string
 }
+
+// seenEntries bounds Keys.seen: at most seenEntries inputs of at most
+// seenInputBytes each (a longer input is hashed every time).
+const (
+	seenEntries    = 2048
+	seenInputBytes = 2*MaxIDBytes + 32
+)
 
 // mac is a keyed HMAC-SHA256 and the buffers one pseudonym needs.
 type mac struct {
@@ -196,7 +209,7 @@ type mac struct {
 }
 
 func newKeys(key []byte) *Keys {
-	k := &Keys{key: key}
+	k := &Keys{key: key, seen: make(map[string]string)}
 	k.macs.New = func() any {
 		return &mac{h: hmac.New(sha256.New, k.key), sum: make([]byte, 0, sha256.Size)}
 	}
@@ -235,16 +248,44 @@ func (k *Keys) hash(domain string, id ...string) string {
 	for _, s := range id {
 		in = append(in, s...)
 	}
+	keep := len(in) <= seenInputBytes
+	if keep {
+		k.seenMu.RLock()
+		p, ok := k.seen[string(in)] // no copy: the compiler looks up the bytes
+		k.seenMu.RUnlock()
+		if ok {
+			m.in = in
+			k.macs.Put(m)
+			return p
+		}
+	}
 	m.h.Reset()
 	m.h.Write(in)
 	m.sum = m.h.Sum(m.sum[:0])
 	var out [16]byte
 	hex.Encode(out[:], m.sum[:8])
-	if cap(in) <= 4*MaxIDBytes { // a rare huge id is not kept
-		m.in = in
+	if !keep {
+		if cap(in) <= 4*MaxIDBytes { // a rare huge id is not kept
+			m.in = in
+		}
+		k.macs.Put(m)
+		return string(out[:])
 	}
+	// One allocation holds both the remembered input and its pseudonym.
+	n := len(in)
+	in = append(in, out[:]...)
+	both := string(in)
+	in = in[:n]
+	p := both[n:]
+	k.seenMu.Lock()
+	if len(k.seen) >= seenEntries {
+		clear(k.seen)
+	}
+	k.seen[both[:n]] = p
+	k.seenMu.Unlock()
+	m.in = in
 	k.macs.Put(m)
-	return string(out[:])
+	return p
 }
 
 // LoadKeys reads the key at path, creating it (KeyBytes random bytes,

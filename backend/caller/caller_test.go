@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,5 +207,32 @@ func BenchmarkResolve(b *testing.B) {
 				Resolve(tc.in)
 			}
 		})
+	}
+}
+
+// TestSeenPseudonymsBounded: the remembered pseudonyms stay within their
+// bound however many callers pass, and one forgotten and hashed again is
+// the same pseudonym.
+func TestSeenPseudonymsBounded(t *testing.T) {
+	key := []byte(strings.Repeat("k", KeyBytes))
+	k, err := NewKeys(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := k.Principal(Principal{Kind: Asserted, ID: "u0"})
+	for i := range 3 * seenEntries {
+		id := fmt.Sprintf("u%d", i)
+		if got, want := k.Principal(Principal{Kind: Asserted, ID: id}), refHash(t, key, "principal", "asserted:"+id); got != want {
+			t.Fatalf("%s: %q, want %q", id, got, want)
+		}
+		k.seenMu.RLock()
+		n := len(k.seen)
+		k.seenMu.RUnlock()
+		if n > seenEntries {
+			t.Fatalf("%d pseudonyms remembered, bound %d", n, seenEntries)
+		}
+	}
+	if again := k.Principal(Principal{Kind: Asserted, ID: "u0"}); again != first {
+		t.Fatalf("u0 hashed again: %q, want %q", again, first)
 	}
 }
