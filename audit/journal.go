@@ -134,6 +134,9 @@ func DecodeJournal(r io.Reader) ([]map[string]string, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
 		var raw map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
 			return out, fmt.Errorf("journalctl output: %w", err)

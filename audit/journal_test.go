@@ -116,3 +116,10 @@ func TestJournalTime(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeJournalSkipsBlankLines(t *testing.T) {
+	recs, err := audit.DecodeJournal(strings.NewReader("\n" + strings.ReplaceAll(journalLines, "\n", "\n\n")))
+	if err != nil || len(recs) != 4 {
+		t.Fatalf("%d records, %v; want the 4 records", len(recs), err)
+	}
+}

@@ -77,22 +77,9 @@ func journalRecords(t testing.TB, ctx context.Context, m *nspawntest.Machine, ma
 	if err != nil {
 		t.Fatalf("journalctl %v: %v", matches, err)
 	}
-	var recs []map[string]string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if line == "" {
-			continue
-		}
-		var raw map[string]any
-		if err := json.Unmarshal([]byte(line), &raw); err != nil {
-			t.Fatalf("journalctl line %q: %v", line, err)
-		}
-		r := map[string]string{}
-		for k, v := range raw {
-			if s, ok := v.(string); ok {
-				r[k] = s
-			}
-		}
-		recs = append(recs, r)
+	recs, err := audit.DecodeJournal(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("journalctl %v: %v", matches, err)
 	}
 	return recs
 }
