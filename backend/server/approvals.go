@@ -145,7 +145,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		Approval: mcpwire.Approval{
 			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Rule: d.Rule, Reason: d.Reason,
 			PrincipalKind: string(cw.Principal.Kind), Principal: cw.Principal.ID, Conversation: cw.Conversation,
-			Arguments: canonicalArgs(p.Arguments),
+			Arguments: p.Arguments,
 			CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond).UTC(),
 		},
 		Digest: digest,
@@ -183,17 +183,11 @@ func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *app
 	if call.Params.Name != mcpwire.ToolShellExec {
 		return &approvalRun{}
 	}
-	var in struct {
-		Command   string            `json:"command"`
-		Cwd       string            `json:"cwd,omitempty"`
-		TimeoutMs *int64            `json:"timeoutMs,omitempty"`
-		Env       map[string]string `json:"env,omitempty"`
-	}
-	_ = json.Unmarshal(call.Params.Arguments, &in)
-	args, _ := json.Marshal(in)
+	// The stored arguments, as approved, run: job.start takes every
+	// argument shell.exec does, and decodes them itself.
 	nreq := *call
 	np := *call.Params
-	np.Name, np.Arguments = mcpwire.ToolJobStart, args
+	np.Name, np.Arguments = mcpwire.ToolJobStart, r.Arguments
 	nreq.Params = &np
 	id := r.ID
 	return &approvalRun{req: &nreq, post: func(res mcp.Result) mcp.Result {

@@ -59,30 +59,19 @@ func newAsker() *asker {
 // until old ones expire (each lives elicitTTL at most).
 const maxSpent = 1 << 16
 
-// callDigest binds a state to one call.
+// callDigest binds a state, or an approval, to one call: its principal,
+// tool and arguments in the canonical form tools.Args made of them (key
+// order and spacing do not make the same call look different; a number
+// written otherwise does).
 func callDigest(cw caller.Caller, tool string, args json.RawMessage) [32]byte {
 	h := sha256.New()
 	for _, s := range []string{cw.Principal.Key(), "\x00", tool, "\x00"} {
 		h.Write([]byte(s))
 	}
-	h.Write(canonicalArgs(args))
+	h.Write(args)
 	var d [32]byte
 	copy(d[:], h.Sum(nil))
 	return d
-}
-
-// canonicalArgs re-encodes arguments so that key order and spacing do not
-// make the same call look different (encoding/json sorts map keys).
-func canonicalArgs(raw json.RawMessage) []byte {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return raw
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
 }
 
 // state is nonce(16) | expiry unix ms(8) | mac(32) over nonce, expiry and

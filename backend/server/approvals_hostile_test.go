@@ -1,0 +1,95 @@
+package server
+
+import (
+	"fmt"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/approvals"
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// askAllBackend asks about apt-get and touch: an approval for one asked
+// command must not be spent on another.
+func askAllBackend(t *testing.T, mutate func(*config.Config)) (*backend, *approvals.Store) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "approvals")
+	b := startBackend(t, func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{
+			{ID: "ask-apt", Action: policy.Ask, Reason: "package changes", Commands: []string{"apt-get *"}},
+			{ID: "ask-touch", Action: policy.Ask, Reason: "new files", Commands: []string{"touch *"}},
+		}
+		c.Jobs.Mode = config.JobsProcess
+		c.Jobs.StateDir = t.TempDir()
+		c.Policy.Approvals.Dir = dir
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	st, err := approvals.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, st
+}
+
+// TestArgumentsDecodedOnceStrictly: an argument object the tool's schema
+// refuses (a key in another case, a duplicate key in any case) is
+// refused INVALID_ARGUMENT naming the key before the policy sees it: no
+// approval is made, and the swapped object, sent after the operator
+// approved what was shown, runs nothing.
+func TestArgumentsDecodedOnceStrictly(t *testing.T) {
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		name       string
+		ask, swap  string
+		wantInText string
+	}{
+		{"key in another case", `{"Command":"touch MARKER","command":"apt-get update"}`,
+			`{"command":"apt-get update","Command":"touch MARKER"}`, `Command`},
+		{"duplicate key in upper case", `{"COMMAND":"touch MARKER","command":"apt-get update"}`,
+			`{"command":"apt-get update","COMMAND":"touch MARKER"}`, `COMMAND`},
+		{"key in another case in job.start", `{"Command":"touch MARKER","command":"apt-get update","waitMs":0}`,
+			`{"command":"apt-get update","Command":"touch MARKER","waitMs":0}`, `Command`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := filepath.Join(dir, fmt.Sprint(i))
+			tc.ask, tc.swap = strings.ReplaceAll(tc.ask, "MARKER", marker), strings.ReplaceAll(tc.swap, "MARKER", marker)
+			b, st := askAllBackend(t, nil)
+			tool := mcpwire.ToolShellExec
+			if strings.Contains(tc.name, "job.start") {
+				tool = mcpwire.ToolJobStart
+			}
+			first := envelopeOf(t, jobCallAs(t, b, "alice", "c1", tool, json.RawMessage(tc.ask)))
+			if first.ApprovalID != "" {
+				// Today's behaviour: asked about, then approved by the
+				// operator who saw "apt-get update".
+				if _, err := st.Decide(first.ApprovalID, true, "operator"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := envelopeOf(t, jobCallAs(t, b, "alice", "c1", tool, json.RawMessage(tc.swap)))
+			if second.JobID != "" {
+				okAs[mcpwire.JobWaitResult](t, b, "alice", mcpwire.ToolJobWait, map[string]any{"id": second.JobID, "waitMs": 30000})
+			}
+			if _, err := os.Stat(marker); err == nil {
+				os.Remove(marker)
+				t.Fatalf("approved %+v, and the swapped arguments ran touch", first)
+			}
+			if first.Code != mcpwire.CodeInvalidArgument || !strings.Contains(first.Message, tc.wantInText) {
+				t.Errorf("asked: %s %q, want INVALID_ARGUMENT naming %s", first.Code, first.Message, tc.wantInText)
+			}
+			if second.Code != mcpwire.CodeInvalidArgument {
+				t.Errorf("swapped: %s %q, want INVALID_ARGUMENT", second.Code, second.Message)
+			}
+			if list, _ := st.List(); len(list) != 0 {
+				t.Errorf("%d approvals made for refused arguments: %+v", len(list), list)
+			}
+		})
+	}
+}
