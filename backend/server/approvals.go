@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -120,13 +121,27 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 				te.ApprovalID, te.ApprovalStatus, te.JobID = r.ID, r.Status, r.JobID
 				return note, toolerr.Result(te), nil
 			}
+			run, te := s.approvedRun(call, r)
+			if te != nil {
+				// Not claimed: what the stored arguments would run is
+				// refused, and the approval stays for the call as it was.
+				note.answer = "invalid"
+				return note, toolerr.Result(te), nil
+			}
 			ok, err := st.store.Claim(r.ID)
+			if errors.Is(err, approvals.ErrExpired) {
+				note.answer = "expired"
+				te := policyRefusal(d, "approval "+r.ID+" expired before its call came back; the same call now makes a new one")
+				te.ApprovalID, te.ApprovalStatus = r.ID, mcpwire.ApprovalExpired
+				st.store.Remove(r.ID)
+				return note, toolerr.Result(te), nil
+			}
 			if err != nil || !ok {
 				note.answer = "used"
 				return note, toolerr.Result(policyRefusal(d, "approval "+r.ID+" was used already")), nil
 			}
 			note.answer = "approved"
-			return note, nil, s.approvedRun(call, r)
+			return note, nil, run
 		}
 		// expired: a new one below
 		st.store.Remove(r.ID)
@@ -179,9 +194,15 @@ func orNone(s string) string {
 // approvedRun is how an approved call runs: a shell.exec as the job.start
 // of the same command (answered NEEDS_APPROVAL with status approved and
 // the job's id, since its result is a job's), anything else as itself.
-func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *approvalRun {
+func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) (*approvalRun, *toolerr.Error) {
 	if call.Params.Name != mcpwire.ToolShellExec {
-		return &approvalRun{}
+		// The call itself, whose arguments tools.Args made canonical: the
+		// digest says they are the stored ones.
+		return &approvalRun{}, nil
+	}
+	// Re-validated as job.start's before anything is claimed.
+	if _, te := s.tools.Args(mcpwire.ToolJobStart, r.Arguments); te != nil {
+		return nil, te
 	}
 	// The stored arguments, as approved, run: job.start takes every
 	// argument shell.exec does, and decodes them itself.
@@ -204,10 +225,10 @@ func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *app
 		te := toolerr.New(mcpwire.CodeNeedsApproval, "approved by the operator (approval %s): running as job %s; read its output with job.output or job.wait", id, st.Job.ID)
 		te.ApprovalID, te.ApprovalStatus, te.JobID = id, mcpwire.ApprovalApproved, st.Job.ID
 		return toolerr.Result(te)
-	}}
+	}}, nil
 }
 
 // approvalAnswers are the notes of an ask that ended without running.
-var refusedAnswers = []string{"declined", "cancelled", "denied", "invalid", "missing", "used", "unavailable", "refused"}
+var refusedAnswers = []string{"declined", "cancelled", "denied", "invalid", "missing", "used", "unavailable", "refused", "expired"}
 
 func refusedAnswer(a string) bool { return slices.Contains(refusedAnswers, a) }

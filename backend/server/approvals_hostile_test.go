@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/backend/config"
@@ -91,5 +92,65 @@ func TestArgumentsDecodedOnceStrictly(t *testing.T) {
 				t.Errorf("%d approvals made for refused arguments: %+v", len(list), list)
 			}
 		})
+	}
+}
+
+// TestApprovalExpiryIsTheExpiry: an approved approval whose call comes
+// back after its expiry runs nothing (today it ran up to twice expireMs
+// after it was made), and mcpctl's store says expired.
+func TestApprovalExpiryIsTheExpiry(t *testing.T) {
+	b, st := askAllBackend(t, func(c *config.Config) { c.Policy.Approvals.ExpireMs = 3000 })
+	marker := filepath.Join(t.TempDir(), "late")
+	args := map[string]any{"command": "touch " + marker}
+	first := envelopeOf(t, jobCallAs(t, b, "alice", "c1", mcpwire.ToolShellExec, args))
+	r, err := st.Decide(first.ApprovalID, true, "operator")
+	if err != nil {
+		t.Skipf("the machine took longer than the expiry to decide: %v", err)
+	}
+	for !time.Now().After(r.ExpiresAt.Add(100 * time.Millisecond)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, _ := st.Get(first.ApprovalID); got.Status != mcpwire.ApprovalExpired {
+		t.Errorf("approved, unclaimed, past its expiry: status %s, want expired", got.Status)
+	}
+	late := envelopeOf(t, jobCallAs(t, b, "alice", "c1", mcpwire.ToolShellExec, args))
+	if late.JobID != "" {
+		okAs[mcpwire.JobWaitResult](t, b, "alice", mcpwire.ToolJobWait, map[string]any{"id": late.JobID, "waitMs": 30000})
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("ran after its approval expired: %+v", late)
+	}
+	if late.Code != mcpwire.CodeNeedsApproval || late.ApprovalStatus != mcpwire.ApprovalPending || late.ApprovalID == first.ApprovalID {
+		t.Fatalf("after the expiry: %+v, want a new pending approval", late)
+	}
+}
+
+// TestApprovalNotBurntByRefusedVariant: a variant of the approved call
+// that the tool refuses (timeoutMs written 60000.0) is refused before the
+// approval is claimed; the call as approved then runs once.
+func TestApprovalNotBurntByRefusedVariant(t *testing.T) {
+	b, st := askAllBackend(t, nil)
+	marker := filepath.Join(t.TempDir(), "variant")
+	cmd := `"command":"touch ` + marker + `"`
+	first := envelopeOf(t, jobCallAs(t, b, "alice", "c1", mcpwire.ToolShellExec, json.RawMessage(`{`+cmd+`,"timeoutMs":60000}`)))
+	if _, err := st.Decide(first.ApprovalID, true, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	for _, variant := range []string{`{` + cmd + `,"timeoutMs":60000.0}`, `{` + cmd + `,"timeoutMs":6e4}`} {
+		e := envelopeOf(t, jobCallAs(t, b, "alice", "c1", mcpwire.ToolShellExec, json.RawMessage(variant)))
+		if e.Code != mcpwire.CodeInvalidArgument || !strings.Contains(e.Message, "timeoutMs") {
+			t.Errorf("variant %s: %s %q, want INVALID_ARGUMENT naming timeoutMs", variant, e.Code, e.Message)
+		}
+	}
+	if st.Claimed(first.ApprovalID) {
+		t.Fatal("a refused variant claimed the approval")
+	}
+	ran := envelopeOf(t, jobCallAs(t, b, "alice", "c1", mcpwire.ToolShellExec, json.RawMessage(`{"timeoutMs":60000,`+cmd+`}`)))
+	if ran.JobID == "" {
+		t.Fatalf("the call as approved: %+v, want its job", ran)
+	}
+	w := okAs[mcpwire.JobWaitResult](t, b, "alice", mcpwire.ToolJobWait, map[string]any{"id": ran.JobID, "waitMs": 30000})
+	if _, err := os.Stat(marker); err != nil || w.Job.ExitCode == nil || *w.Job.ExitCode != 0 {
+		t.Fatalf("the approved call did not run: %+v %v", w.Job, err)
 	}
 }
