@@ -158,7 +158,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	}
 	r := approvals.Record{
 		Approval: mcpwire.Approval{
-			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Rule: d.Rule, Reason: d.Reason,
+			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Parts: d.Parts, Rule: d.Rule, Reason: d.Reason,
 			PrincipalKind: string(cw.Principal.Kind), Principal: cw.Principal.ID, Conversation: cw.Conversation,
 			Arguments: p.Arguments,
 			CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond).UTC(),
@@ -174,15 +174,21 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	return note, needsApproval(r.Approval, d), nil
 }
 
-// needsApproval is the NEEDS_APPROVAL result of a pending approval.
+// needsApproval is the NEEDS_APPROVAL result of a pending approval: what
+// the operator is asked about is the whole call.
 func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
 	te := toolerr.New(mcpwire.CodeNeedsApproval,
-		"needs the operator's approval (rule %s: %s): pending approval %s, until %s. The operator runs: mcpctl approvals approve %s. "+
+		"needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
+			"The operator runs: mcpctl approvals approve %s. "+
 			"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
-		d.Rule, orNone(d.Reason), a.ID, a.ExpiresAt.Format(time.RFC3339), a.ID)
+		d.Rule, orNone(d.Reason), a.ID, a.ExpiresAt.Format(time.RFC3339), approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID)
 	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
 	return toolerr.Result(te)
 }
+
+// shownBytes bounds each value shown of a call asked about (the whole
+// view is bounded again by toolerr's and the form's limits, visibly).
+const shownBytes = 512
 
 func orNone(s string) string {
 	if s == "" {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/backend/config"
@@ -152,5 +155,73 @@ func TestApprovalNotBurntByRefusedVariant(t *testing.T) {
 	w := okAs[mcpwire.JobWaitResult](t, b, "alice", mcpwire.ToolJobWait, map[string]any{"id": ran.JobID, "waitMs": 30000})
 	if _, err := os.Stat(marker); err != nil || w.Job.ExitCode == nil || *w.Job.ExitCode != 0 {
 		t.Fatalf("the approved call did not run: %+v %v", w.Job, err)
+	}
+}
+
+// TestAskShowsTheWholeCall: what is asked about is everything that will
+// run: the NEEDS_APPROVAL text, the stored approval mcpctl shows, and the
+// consent form name every part of the command (not only the part a rule
+// asked about), assignments, here-strings, env and cwd, each part with
+// the rule that judged it.
+func TestAskShowsTheWholeCall(t *testing.T) {
+	b, st := askAllBackend(t, func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{{ID: "ask-apt", Action: policy.Ask, Reason: "package changes", Commands: []string{"apt-get *"}}}
+	})
+	x := filepath.Join(t.TempDir(), "X")
+	for i, tc := range []struct {
+		name string
+		args map[string]any
+		want []string
+	}{
+		{"a second command", map[string]any{"command": "apt-get update; touch " + x},
+			[]string{"apt-get update; touch " + x, "ask   ask-apt: apt-get update", "allow policy.default: touch " + x}},
+		{"after &&", map[string]any{"command": "apt-get update && touch " + x},
+			[]string{"apt-get update && touch " + x, "allow policy.default: touch " + x}},
+		{"an assignment and a here-string", map[string]any{"command": "APT_CONFIG=/dev/stdin apt-get update <<< 'APT::Update::Pre-Invoke {\"touch " + x + "\";};'"},
+			[]string{"APT_CONFIG=/dev/stdin apt-get update <<< 'APT::Update::Pre-Invoke {\"touch " + x + "\";};'", "policy.opaque"}},
+		{"a here-document", map[string]any{"command": "apt-get update\ncat > " + x + " <<EOF\nline one\nEOF"},
+			[]string{"  | cat > " + x + " <<EOF", "  | line one", "  | EOF"}},
+		{"env and cwd", map[string]any{"command": "apt-get update", "env": map[string]string{"APT_CONFIG": "/dev/stdin", "B": "2"}, "cwd": "/tmp"},
+			[]string{"env:\n  | APT_CONFIG=/dev/stdin\n  | B=2", "cwd: /tmp", "policy.opaque"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conv := fmt.Sprint("c", i)
+			e := envelopeOf(t, jobCallAs(t, b, "alice", conv, mcpwire.ToolShellExec, tc.args))
+			if e.Code != mcpwire.CodeNeedsApproval {
+				t.Fatalf("%s %q, want NEEDS_APPROVAL", e.Code, e.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("NEEDS_APPROVAL text lacks %q:\n%s", w, e.Message)
+				}
+			}
+			r, err := st.Get(e.ApprovalID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Text(0)
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("the stored approval shows no %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+	// The consent form asks about the same whole call.
+	eb := startBackend(t, func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{{ID: "ask-apt", Action: policy.Ask, Reason: "package changes", Commands: []string{"apt-get *"}}}
+	})
+	cs, asked := elicitingClient(t, eb.url, func(*mcp.ElicitParams) *mcp.ElicitResult { return &mcp.ElicitResult{Action: "decline"} }, true)
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpwire.ToolShellExec,
+		Arguments: map[string]any{"command": "apt-get update; touch " + x, "cwd": "/tmp", "env": map[string]string{"B": "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"apt-get update; touch " + x, "allow policy.default: touch " + x, "ask   ask-apt: apt-get update", "cwd: /tmp", "B=2"} {
+		if len(*asked) != 1 || !strings.Contains((*asked)[0], w) {
+			t.Errorf("the consent form lacks %q: %q", w, *asked)
+		}
+	}
+	if _, err := os.Stat(x); err == nil {
+		t.Fatal("something ran")
 	}
 }
