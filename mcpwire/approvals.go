@@ -32,9 +32,9 @@ type Approval struct {
 	// Parts are every part of a shell command the policy judged, in order,
 	// each with what decided it: what the approval runs is the whole
 	// command in Arguments, not only Target.
-	Parts []JudgedPart `json:"parts,omitempty"`
-	Rule   string `json:"rule"`
-	Reason string `json:"reason,omitempty"`
+	Parts  []JudgedPart `json:"parts,omitempty"`
+	Rule   string       `json:"rule"`
+	Reason string       `json:"reason,omitempty"`
 	// Who asked: the principal (kind and id) and the conversation (hashed).
 	PrincipalKind string `json:"principalKind"`
 	Principal     string `json:"principal"`
