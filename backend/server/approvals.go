@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -37,6 +39,9 @@ type approvalState struct {
 	store *approvals.Store
 	cfg   policy.Approvals
 	mu    sync.Mutex // one lookup-or-create at a time (the bounds)
+	// places shares the pending places: max-min across principals, then
+	// conversations, as jobs' are (under mu).
+	places *jobs.Places
 }
 
 // approvalsDir is where pending approvals live: policy.approvals.dir, else
@@ -61,7 +66,10 @@ func openApprovals(cfg config.Config, asks bool) (*approvalState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &approvalState{store: st, cfg: cfg.Policy.Approvals}, nil
+	a := cfg.Policy.Approvals
+	places := jobs.NewPlaces("pending approvals", "policy.approvals.maxPending", "policy.approvals.maxPendingPerPrincipal",
+		"policy.approvals.maxPendingPerConversation", a.MaxPending, a.MaxPendingPerPrincipal, a.MaxPendingPerConversation)
+	return &approvalState{store: st, cfg: a, places: places}, nil
 }
 
 // approvalRun is what enforce hands back for an approved call: the request
@@ -87,17 +95,14 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and the approvals store cannot be read: %v", err)), nil
 	}
 	now := time.Now()
-	pending, pendingConv := 0, 0
+	held := map[jobs.Holder]int{}
 	for _, r := range list {
 		if now.After(r.ExpiresAt.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
 			st.store.Remove(r.ID) // long over: forget it
 			continue
 		}
 		if r.Status == mcpwire.ApprovalPending {
-			pending++
-			if r.PrincipalKind == string(cw.Principal.Kind) && r.Principal == cw.Principal.ID && r.Conversation == cw.Conversation {
-				pendingConv++
-			}
+			held[jobs.Holder{Principal: caller.Principal{Kind: caller.Kind(r.PrincipalKind), ID: r.Principal}, Conversation: r.Conversation}]++
 		}
 		if r.Digest != digest {
 			continue
@@ -146,13 +151,18 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		// expired: a new one below
 		st.store.Remove(r.ID)
 	}
-	if pendingConv >= st.cfg.MaxPendingPerConversation || pending >= st.cfg.MaxPending {
+	if why := st.places.Admit(held, cw, now); why != "" {
 		note.answer = "refused"
-		scope, n := mcpwire.ScopeConversation, st.cfg.MaxPendingPerConversation
-		if pendingConv < st.cfg.MaxPendingPerConversation {
-			scope, n = mcpwire.ScopeServer, st.cfg.MaxPending
+		// Beyond a share or the places kept for others, the principal
+		// waits; beyond the cap everyone does.
+		scope := mcpwire.ScopePrincipal
+		switch {
+		case strings.HasPrefix(why, "this conversation"):
+			scope = mcpwire.ScopeConversation
+		case strings.Contains(why, "the most this backend allows"):
+			scope = mcpwire.ScopeServer
 		}
-		te := toolerr.New(mcpwire.CodeOverloaded, "needs approval, and %d approvals are already pending (policy.approvals); wait for the operator to decide them", n)
+		te := toolerr.New(mcpwire.CodeOverloaded, "needs approval, and no approval can be made pending now: %s; wait for the operator to decide them", why)
 		te.Scope, te.RetryAfterMs = scope, 60000
 		return note, toolerr.Result(te), nil
 	}

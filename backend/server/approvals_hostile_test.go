@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +225,68 @@ func TestAskShowsTheWholeCall(t *testing.T) {
 	if _, err := os.Stat(x); err == nil {
 		t.Fatal("something ran")
 	}
+}
+
+// TestPendingApprovalsSharedAcrossPrincipals: one principal minting
+// conversations (many asks at once) cannot take every pending place:
+// other principals still get theirs, and beyond its share or its own
+// bound it is refused OVERLOADED scope principal.
+func TestPendingApprovalsSharedAcrossPrincipals(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		perPrincipal int
+		maxMallory   int
+	}{
+		{"shares only", 0, 14}, // 16 places, the last 2 kept for principals that hold none
+		{"a bound per principal", 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, st := askAllBackend(t, func(c *config.Config) {
+				c.Policy.Approvals.MaxPending = 16
+				c.Policy.Approvals.MaxPendingPerConversation = 2
+				if tc.perPrincipal > 0 {
+					c.Policy.Approvals.MaxPendingPerPrincipal = tc.perPrincipal
+				}
+			})
+			const asks = 40
+			codes := make(chan *toolerrEnvelope, asks)
+			var wg sync.WaitGroup
+			for i := range asks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					e := envelopeOf(t, jobCallAs(t, b, "mallory", fmt.Sprint("m", i/2), mcpwire.ToolShellExec, map[string]any{"command": fmt.Sprint("touch /nonexistent/m", i)}))
+					codes <- &toolerrEnvelope{e.Code, e.Scope}
+				}()
+			}
+			wg.Wait()
+			close(codes)
+			got := map[string]int{}
+			for e := range codes {
+				got[string(e.code)+"/"+e.scope]++
+			}
+			t.Logf("mallory's %d asks: %v", asks, got)
+			if n := got[string(mcpwire.CodeNeedsApproval)+"/"]; n == 0 || n > tc.maxMallory {
+				t.Errorf("mallory holds %d pending approvals, want 1..%d", n, tc.maxMallory)
+			}
+			if got[string(mcpwire.CodeOverloaded)+"/"+mcpwire.ScopePrincipal] == 0 {
+				t.Errorf("no OVERLOADED scope principal among %v", got)
+			}
+			for _, who := range []string{"alice", "bob"} {
+				e := envelopeOf(t, jobCallAs(t, b, who, "c1", mcpwire.ToolShellExec, map[string]any{"command": "touch /nonexistent/" + who}))
+				if e.Code != mcpwire.CodeNeedsApproval {
+					t.Errorf("%s after mallory's flood: %s %q, want a pending approval", who, e.Code, e.Message)
+				}
+			}
+			list, _ := st.List()
+			if len(list) > 16 {
+				t.Errorf("%d pending approvals, more than maxPending", len(list))
+			}
+		})
+	}
+}
+
+type toolerrEnvelope struct {
+	code  mcpwire.Code
+	scope string
 }
