@@ -85,7 +85,9 @@ func ViewOf(tool string, args json.RawMessage, parts []mcpwire.JudgedPart) View 
 					}
 				}
 			}) {
-				lines = append(lines, n+"="+env[n])
+				// One variable a line: a newline in a name or value is
+				// shown escaped, or it would read as another variable.
+				lines = append(lines, Visible(n, false)+"="+Visible(env[n], false))
 			}
 			val = strings.Join(lines, "\n")
 		}

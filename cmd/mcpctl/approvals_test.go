@@ -128,7 +128,7 @@ func TestApprovalsShowWholeCall(t *testing.T) {
 	for _, r := range []approvals.Record{
 		{Approval: mcpwire.Approval{ID: "a0000000000000001", Tool: mcpwire.ToolShellExec, Target: "apt-get update", Rule: "ask-apt", Reason: "package changes",
 			PrincipalKind: "asserted", Principal: "alice", Conversation: "c0ffee",
-			Arguments: json.RawMessage(`{"command":"APT_CONFIG=/dev/stdin apt-get update <<< 'x'; touch /tmp/x","cwd":"/srv","env":{"B":"2","DEBIAN_FRONTEND":"noninteractive"},"timeoutMs":60000}`),
+			Arguments: json.RawMessage(`{"command":"APT_CONFIG=/dev/stdin apt-get update <<< 'x'; touch /tmp/x","cwd":"/srv","env":{"B":"2\nEVIL=1","DEBIAN_FRONTEND":"noninteractive"},"timeoutMs":60000}`),
 			Parts: []mcpwire.JudgedPart{
 				{Text: "APT_CONFIG=/dev/stdin", Action: "ask", Rule: "policy.opaque", Reason: "assigning APT_CONFIG changes what the shell runs"},
 				{Text: "apt-get update", Action: "ask", Rule: "ask-apt", Reason: "package changes"},
@@ -168,6 +168,7 @@ func TestApprovalsShowWholeCall(t *testing.T) {
 		{"approvals-list-wide.golden", []string{"approvals", "list", "--wide"}, 0},
 		{"approvals-show.golden", []string{"approvals", "show", "a0000000000000002"}, 0},
 		{"approvals-show-file.golden", []string{"approvals", "show", "a0000000000000003"}, 0},
+		{"approvals-show-env.golden", []string{"approvals", "show", "a0000000000000001"}, 0},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			code, out, errOut := runCtl(t, append(tc.args, "--dir", dir)...)
