@@ -26,6 +26,9 @@ func TestPolicyCheck(t *testing.T) {
 		{"principal", []string{"--tool", "file.read", "--principal", "asserted:bob", "--args", `{"path":"/etc/hosts"}`}, 0, "allow by rule bob-reads"},
 		{"other principal", []string{"--tool", "file.read", "--principal", "asserted:eve", "--args", `{"path":"/etc/hosts"}`}, 0, "ask by rule policy.default"},
 		{"bad args", []string{"--tool", "shell.exec", "--args", `nope`}, 2, "--args"},
+		{"a key in another case", []string{"--tool", "shell.exec", "--args", `{"Command":"rm -rf /x","command":"ls /"}`}, 2, `"Command"`},
+		{"a key the tool does not take", []string{"--tool", "shell.exec", "--args", `{"command":"ls /","sudo":true}`}, 2, "unknown argument"},
+		{"every part with its rule", []string{"--tool", "shell.exec", "--args", `{"command":"ls / && make"}`, "--json"}, 0, `"text": "make"`},
 		{"bad principal", []string{"--tool", "shell.exec", "--principal", "root"}, 2, "--principal"},
 		{"no tool", nil, 2, "--tool TOOL is required"},
 	} {
