@@ -114,12 +114,18 @@ func (v View) Text(limit int) string {
 	}
 	if len(v.Parts) > 0 {
 		b.WriteString("parts judged:\n")
+		max := 0
+		if limit > 0 {
+			max = maxTextParts
+		}
+		show, n := shownParts(v.Parts, max)
 		for i, p := range v.Parts {
-			if limit > 0 && i == maxTextParts {
-				fmt.Fprintf(&b, "  …[%d more parts cut]\n", len(v.Parts)-i)
-				break
+			if show[i] {
+				fmt.Fprintf(&b, "  %s\n", partLine(p, limit))
 			}
-			fmt.Fprintf(&b, "  %s\n", partLine(p, limit))
+		}
+		if n < len(v.Parts) {
+			fmt.Fprintf(&b, "  …[%d more parts allowed, not shown]\n", len(v.Parts)-n)
 		}
 	}
 	return strings.TrimSuffix(b.String(), "\n")
@@ -135,16 +141,11 @@ func (v View) Lines(width int) []string {
 	for _, f := range v.Fields {
 		out = append(out, wrap(f.Name+": "+Visible(f.Value, false), width, maxFieldLines)...)
 	}
-	show := make([]bool, len(v.Parts))
-	n := 0
-	for _, pass := range []bool{false, true} {
-		for i, p := range v.Parts {
-			if (p.Action == "allow" || p.Action == "") == pass && (width <= 0 || n < maxLineParts) {
-				show[i] = true
-				n++
-			}
-		}
+	max := 0
+	if width > 0 {
+		max = maxLineParts
 	}
+	show, n := shownParts(v.Parts, max)
 	for i, p := range v.Parts {
 		if show[i] {
 			out = append(out, Fit("  "+partLine(p, 0), width))
@@ -154,6 +155,22 @@ func (v View) Lines(width int) []string {
 		out = append(out, fmt.Sprintf("  …[%d more parts allowed: mcpctl approvals show]", len(v.Parts)-n))
 	}
 	return out
+}
+
+// shownParts picks at most max parts to show (0: all), those that asked
+// or denied first, and says how many.
+func shownParts(parts []mcpwire.JudgedPart, max int) ([]bool, int) {
+	show := make([]bool, len(parts))
+	n := 0
+	for _, allowed := range []bool{false, true} {
+		for i, p := range parts {
+			if (p.Action == "allow" || p.Action == "") == allowed && (max <= 0 || n < max) {
+				show[i] = true
+				n++
+			}
+		}
+	}
+	return show, n
 }
 
 // wrap breaks s into lines of width runes, at most max of them, the last

@@ -187,11 +187,14 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 // needsApproval is the NEEDS_APPROVAL result of a pending approval: what
 // the operator is asked about is the whole call.
 func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
-	te := toolerr.New(mcpwire.CodeNeedsApproval,
-		"needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
-			"The operator runs: mcpctl approvals approve %s. "+
-			"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
-		d.Rule, orNone(d.Reason), a.ID, a.ExpiresAt.Format(time.RFC3339), approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID)
+	// The view goes in whole (each value already cut at shownBytes,
+	// visibly); the message is bounded as toolerr bounds any, visibly.
+	te := toolerr.New(mcpwire.CodeNeedsApproval, "%s", "")
+	te.Message = toolerr.Cut(fmt.Sprintf("needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
+		"The operator runs: mcpctl approvals approve %s. "+
+		"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
+		toolerr.Cut(d.Rule, toolerr.MaxQuoted), toolerr.Cut(orNone(d.Reason), toolerr.MaxQuoted), a.ID, a.ExpiresAt.Format(time.RFC3339),
+		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID), toolerr.MaxMessage)
 	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
 	return toolerr.Result(te)
 }

@@ -170,20 +170,24 @@ func TestAskShowsTheWholeCall(t *testing.T) {
 	})
 	x := filepath.Join(t.TempDir(), "X")
 	for i, tc := range []struct {
-		name string
-		args map[string]any
-		want []string
+		name   string
+		args   map[string]any
+		want   []string
+		stored []string // what mcpctl approvals show shows (want, when nil)
 	}{
 		{"a second command", map[string]any{"command": "apt-get update; touch " + x},
-			[]string{"apt-get update; touch " + x, "ask   ask-apt: apt-get update", "allow policy.default: touch " + x}},
+			[]string{"apt-get update; touch " + x, "ask   ask-apt: apt-get update", "allow policy.default: touch " + x}, nil},
 		{"after &&", map[string]any{"command": "apt-get update && touch " + x},
-			[]string{"apt-get update && touch " + x, "allow policy.default: touch " + x}},
+			[]string{"apt-get update && touch " + x, "allow policy.default: touch " + x}, nil},
 		{"an assignment and a here-string", map[string]any{"command": "APT_CONFIG=/dev/stdin apt-get update <<< 'APT::Update::Pre-Invoke {\"touch " + x + "\";};'"},
-			[]string{"APT_CONFIG=/dev/stdin apt-get update <<< 'APT::Update::Pre-Invoke {\"touch " + x + "\";};'", "policy.opaque"}},
+			[]string{"APT_CONFIG=/dev/stdin apt-get update <<< 'APT::Update::Pre-Invoke {\"touch " + x + "\";};'", "policy.opaque"}, nil},
 		{"a here-document", map[string]any{"command": "apt-get update\ncat > " + x + " <<EOF\nline one\nEOF"},
-			[]string{"  | cat > " + x + " <<EOF", "  | line one", "  | EOF"}},
+			[]string{"  | cat > " + x + " <<EOF", "  | line one", "  | EOF"}, nil},
+		{"too long to show whole: cut visibly", map[string]any{"command": "apt-get update; " + strings.Repeat("echo padding; ", 100) + "touch " + x},
+			[]string{"more bytes cut]", "ask   ask-apt: apt-get update", "[70 more parts allowed, not shown]"},
+			[]string{"; echo padding; touch " + x, "allow policy.default: touch " + x}},
 		{"env and cwd", map[string]any{"command": "apt-get update", "env": map[string]string{"APT_CONFIG": "/dev/stdin", "B": "2"}, "cwd": "/tmp"},
-			[]string{"env:\n  | APT_CONFIG=/dev/stdin\n  | B=2", "cwd: /tmp", "policy.opaque"}},
+			[]string{"env:\n  | APT_CONFIG=/dev/stdin\n  | B=2", "cwd: /tmp", "policy.opaque"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conv := fmt.Sprint("c", i)
@@ -201,7 +205,10 @@ func TestAskShowsTheWholeCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			text := approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Text(0)
-			for _, w := range tc.want {
+			if tc.stored == nil {
+				tc.stored = tc.want
+			}
+			for _, w := range tc.stored {
 				if !strings.Contains(text, w) {
 					t.Errorf("the stored approval shows no %q:\n%s", w, text)
 				}
