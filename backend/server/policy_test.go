@@ -20,84 +20,116 @@ import (
 type bypass struct {
 	name, cmd string
 	needs     string // a program the attempt needs to work at all (negative control)
+	// noRun says why the attempt must never run on this machine (it makes
+	// namespaces, or asks another service to act): it is sent only once
+	// the policy, asked first, denies it, and it has no negative control.
+	noRun string
 }
 
 // bypasses are the attempts: compound commands, substitutions, quoting,
 // absolute paths, wrappers, variables, sh -c, newlines, globbing,
 // here-docs, functions, interpreters and runners.
 var bypasses = []bypass{
-	{"plain", "touch @M@", ""},
-	{"list", "true; touch @M@", ""},
-	{"and", "true && touch @M@", ""},
-	{"or", "false || touch @M@", ""},
-	{"pipeline", "true | touch @M@", ""},
-	{"background", "touch @M@ & wait", ""},
-	{"negated", "! touch @M@", ""},
-	{"subshell", "(touch @M@)", ""},
-	{"group", "{ touch @M@; }", ""},
-	{"command substitution", "echo $(touch @M@)", ""},
-	{"backticks", "echo `touch @M@`", ""},
-	{"substitution in quotes", `echo "$(touch @M@)"`, ""},
-	{"substitution in assignment", "x=$(touch @M@)", ""},
-	{"nested substitution", "echo $(echo $(touch @M@))", ""},
-	{"absolute path", "/usr/bin/touch @M@", ""},
-	{"other path", "/bin/touch @M@", ""},
-	{"dot-dot path", "/usr/../usr/bin/touch @M@", ""},
-	{"double quotes", `"touch" @M@`, ""},
-	{"empty quotes", "t''ouch @M@", ""},
-	{"split quotes", `t"ou"ch @M@`, ""},
-	{"backslash", `\touch @M@`, ""},
-	{"ansi-c quoting", `$'\x74ouch' @M@`, ""},
-	{"leading assignment", "X=1 touch @M@", ""},
-	{"env", "env touch @M@", ""},
-	{"env with variables", "env -i FOO=1 touch @M@", ""},
-	{"env PATH", "env PATH=/usr/bin touch @M@", ""},
-	{"nice", "nice -n 5 touch @M@", ""},
-	{"timeout", "timeout -s KILL 5 touch @M@", ""},
-	{"nohup", "nohup touch @M@ >/dev/null 2>&1", ""},
-	{"command", "command touch @M@", ""},
-	{"exec", "exec touch @M@", ""},
-	{"stacked wrappers", "nice timeout 5 env nohup /usr/bin/touch @M@", ""},
-	{"sudo", "sudo -n touch @M@", "sudo"},
-	{"variable name", "T=touch; $T @M@", ""},
-	{"default expansion", "${T:-touch} @M@", ""},
-	{"name from substitution", "$(echo touch) @M@", ""},
-	{"array", `a=(touch @M@); "${a[@]}"`, ""},
-	{"eval", "eval 'touch @M@'", ""},
-	{"bash -c", "bash -c 'touch @M@'", ""},
-	{"sh -c", `sh -c "touch @M@"`, ""},
-	{"bash -c nested", `bash -c "sh -c 'touch @M@'"`, ""},
-	{"bash -c variable", `C='touch @M@'; bash -c "$C"`, ""},
-	{"newline", "true\ntouch @M@", ""},
-	{"continued line", "tou\\\nch @M@", ""},
-	{"glob name", "/usr/bin/tou?h @M@", ""},
-	{"class glob name", "/usr/bin/tou[c]h @M@", ""},
-	{"brace expansion", "{touch,@M@}", ""},
-	{"here-doc to shell", "bash <<'EOF'\ntouch @M@\nEOF", ""},
-	{"here-string to shell", "bash <<< 'touch @M@'", ""},
-	{"pipe into shell", "echo 'touch @M@' | sh", ""},
-	{"source stdin", "source /dev/stdin <<< 'touch @M@'", ""},
-	{"dot process substitution", ". <(echo touch @M@)", ""},
-	{"process substitution", "cat <(touch @M@)", ""},
-	{"function", "f() { touch @M@; }; f", ""},
-	{"function keyword", "function f { touch @M@; }; f", ""},
-	{"if", "if true; then touch @M@; fi", ""},
-	{"for", "for i in 1; do touch @M@; done", ""},
-	{"while", "while true; do touch @M@; break; done", ""},
-	{"case", "case x in x) touch @M@;; esac", ""},
-	{"time", "time touch @M@", ""},
-	{"coproc", "coproc touch @M@; wait", ""},
-	{"trap", "trap 'touch @M@' EXIT", ""},
-	{"python -c", `python3 -c 'open("@M@","w")'`, "python3"},
-	{"perl -e", `perl -e 'open(F,">@M@")'`, "perl"},
-	{"awk system", `awk 'BEGIN{system("touch @M@")}'`, ""},
-	{"xargs", "echo @M@ | xargs touch", ""},
-	{"find -exec", `find / -maxdepth 0 -exec touch @M@ \;`, ""},
-	{"sed e", "echo | sed 'e touch @M@'", ""},
-	{"arithmetic injection", `x='a[$(touch @M@)]'; echo $((x))`, ""},
-	{"PATH in env", "PATH=/usr/bin:$PATH touch @M@", ""},
-	{"redirection write", "echo > @M@", ""},
-	{"exec redirection", "exec 3>@M@", ""},
+	{"plain", "touch @M@", "", ""},
+	{"list", "true; touch @M@", "", ""},
+	{"and", "true && touch @M@", "", ""},
+	{"or", "false || touch @M@", "", ""},
+	{"pipeline", "true | touch @M@", "", ""},
+	{"background", "touch @M@ & wait", "", ""},
+	{"negated", "! touch @M@", "", ""},
+	{"subshell", "(touch @M@)", "", ""},
+	{"group", "{ touch @M@; }", "", ""},
+	{"command substitution", "echo $(touch @M@)", "", ""},
+	{"backticks", "echo `touch @M@`", "", ""},
+	{"substitution in quotes", `echo "$(touch @M@)"`, "", ""},
+	{"substitution in assignment", "x=$(touch @M@)", "", ""},
+	{"nested substitution", "echo $(echo $(touch @M@))", "", ""},
+	{"absolute path", "/usr/bin/touch @M@", "", ""},
+	{"other path", "/bin/touch @M@", "", ""},
+	{"dot-dot path", "/usr/../usr/bin/touch @M@", "", ""},
+	{"double quotes", `"touch" @M@`, "", ""},
+	{"empty quotes", "t''ouch @M@", "", ""},
+	{"split quotes", `t"ou"ch @M@`, "", ""},
+	{"backslash", `\touch @M@`, "", ""},
+	{"ansi-c quoting", `$'\x74ouch' @M@`, "", ""},
+	{"leading assignment", "X=1 touch @M@", "", ""},
+	{"env", "env touch @M@", "", ""},
+	{"env with variables", "env -i FOO=1 touch @M@", "", ""},
+	{"env PATH", "env PATH=/usr/bin touch @M@", "", ""},
+	{"nice", "nice -n 5 touch @M@", "", ""},
+	{"timeout", "timeout -s KILL 5 touch @M@", "", ""},
+	{"nohup", "nohup touch @M@ >/dev/null 2>&1", "", ""},
+	{"command", "command touch @M@", "", ""},
+	{"exec", "exec touch @M@", "", ""},
+	{"stacked wrappers", "nice timeout 5 env nohup /usr/bin/touch @M@", "", ""},
+	{"sudo", "sudo -n touch @M@", "sudo", ""},
+	{"variable name", "T=touch; $T @M@", "", ""},
+	{"default expansion", "${T:-touch} @M@", "", ""},
+	{"name from substitution", "$(echo touch) @M@", "", ""},
+	{"array", `a=(touch @M@); "${a[@]}"`, "", ""},
+	{"eval", "eval 'touch @M@'", "", ""},
+	{"bash -c", "bash -c 'touch @M@'", "", ""},
+	{"sh -c", `sh -c "touch @M@"`, "", ""},
+	{"bash -c nested", `bash -c "sh -c 'touch @M@'"`, "", ""},
+	{"bash -c variable", `C='touch @M@'; bash -c "$C"`, "", ""},
+	{"newline", "true\ntouch @M@", "", ""},
+	{"continued line", "tou\\\nch @M@", "", ""},
+	{"glob name", "/usr/bin/tou?h @M@", "", ""},
+	{"class glob name", "/usr/bin/tou[c]h @M@", "", ""},
+	{"brace expansion", "{touch,@M@}", "", ""},
+	{"here-doc to shell", "bash <<'EOF'\ntouch @M@\nEOF", "", ""},
+	{"here-string to shell", "bash <<< 'touch @M@'", "", ""},
+	{"pipe into shell", "echo 'touch @M@' | sh", "", ""},
+	{"source stdin", "source /dev/stdin <<< 'touch @M@'", "", ""},
+	{"dot process substitution", ". <(echo touch @M@)", "", ""},
+	{"process substitution", "cat <(touch @M@)", "", ""},
+	{"function", "f() { touch @M@; }; f", "", ""},
+	{"function keyword", "function f { touch @M@; }; f", "", ""},
+	{"if", "if true; then touch @M@; fi", "", ""},
+	{"for", "for i in 1; do touch @M@; done", "", ""},
+	{"while", "while true; do touch @M@; break; done", "", ""},
+	{"case", "case x in x) touch @M@;; esac", "", ""},
+	{"time", "time touch @M@", "", ""},
+	{"coproc", "coproc touch @M@; wait", "", ""},
+	{"trap", "trap 'touch @M@' EXIT", "", ""},
+	{"python -c", `python3 -c 'open("@M@","w")'`, "python3", ""},
+	{"perl -e", `perl -e 'open(F,">@M@")'`, "perl", ""},
+	{"awk system", `awk 'BEGIN{system("touch @M@")}'`, "", ""},
+	{"xargs", "echo @M@ | xargs touch", "", ""},
+	{"find -exec", `find / -maxdepth 0 -exec touch @M@ \;`, "", ""},
+	{"sed e", "echo | sed 'e touch @M@'", "", ""},
+	{"arithmetic injection", `x='a[$(touch @M@)]'; echo $((x))`, "", ""},
+	{"PATH in env", "PATH=/usr/bin:$PATH touch @M@", "", ""},
+	{"redirection write", "echo > @M@", "", ""},
+	{"exec redirection", "exec 3>@M@", "", ""},
+	// Runners that run the command on their command line, and programs
+	// whose options run one.
+	{"ip netns exec", "ip netns exec mcp-no-such-ns touch @M@", "", "ip netns exec makes a mount namespace"},
+	{"ip -n netns exec", "ip -n mcp-no-such-ns netns exec mcp-no-such-ns touch @M@", "", "ip netns exec makes a mount namespace"},
+	{"ip -all netns exec", "ip -all netns exec touch @M@", "", "ip netns exec makes a mount namespace"},
+	{"ip netns exec behind nice", "nice ip -all netns exec touch @M@", "", "ip netns exec makes a mount namespace"},
+	{"ip netns exec behind timeout", "timeout 5 ip -4 -all netns exec touch @M@", "", "ip netns exec makes a mount namespace"},
+	{"ip vrf exec", "ip vrf exec mcp-no-such-vrf touch @M@", "", "ip vrf exec binds a cgroup to a VRF"},
+	{"prlimit", "prlimit --nofile=1024 touch @M@", "", ""},
+	{"setarch", "setarch x86_64 -R touch @M@", "", ""},
+	{"linux32", "linux32 touch @M@", "", ""},
+	{"linux64", "linux64 touch @M@", "", ""},
+	{"dynamic loader", "/lib64/ld-linux-x86-64.so.2 /usr/bin/touch @M@", "", ""},
+	{"systemd-cat", "systemd-cat -t mcp touch @M@", "", "systemd-cat writes to the journal"},
+	{"systemd-inhibit", "systemd-inhibit --what=idle touch @M@", "", "systemd-inhibit takes a lock from logind"},
+	{"busctl call", "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager StartUnit ss mcp-no-such.service replace", "", "busctl call asks systemd to act"},
+	{"dbus-send", "dbus-send --system --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus.ListNames", "", "dbus-send asks a service to act"},
+	{"tar checkpoint-action", "tar -cf @M@.tar --checkpoint=1 --checkpoint-action=exec='touch @M@' /etc/hostname", "", ""},
+	{"tar -I", "tar -I 'touch @M@' -cf @M@.tar /etc/hostname", "", ""},
+	{"tar to-command", "tar -cf @M@.tar /etc/hostname && tar -xf @M@.tar --to-command='touch @M@'", "", ""},
+	{"rsync -e", `rsync -e 'sh -c "touch @M@" sh' h:/x @M@.d`, "rsync", ""},
+	{"tcpdump -z", "tcpdump -i lo -c 1 -w @M@.pcap -z /bin/true", "", "tcpdump captures traffic"},
+	{"sort compress-program", "sort --compress-program=/bin/true -S 1K /etc/hostname", "", "it runs only a program without arguments"},
+	{"sort -o", "sort -o @M@ /etc/hostname", "", ""},
+	{"find -fprint", "find /etc/hostname -fprint @M@", "", ""},
+	{"git -c alias", "git -c alias.x='!touch @M@' x", "git", ""},
+	{"git -c pager", "git -c core.pager='touch @M@' -p log", "", "a pager runs only on a terminal"},
+	{"GIT_PAGER", "GIT_PAGER='touch @M@' git -p log", "", "a pager runs only on a terminal"},
 }
 
 // bypassPolicy denies touch (and rm); what the parser cannot see through
@@ -118,11 +150,28 @@ func TestPolicyBypassesRunNothing(t *testing.T) {
 	if len(bypasses) < 40 {
 		t.Fatalf("only %d attempts", len(bypasses))
 	}
+	cfg := config.Default()
+	bypassPolicy(&cfg)
+	pol, err := policy.New(cfg.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := func(t *testing.T, b *backend, dir string, tool string, wantRefused bool) {
 		for _, c := range bypasses {
 			marker := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+"-"+strings.ReplaceAll(tool, ".", "-"))
 			cmd := strings.ReplaceAll(c.cmd, "@M@", marker)
 			args := map[string]any{"command": cmd}
+			if c.noRun != "" {
+				if !wantRefused {
+					continue // never run here: the policy tests decide it
+				}
+				// Asked first, so that a policy that lets it through fails
+				// the test without running it on this machine.
+				if d := pol.Decide(policy.Call{PrincipalKind: "anonymous", Tool: tool, Args: argsJSON(t, args)}); d.Action != policy.Deny {
+					t.Errorf("%s: the policy does not deny it (%s), so it was not sent (%s)", c.name, d.Describe(), c.noRun)
+					continue
+				}
+			}
 			if tool == mcpwire.ToolJobStart {
 				args["waitMs"] = 30000
 			}
@@ -171,6 +220,15 @@ func TestPolicyBypassesRunNothing(t *testing.T) {
 	open := startBackend(t, func(c *config.Config) { c.Jobs.Mode = config.JobsProcess })
 	ctl := t.TempDir()
 	t.Run("without policy", func(t *testing.T) { run(t, open, ctl, mcpwire.ToolShellExec, false) })
+}
+
+func argsJSON(t testing.TB, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func has(prog string) bool { _, err := exec.LookPath(prog); return err == nil }
