@@ -7,6 +7,21 @@ import (
 	"testing"
 )
 
+// TestPolicyCheckExamples: check-policy refuses a config whose rule's
+// example does not hold, naming the rule and the example, before it
+// answers anything.
+func TestPolicyCheckExamples(t *testing.T) {
+	cfg := writeConfig(t, `{"policy":{"default":"ask","rules":[
+		{"id":"inspect","action":"allow","commands":["ip *"],"examples":{"notMatch":[{"command":"ip netns exec a make"}]}},
+		{"id":"no-rm","action":"deny","commands":["rm"],"examples":{"match":[{"command":"rm x"},{"command":"find . -delete"}]}}]}}`)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"mcp-backend", "check-policy", "--config", cfg, "--tool", "shell.exec", "--args", `{"command":"ls"}`}, nil, &out, &errb)
+	want := `policy.rules[1].examples.match[1] = {"command":"find . -delete"}: rule no-rm must decide it, but it gets ask by rule policy.default`
+	if code != 2 || !strings.Contains(errb.String(), want) || out.Len() > 0 {
+		t.Fatalf("exit %d: %s%s; want exit 2 and %q", code, out.String(), errb.String(), want)
+	}
+}
+
 // TestPolicyCheck: check-policy says what a call would get and which rule
 // decides; bad input is a usage error naming the flag.
 func TestPolicyCheck(t *testing.T) {
