@@ -266,9 +266,11 @@ func ipRunner(args []arg) (rest []arg, why string, runs bool) {
 			break
 		}
 		o := strings.TrimPrefix(t[1:], "-")
-		o, _, _ = strings.Cut(o, "=")
+		o, _, hasVal := strings.Cut(o, "=")
 		pre := func(full string, minLen int) bool { return len(o) >= minLen && strings.HasPrefix(full, o) }
 		switch {
+		case hasVal && !pre("color", 1) && !pre("colour", 1):
+			return nil, "ip with an option the policy does not know (" + t + ") may run a command it cannot see", false
 		case pre("batch", 1) || pre("force", 2):
 			return nil, "ip " + t + " runs ip commands from a file (netns exec among them), which the policy cannot see", false
 		case pre("netns", 1) || pre("loops", 1) || pre("family", 1) || pre("rcvbuf", 2):

@@ -38,6 +38,7 @@ func TestRunnersJudged(t *testing.T) {
 		{"ip -b", "ip -b /tmp/cmds", opaque},
 		{"ip -force", "ip -force -b - ", opaque},
 		{"ip unknown option", "ip -zz netns exec a touch /x", opaque},
+		{"ip option with =", "ip -netns=a netns exec a touch /x", opaque},
 		{"ip computed object", "ip $OBJ exec a touch /x", opaque},
 		{"ip addr allowed", "ip -br addr show", allowed},
 		{"ip netns list allowed", "ip netns list", allowed},
