@@ -14,7 +14,7 @@ import (
 // empty) is the command it runs, judged on its own. Neither: an ordinary
 // command, judged by its name and arguments.
 func runner(name string, args []arg) (rest []arg, why string, runs bool) {
-	if slices.Contains(perFlag, name) || loader.MatchString(name) {
+	if slices.Contains(perFlag, name) || slices.Contains(archNames, name) || loader.MatchString(name) {
 		if slices.ContainsFunc(args, func(x arg) bool { return x.dynamic }) {
 			return nil, name + " with a computed argument may run a command (an option such as " + riskyOption(name) + ")", false
 		}
@@ -278,7 +278,7 @@ func ipRunner(args []arg) (rest []arg, why string, runs bool) {
 		case pre("all", 1):
 			all = true
 		case o == "4" || o == "6" || o == "B" || o == "0" || o == "M" || o == "echo" || pre("color", 1) || pre("colour", 1) ||
-			pre("human-readable", 1) || pre("iec", 1) || pre("statistics", 1) || pre("details", 1) || pre("resolve", 1) ||
+			pre("human-readable", 1) || pre("iec", 1) || pre("stats", 1) || pre("statistics", 1) || pre("details", 1) || pre("resolve", 1) ||
 			pre("oneline", 1) || pre("timestamp", 1) || pre("tshort", 2) || pre("Version", 1) || pre("brief", 2) ||
 			pre("json", 1) || pre("pretty", 1) || pre("help", 1) || pre("Numeric", 1):
 		default:
