@@ -297,6 +297,11 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, memoryError(), nil)
 			return toolerr.Result(s.serverOverloaded(memoryError(), kind)), nil
 		}
+		if te := s.auditRefusal(); te != nil && kind != admission.Control {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
+		}
 		start := time.Now()
 		// Shutdown takes queued calls out of the queue at once.
 		acqCtx, stopAcq := context.WithCancel(ctx)
