@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -217,8 +218,8 @@ func (r Rule) validateMatchers(k string) []error {
 		}
 	}
 	for j, s := range r.Signals {
-		if _, ok := signalOf(s); !ok {
-			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64")
+		if _, err := signals.Parse(s); err != nil {
+			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64, as process.kill reads it")
 		}
 	}
 	for j, p := range r.PIDs {

@@ -6,10 +6,11 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -29,6 +30,7 @@ type rule struct {
 	Rule
 	tools map[string]bool
 	cmds  []*cmdPattern
+	sigs  []syscall.Signal
 }
 
 // New compiles a validated config; it returns nil (allow everything
@@ -65,6 +67,13 @@ func New(c Config) (*Policy, error) {
 				return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
 			}
 			cr.cmds = append(cr.cmds, cp)
+		}
+		for _, s := range r.Signals {
+			sig, err := signals.Parse(s)
+			if err != nil {
+				return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
+			}
+			cr.sigs = append(cr.sigs, sig)
 		}
 		p.rules = append(p.rules, cr)
 	}
@@ -144,7 +153,7 @@ type target struct {
 	paths []string // the path as sent (clean) and as it resolves
 	unit  string
 	pid   int
-	sig   string
+	sig   syscall.Signal // -1: one the tool refuses
 	text  string
 }
 
@@ -208,17 +217,15 @@ func targetsOf(tool string, raw json.RawMessage) []target {
 		if json.Unmarshal(raw, &in) != nil {
 			return nil
 		}
-		sig := "TERM"
-		switch v := in.Signal.(type) {
-		case string:
-			sig = v
-		case float64:
-			sig = strconv.FormatFloat(v, 'f', -1, 64)
+		// The tool's own parser: what a rule matches is what it sends.
+		t := target{kind: kindKill, pid: in.PID, sig: -1}
+		if sig, err := signals.Parse(in.Signal); err == nil {
+			t.sig = sig
+			t.text = fmt.Sprintf("pid %d signal %s", in.PID, strings.TrimPrefix(signals.Name(sig), "SIG"))
+		} else {
+			t.text = fmt.Sprintf("pid %d signal %q", in.PID, fmt.Sprint(in.Signal))
 		}
-		if n, ok := signalOf(sig); ok {
-			sig = n
-		}
-		return []target{{kind: kindKill, pid: in.PID, sig: sig, text: fmt.Sprintf("pid %d signal %s", in.PID, sig)}}
+		return []target{t}
 	}
 	return nil
 }
@@ -324,7 +331,7 @@ func (r *rule) matches(t target) bool {
 		if len(r.Signals) == 0 && len(r.PIDs) == 0 {
 			return false
 		}
-		if len(r.Signals) > 0 && !slices.ContainsFunc(r.Signals, func(s string) bool { n, _ := signalOf(s); return n == t.sig }) {
+		if len(r.Signals) > 0 && !slices.Contains(r.sigs, t.sig) {
 			return false
 		}
 		if len(r.PIDs) > 0 && !slices.ContainsFunc(r.PIDs, func(s string) bool {

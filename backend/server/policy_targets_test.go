@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/toolerr"
+	"github.com/overdeck/mcp-backend/mcpwire"
+)
+
+// policyRefused calls tool through the real server and reports whether
+// it was refused by policy rule rule (PERMISSION_DENIED naming it).
+func policyRefused(t testing.TB, url, tool string, args any, rule string) (bool, string) {
+	t.Helper()
+	_, body, err := callRaw(context.Background(), url, tool, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parseReply(t, body)
+	if r.errorCode() != string(mcpwire.CodePermissionDenied) {
+		return false, string(body)
+	}
+	e := toolerr.Decode(r.Result.Meta[mcpwire.ErrorMetaKey])
+	return strings.Contains(e.Message, "rule "+rule), e.Message
+}
+
+// victim starts a process for process.kill to signal (no core dump should
+// a quit signal reach it) and returns it with a function that ends it
+// with TERM, if it still lives, and reports the signal that ended it.
+func victim(t testing.TB) (*exec.Cmd, func() syscall.Signal) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "ulimit -c 0; exec sleep 300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, func() syscall.Signal {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("the process did not end by a signal: %v", err)
+		}
+		ws := ee.Sys().(syscall.WaitStatus)
+		if !ws.Signaled() {
+			t.Fatalf("the process exited (%v), not by a signal", err)
+		}
+		return ws.Signal()
+	}
+}
+
+// TestPolicySignalsAsTheToolReadsThem: a deny rule on KILL and QUIT
+// refuses every spelling process.kill accepts for them (white space,
+// case, numbers), through the real server, and the process is not
+// signalled; a signal no rule names is sent. Without the policy the same
+// spellings reach the process (the attempts are real).
+func TestPolicySignalsAsTheToolReadsThem(t *testing.T) {
+	spellings := []struct {
+		name   string
+		signal any
+		want   syscall.Signal
+	}{
+		{"leading space", " KILL", syscall.SIGKILL},
+		{"trailing space", "KILL ", syscall.SIGKILL},
+		{"number with space", "9 ", syscall.SIGKILL},
+		{"SIG prefix and space", "SIGQUIT ", syscall.SIGQUIT},
+		{"tab", "\tKILL", syscall.SIGKILL},
+		{"newline", "SIGKILL\n", syscall.SIGKILL},
+		{"lower case", "sigkill", syscall.SIGKILL},
+		{"numeric string", "3", syscall.SIGQUIT},
+		{"JSON number", 9, syscall.SIGKILL},
+	}
+	b := startBackend(t, func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{{ID: "no-hard-kill", Action: policy.Deny, Reason: "ask nicely", Signals: []string{"KILL", "SIGQUIT"}}}
+	})
+	for _, sp := range spellings {
+		t.Run(sp.name, func(t *testing.T) {
+			cmd, end := victim(t)
+			ok, msg := policyRefused(t, b.url, mcpwire.ToolProcessKill, map[string]any{"pid": cmd.Process.Pid, "signal": sp.signal}, "no-hard-kill")
+			if !ok {
+				t.Errorf("signal %q was not refused by rule no-hard-kill: %.300s", sp.signal, msg)
+			}
+			if got := end(); got != syscall.SIGTERM {
+				t.Errorf("signal %q: the process ended by %v, want TERM (ours): the tool sent it", sp.signal, got)
+			}
+		})
+	}
+	t.Run("a signal no rule names", func(t *testing.T) {
+		cmd, end := victim(t)
+		if ok, msg := policyRefused(t, b.url, mcpwire.ToolProcessKill, map[string]any{"pid": cmd.Process.Pid, "signal": " HUP"}, "no-hard-kill"); ok {
+			t.Fatalf("HUP refused: %s", msg)
+		}
+		if got := end(); got != syscall.SIGHUP {
+			t.Errorf("the process ended by %v, want HUP (the tool's)", got)
+		}
+	})
+
+	// Negative control: without the policy each spelling is sent.
+	open := startBackend(t, nil)
+	for _, sp := range spellings {
+		t.Run("without policy/"+sp.name, func(t *testing.T) {
+			cmd, end := victim(t)
+			if ok, msg := policyRefused(t, open.url, mcpwire.ToolProcessKill, map[string]any{"pid": cmd.Process.Pid, "signal": sp.signal}, "no-hard-kill"); ok {
+				t.Fatalf("refused without a policy: %s", msg)
+			}
+			if got := end(); got != sp.want {
+				t.Errorf("signal %q: the process ended by %v, want %v", sp.signal, got, sp.want)
+			}
+		})
+	}
+}
