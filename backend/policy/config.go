@@ -6,8 +6,10 @@
 // command in every list, pipeline, subshell, substitution and function
 // body judged after normalisation, and what the parser cannot see through
 // (eval, a command name from a variable, interpreters given code) judged
-// "opaque". The package is pure: it reads no state but the call and, for
-// path rules, the file system's symlinks.
+// "opaque". Rules match what the system acts on: a unit as systemd
+// resolves it (ResolveUnits asks the caller's systemd), a signal as
+// process.kill reads it. The package reads no state but the call and, for
+// path and unit rules, the file system (symlinks, the unit files).
 package policy
 
 import (

@@ -22,8 +22,9 @@ const (
 
 // Policy is a compiled Config. A nil *Policy allows everything.
 type Policy struct {
-	cfg   Config
-	rules []*rule
+	cfg       Config
+	rules     []*rule
+	unitRules bool // a rule matches units: ResolveUnits asks systemd
 }
 
 type rule struct {
@@ -75,6 +76,7 @@ func New(c Config) (*Policy, error) {
 			}
 			cr.sigs = append(cr.sigs, sig)
 		}
+		p.unitRules = p.unitRules || len(r.Units) > 0
 		p.rules = append(p.rules, cr)
 	}
 	return p, nil
@@ -98,6 +100,10 @@ type Call struct {
 	Tool   string
 	// Args are the call's arguments as the client sent them.
 	Args json.RawMessage
+	// Units are the names the unit of a service.* call is known by, its
+	// own name (systemd's Id) first: ResolveUnits sets them. Empty: the
+	// name as sent, with the suffix systemctl adds.
+	Units []string
 }
 
 // Decision is what a call gets and why.
@@ -125,7 +131,7 @@ func (p *Policy) Decide(c Call) Decision {
 			cmdRules = cmdRules || len(r.cmds) > 0
 		}
 	}
-	ts := targetsOf(c.Tool, c.Args)
+	ts := targetsOf(c)
 	var out *Decision
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
@@ -151,7 +157,7 @@ type target struct {
 	kind  int // 0 the tool as a whole, else one of the kinds below
 	part  part
 	paths []string // the path as sent (clean) and as it resolves
-	unit  string
+	units []string // the unit's own name first, then its other names
 	pid   int
 	sig   syscall.Signal // -1: one the tool refuses
 	text  string
@@ -168,7 +174,8 @@ const (
 // tools decode them (encoding/json, so keys match case-insensitively as
 // they do there). Arguments a tool would refuse give no target: the tool
 // as a whole is judged, and the tool refuses them.
-func targetsOf(tool string, raw json.RawMessage) []target {
+func targetsOf(c Call) []target {
+	tool, raw := c.Tool, c.Args
 	switch {
 	case slices.Contains(commandTools, tool):
 		var in struct {
@@ -202,13 +209,22 @@ func targetsOf(tool string, raw json.RawMessage) []target {
 		}
 		return []target{t}
 	case slices.Contains(unitTools, tool):
-		var in struct {
-			Unit string `json:"unit"`
-		}
-		if json.Unmarshal(raw, &in) != nil {
+		unit, ok := UnitOf(tool, raw)
+		if !ok {
 			return nil
 		}
-		return []target{{kind: kindUnit, unit: in.Unit, text: in.Unit}}
+		// What systemd acts on: the name with systemctl's suffix, its
+		// own name and its aliases as resolved.
+		t := target{kind: kindUnit, text: unit}
+		for _, n := range slices.Concat(c.Units[:min(len(c.Units), 1)], []string{mangleUnit(unit)}, c.Units) {
+			if !slices.Contains(t.units, n) {
+				t.units = append(t.units, n)
+			}
+		}
+		if t.units[0] != unit {
+			t.text = unit + " (" + t.units[0] + ")"
+		}
+		return []target{t}
 	case slices.Contains(killTools, tool):
 		var in struct {
 			PID    int `json:"pid"`
@@ -326,7 +342,10 @@ func (r *rule) matches(t target) bool {
 		}
 		return loose && matched > 0 || matched == len(t.paths)
 	case kindUnit:
-		return slices.ContainsFunc(r.Units, func(g string) bool { ok, _ := path.Match(g, t.unit); return ok })
+		names := t.unitNames(loose)
+		return slices.ContainsFunc(r.Units, func(g string) bool {
+			return slices.ContainsFunc(names, func(n string) bool { ok, _ := path.Match(g, n); return ok })
+		})
 	case kindKill:
 		if len(r.Signals) == 0 && len(r.PIDs) == 0 {
 			return false

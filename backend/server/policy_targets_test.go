@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,5 +115,45 @@ func TestPolicySignalsAsTheToolReadsThem(t *testing.T) {
 				t.Errorf("signal %q: the process ended by %v, want %v", sp.signal, got, sp.want)
 			}
 		})
+	}
+}
+
+// TestPolicyUnitsAsSystemdNamesThem: a deny on ssh.service, getty@.service
+// and reboot.target refuses, through the real server, the names systemd
+// would act on for them: no suffix, an instance of the template, an alias
+// in the host's unit files. No system bus here (the container test asks a
+// real systemd): the unit files decide. Without the rules the same calls
+// reach the tool.
+func TestPolicyUnitsAsSystemdNamesThem(t *testing.T) {
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "no-bus"))
+	cases := []struct{ name, unit string }{
+		{"no suffix", "ssh"},
+		{"an instance of a denied template", "getty@tty1.service"},
+		{"the name itself", "reboot.target"},
+	}
+	// systemd ships ctrl-alt-del.target as a symlink to reboot.target.
+	if fi, err := os.Lstat("/usr/lib/systemd/system/ctrl-alt-del.target"); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		cases = append(cases, struct{ name, unit string }{"an alias in the unit files", "ctrl-alt-del.target"})
+	}
+	rules := func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{{ID: "keep-host", Action: policy.Deny, Units: []string{"ssh.service", "getty@.service", "reboot.target"}}}
+	}
+	b := startBackend(t, rules)
+	open := startBackend(t, nil)
+	for _, tc := range cases {
+		for _, tool := range []string{mcpwire.ToolServiceStatus, mcpwire.ToolServiceControl} {
+			args := map[string]any{"unit": tc.unit}
+			if tool == mcpwire.ToolServiceControl {
+				args["action"] = "stop"
+			}
+			t.Run(tc.name+"/"+tool, func(t *testing.T) {
+				if ok, msg := policyRefused(t, b.url, tool, args, "keep-host"); !ok {
+					t.Errorf("%s %s: not refused by rule keep-host: %.300s", tool, tc.unit, msg)
+				}
+				if ok, msg := policyRefused(t, open.url, tool, args, "keep-host"); ok {
+					t.Errorf("%s %s without the rule: refused: %s", tool, tc.unit, msg)
+				}
+			})
+		}
 	}
 }
