@@ -177,8 +177,10 @@ func (c Config) Validate() []error {
 			if p.Kind != "" && !slices.Contains(principalKinds, p.Kind) {
 				bad(pk+".kind", fmt.Sprintf("%q", p.Kind), "must be operator, oauth, asserted, anonymous or empty (any)")
 			}
-			if _, err := path.Match(p.ID, ""); err != nil {
-				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (*, ?, [...]): "+err.Error())
+			if ip, err := compileID(p.ID); err != nil {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (* any characters, / included; ?, [...], \\ escapes): "+err.Error())
+			} else if why := neverMatches(p.Kind, ip, p.ID); why != "" {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), why)
 			}
 			if len(p.Scopes) > 0 && p.Kind != "" && p.Kind != "oauth" {
 				bad(pk+".scopes", p.Scopes, "can never match: only oauth principals carry scopes (set kind to oauth or leave it empty)")

@@ -32,6 +32,7 @@ type rule struct {
 	tools map[string]bool
 	cmds  []*cmdPattern
 	sigs  []syscall.Signal
+	ids   []*idPattern // one per principal; nil: any id
 }
 
 // New compiles a validated config; it returns nil (allow everything
@@ -68,6 +69,16 @@ func New(c Config) (*Policy, error) {
 				return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
 			}
 			cr.cmds = append(cr.cmds, cp)
+		}
+		for _, m := range r.Principals {
+			var ip *idPattern
+			if m.ID != "" {
+				var err error
+				if ip, err = compileID(m.ID); err != nil {
+					return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
+				}
+			}
+			cr.ids = append(cr.ids, ip)
 		}
 		for _, s := range r.Signals {
 			sig, err := signals.Parse(s)
@@ -281,14 +292,12 @@ func (r *rule) principalMatches(c Call) bool {
 	if len(r.Principals) == 0 {
 		return true
 	}
-	for _, m := range r.Principals {
+	for i, m := range r.Principals {
 		if m.Kind != "" && m.Kind != c.PrincipalKind {
 			continue
 		}
-		if m.ID != "" {
-			if ok, _ := path.Match(m.ID, c.PrincipalID); !ok {
-				continue
-			}
+		if r.ids[i] != nil && !r.ids[i].match(c.PrincipalID) {
+			continue
 		}
 		if len(m.Scopes) > 0 && (c.PrincipalKind != "oauth" || !containsAll(c.Scopes, m.Scopes)) {
 			continue

@@ -128,3 +128,54 @@ func TestOAuthTokenNamingNoOne(t *testing.T) {
 		}
 	})
 }
+
+// TestOAuthPrincipalGlobCrossesSlash: a rule on "ISSUER *" applies to
+// every subject of the issuer, those holding "/" too (google-oauth2/1234,
+// spiffe://corp/ci), through the real server; "ISSUER spiffe://corp/*"
+// only to that trust domain's.
+func TestOAuthPrincipalGlobCrossesSlash(t *testing.T) {
+	const resource = "http://127.0.0.1/mcp"
+	is := startKeyIssuer(t)
+	b := startBackend(t, func(c *config.Config) {
+		c.Auth.OAuth = &config.OAuth{Issuer: is.url, JWKSURL: is.url + "/jwks", Resources: []string{resource}, Scopes: config.DefaultScopes()}
+		c.Policy.Rules = []policy.Rule{
+			{ID: "issuer-no-exec", Action: policy.Deny, Tools: []string{mcpwire.ToolShellExec}, Principals: []policy.Principal{{Kind: "oauth", ID: is.url + " *"}}},
+			{ID: "corp-no-info", Action: policy.Deny, Tools: []string{mcpwire.ToolSystemInfo}, Principals: []policy.Principal{{Kind: "oauth", ID: is.url + " spiffe://corp/*"}}},
+		}
+	})
+	for _, tc := range []struct {
+		sub, tool, rule string // rule "": allowed
+	}{
+		{"dave", mcpwire.ToolShellExec, "issuer-no-exec"},
+		{"google-oauth2/1234", mcpwire.ToolShellExec, "issuer-no-exec"},
+		{"spiffe://corp/ci", mcpwire.ToolShellExec, "issuer-no-exec"},
+		{"spiffe://corp/ci", mcpwire.ToolSystemInfo, "corp-no-info"},
+		{"spiffe://corp/ci/deploy", mcpwire.ToolSystemInfo, "corp-no-info"},
+		{"spiffe://other/ci", mcpwire.ToolSystemInfo, ""},
+		{"google-oauth2/1234", mcpwire.ToolSystemInfo, ""},
+	} {
+		t.Run(tc.sub+"/"+tc.tool, func(t *testing.T) {
+			args := map[string]any{}
+			if tc.tool == mcpwire.ToolShellExec {
+				args["command"] = "true"
+			}
+			status, _, body := callTool(t, b.url, is.token(t, resource, map[string]any{"sub": tc.sub}), tc.tool, args)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %.300s", status, body)
+			}
+			r := parseReply(t, body)
+			if tc.rule == "" {
+				if code := r.errorCode(); code != "" {
+					t.Fatalf("refused (%s): %.300s", code, body)
+				}
+				return
+			}
+			if r.errorCode() != string(mcpwire.CodePermissionDenied) {
+				t.Fatalf("not refused: %.300s", body)
+			}
+			if e := toolerr.Decode(r.Result.Meta[mcpwire.ErrorMetaKey]); !strings.Contains(e.Message, "rule "+tc.rule) {
+				t.Fatalf("refused by another rule: %s", e.Message)
+			}
+		})
+	}
+}

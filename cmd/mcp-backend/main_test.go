@@ -64,6 +64,9 @@ func TestCheckConfig(t *testing.T) {
 		{"policy rule that can never match", `{"policy":{"rules":[{"id":"x","action":"deny","tools":["file.read"],"commands":["rm"]}]}}`, 2, `policy.rules[0].tools[0] = "file.read": can never match`},
 		{"unknown policy rule key", `{"policy":{"rules":[{"id":"x","action":"deny","command":["rm"]}]}}`, 2, `unknown key "command"`},
 		{"policy rule valid", `{"policy":{"default":"ask","rules":[{"id":"no-rm","action":"deny","commands":["rm"]}]}}`, 0, "ok"},
+		{"oauth principal of another issuer", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"]}},"policy":{"rules":[{"id":"ci","action":"allow","principals":[{"kind":"oauth","id":"https://other.example.com *"}]}]}}`, 2, `policy.rules[0].principals[0].id = "https://other.example.com *": can never match`},
+		{"oauth principal of the issuer, any subject", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"]}},"policy":{"rules":[{"id":"ci","action":"allow","principals":[{"kind":"oauth","id":"https://auth.example.com *"}]}]}}`, 0, "ok"},
+		{"bad subjectClaim", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"],"subjectClaim":"jti"}}}`, 2, `auth.oauth.subjectClaim = "jti"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
