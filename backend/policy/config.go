@@ -9,7 +9,8 @@
 // "opaque". Rules match what the system acts on: a unit as systemd
 // resolves it (ResolveUnits asks the caller's systemd), a signal as
 // process.kill reads it. The package reads no state but the call and, for
-// path and unit rules, the file system (symlinks, the unit files).
+// path and unit rules, the file system (symlinks, hard links, the unit
+// files).
 package policy
 
 import (

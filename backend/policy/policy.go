@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -33,6 +35,7 @@ type rule struct {
 	cmds  []*cmdPattern
 	sigs  []syscall.Signal
 	ids   []*idPattern // one per principal; nil: any id
+	paths *filepolicy.Patterns
 }
 
 // New compiles a validated config; it returns nil (allow everything
@@ -69,6 +72,10 @@ func New(c Config) (*Policy, error) {
 				return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
 			}
 			cr.cmds = append(cr.cmds, cp)
+		}
+		if len(r.Paths) > 0 {
+			// files.deny's implementation: hard links included.
+			cr.paths = filepolicy.NewPatterns(r.Paths)
 		}
 		for _, m := range r.Principals {
 			var ip *idPattern
@@ -167,8 +174,9 @@ func (p *Policy) Decide(c Call) Decision {
 type target struct {
 	kind  int // 0 the tool as a whole, else one of the kinds below
 	part  part
-	paths []string // the path as sent (clean) and as it resolves
-	units []string // the unit's own name first, then its other names
+	paths []string          // the path as sent (clean) and as it resolves
+	inode *filepolicy.Inode // what the path names, when it exists
+	units []string          // the unit's own name first, then its other names
 	pid   int
 	sig   syscall.Signal // -1: one the tool refuses
 	text  string
@@ -210,6 +218,10 @@ func targetsOf(c Call) []target {
 		}
 		clean := filepath.Clean(in.Path)
 		t := target{kind: kindPath, paths: []string{clean}, text: clean}
+		var st unix.Stat_t
+		if unix.Stat(clean, &st) == nil {
+			t.inode = filepolicy.InodeOf(&st)
+		}
 		if r, err := filepath.EvalSymlinks(clean); err == nil && r != clean {
 			t.paths = append(t.paths, r)
 		} else if err != nil {
@@ -340,12 +352,18 @@ func (r *rule) matches(t target) bool {
 			}
 		}
 	case kindPath:
-		if len(r.Paths) == 0 {
+		if r.paths == nil {
 			return false
+		}
+		// A deny or ask rule covers a hard link to what it names too; an
+		// allow rule goes by the path alone.
+		st := t.inode
+		if !loose {
+			st = nil
 		}
 		matched := 0
 		for _, p := range t.paths {
-			if slices.ContainsFunc(r.Paths, func(g string) bool { return filepolicy.Match(g, p) }) {
+			if r.paths.Covers(p, st) >= 0 {
 				matched++
 			}
 		}

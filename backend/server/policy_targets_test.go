@@ -157,3 +157,63 @@ func TestPolicyUnitsAsSystemdNamesThem(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyPathsFollowHardLinks: a paths deny rule refuses, through the
+// real server, file.read of a hard link to the file it names, as
+// files.deny does (one implementation); a symlink too, and a file of its
+// own is read. Without the rule the link is read (the attempt is real).
+func TestPolicyPathsFollowHardLinks(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "keys", "secret")
+	other := filepath.Join(dir, "elsewhere")
+	for _, d := range []string{filepath.Dir(secret), other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(secret, []byte("the secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hard, soft, plain := filepath.Join(other, "hard"), filepath.Join(other, "soft"), filepath.Join(other, "plain")
+	if err := os.Link(secret, hard); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, soft); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, []byte("plain\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := startBackend(t, func(c *config.Config) {
+		c.Policy.Rules = []policy.Rule{{ID: "no-keys", Action: policy.Deny, Reason: "keys", Paths: []string{filepath.Dir(secret)}}}
+	})
+	open := startBackend(t, nil)
+	for _, tc := range []struct {
+		name, path string
+		refused    bool
+	}{
+		{"the file", secret, true},
+		{"a hard link", hard, true},
+		{"a symlink", soft, true},
+		{"another file", plain, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, msg := policyRefused(t, b.url, mcpwire.ToolFileRead, map[string]any{"path": tc.path}, "no-keys")
+			if ok != tc.refused {
+				t.Errorf("file.read %s: refused by no-keys %v, want %v: %.300s", tc.path, ok, tc.refused, msg)
+			}
+			if strings.Contains(msg, "the secret") {
+				t.Errorf("file.read %s returned the secret", tc.path)
+			}
+		})
+	}
+	t.Run("without the rule", func(t *testing.T) {
+		_, body, err := callRaw(context.Background(), open.url, mcpwire.ToolFileRead, map[string]any{"path": hard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := parseReply(t, body); r.errorCode() != "" || !strings.Contains(string(body), "the secret") {
+			t.Fatalf("the hard link was not read without the rule: %.300s", body)
+		}
+	})
+}
