@@ -98,6 +98,8 @@ type Rule struct {
 	Signals []string `json:"signals"`
 	// PIDs are pids or ranges "LO-HI" (process.kill).
 	PIDs []string `json:"pids"`
+	// Examples are calls the rule must and must not decide (examples.go).
+	Examples Examples `json:"examples"`
 }
 
 // Principal matches callers: kind (operator, oauth, asserted, anonymous;
@@ -192,7 +194,7 @@ func (c Config) Validate() []error {
 		}
 		errs = append(errs, r.validateMatchers(k)...)
 	}
-	return errs
+	return append(errs, c.checkExamples(len(errs) == 0)...)
 }
 
 // validateMatchers checks the argument matchers and that each tool the
