@@ -64,6 +64,16 @@ func TestCheckConfig(t *testing.T) {
 		{"policy rule that can never match", `{"policy":{"rules":[{"id":"x","action":"deny","tools":["file.read"],"commands":["rm"]}]}}`, 2, `policy.rules[0].tools[0] = "file.read": can never match`},
 		{"unknown policy rule key", `{"policy":{"rules":[{"id":"x","action":"deny","command":["rm"]}]}}`, 2, `unknown key "command"`},
 		{"policy rule valid", `{"policy":{"default":"ask","rules":[{"id":"no-rm","action":"deny","commands":["rm"]}]}}`, 0, "ok"},
+		{"oauth principal of another issuer", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"]}},"policy":{"rules":[{"id":"ci","action":"allow","principals":[{"kind":"oauth","id":"https://other.example.com *"}]}]}}`, 2, `policy.rules[0].principals[0].id = "https://other.example.com *": can never match`},
+		{"oauth principal of the issuer, any subject", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"]}},"policy":{"rules":[{"id":"ci","action":"allow","principals":[{"kind":"oauth","id":"https://auth.example.com *"}]}]}}`, 0, "ok"},
+		{"bad subjectClaim", `{"auth":{"oauth":{"issuer":"https://auth.example.com","resources":["https://mcp.example.com/mcp"],"subjectClaim":"jti"}}}`, 2, `auth.oauth.subjectClaim = "jti"`},
+		{"policy examples hold", `{"policy":{"default":"ask","rules":[{"id":"no-rm","action":"deny","commands":["rm"],
+			"examples":{"match":[{"command":"sudo rm -rf /"},{"command":"ip netns exec a rm x"}],"notMatch":[{"command":"rmdir x"}]}}]}}`, 0, "ok"},
+		{"policy match example not decided", `{"policy":{"default":"ask","rules":[{"id":"no-rm","action":"deny","commands":["rm"],
+			"examples":{"match":[{"command":"unlink x"}]}}]}}`, 2, `policy.rules[0].examples.match[0] = {"command":"unlink x"}: rule no-rm must decide it, but it gets ask by rule policy.default`},
+		{"policy notMatch example decided", `{"policy":{"default":"ask","rules":[{"id":"inspect","action":"allow","commands":["journalctl *"],
+			"examples":{"notMatch":[{"command":"journalctl --vacuum-time=1s"}]}}]}}`, 2, `policy.rules[0].examples.notMatch[0] = {"command":"journalctl --vacuum-time=1s"}: rule inspect must not decide it, but it does`},
+		{"policy example unknown key", `{"policy":{"rules":[{"id":"x","action":"deny","commands":["rm"],"examples":{"match":[{"cmd":"rm"}]}}]}}`, 2, `unknown key "cmd"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
