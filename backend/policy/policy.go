@@ -133,6 +133,9 @@ type Decision struct {
 	// Target is what decided within the call: the command part, the path,
 	// the unit ("" when the tool as a whole).
 	Target string `json:"target,omitempty"`
+	// Parts are the parts of a shell command judged, each with its own
+	// decision, for showing the whole command to whoever approves it.
+	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
 }
 
 // Decide returns what c gets. Deny wins over ask over allow, over every
@@ -151,8 +154,12 @@ func (p *Policy) Decide(c Call) Decision {
 	}
 	ts := targetsOf(c)
 	var out *Decision
+	var parts []mcpwire.JudgedPart
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
+		if t.kind == kindCommand {
+			parts = append(parts, mcpwire.JudgedPart{Text: t.text, Action: string(d.Action), Rule: d.Rule, Reason: d.Reason})
+		}
 		if !ok {
 			continue
 		}
@@ -167,6 +174,7 @@ func (p *Policy) Decide(c Call) Decision {
 		d, _ := p.judge(rules, cmdRules, target{})
 		out = &d
 	}
+	out.Parts = parts
 	return *out
 }
 

@@ -273,6 +273,18 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
 		}
+		// The one decode of the arguments: what the tool would refuse is
+		// refused before the policy judges it, and the policy, the
+		// approvals, the audit and the tool all read the same canonical
+		// bytes.
+		args, te := s.tools.Args(tool, call.Params.Arguments)
+		if te != nil {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
+		}
+		call = withArguments(call, args)
+		req = call
 		// The policy, after who may call what and before anything queues
 		// or runs: a refusal or an ask never takes a slot.
 		ctx, refused, approved := s.enforce(ctx, who, cw, call)
@@ -354,6 +366,16 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// withArguments is call with other arguments (a copy: the SDK's request
+// is left as it came).
+func withArguments(call *mcp.CallToolRequest, args json.RawMessage) *mcp.CallToolRequest {
+	nc := *call
+	np := *call.Params
+	np.Arguments = args
+	nc.Params = &np
+	return &nc
 }
 
 // mayRun enforces, where the tool actually runs and with the name the SDK
