@@ -121,10 +121,14 @@ func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Cal
 
 // askFor puts an ask decision to whoever can answer it: the user through
 // the client (elicitation) when the client can be asked, else the
-// operator (a pending approval). A nil result means approved: run it.
+// operator (a pending approval). A rule whose approver is the operator is
+// never put to the client: its user's yes, or a script's, is not enough.
+// A nil result means approved: run it.
 func (s *Server) askFor(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult, *approvalRun) {
-	if note, res, asked := s.elicit(ctx, call, d); asked {
-		return note, res, nil
+	if d.Approver != policy.ApproverOperator {
+		if note, res, asked := s.elicit(ctx, call, d); asked {
+			return note, res, nil
+		}
 	}
 	return s.pendApproval(ctx, cw, call, d)
 }
