@@ -97,7 +97,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	now := time.Now()
 	held := map[jobs.Holder]int{}
 	for _, r := range list {
-		if now.After(r.ExpiresAt.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
+		if now.After(r.End().Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
 			st.store.Remove(r.ID) // long over: forget it
 			continue
 		}
@@ -120,6 +120,11 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 			return note, toolerr.Result(te), nil
 		case mcpwire.ApprovalApproved:
 			note.by = "operator"
+			if r.Grant != nil {
+				// Granted since askFor looked: run it as a grant does.
+				note.via, note.answer, note.grant = "grant", "granted", r.ID
+				return note, nil, &approvalRun{}
+			}
 			if r.JobID != "" || st.store.Claimed(r.ID) {
 				note.answer = "used"
 				te := policyRefusal(d, "approval "+r.ID+" was used already (an approval runs its call once)")
@@ -152,8 +157,11 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 			note.answer = "approved"
 			return note, nil, run
 		}
-		// expired: a new one below
-		st.store.Remove(r.ID)
+		// expired: a new one below. An ended grant stays for mcpctl
+		// approvals show (until its end and the expiry after it).
+		if r.Grant == nil {
+			st.store.Remove(r.ID)
+		}
 	}
 	if why := st.places.Admit(held, cw, now); why != "" {
 		note.answer = "refused"
@@ -189,6 +197,27 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	note.id, note.answer = r.ID, "pending"
 	r.Status = mcpwire.ApprovalPending
 	return note, needsApproval(r.Approval, d), nil
+}
+
+// granted looks for a live grant of exactly this call (same principal,
+// tool and arguments: the digest): ok means run it, as itself, without
+// asking; the note names the grant for the audit records.
+func (s *Server) granted(cw caller.Caller, call *mcp.CallToolRequest) (approvalNote, bool) {
+	st := s.approvals
+	dg := callDigest(cw, call.Params.Name, call.Params.Arguments)
+	digest := hex.EncodeToString(dg[:])
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	list, err := st.store.List()
+	if err != nil {
+		return approvalNote{}, false // the pending path says why
+	}
+	for _, r := range list {
+		if r.Digest == digest && r.Grant != nil && r.Grant.Live {
+			return approvalNote{via: "grant", by: "operator", answer: "granted", id: r.ID, grant: r.ID}, true
+		}
+	}
+	return approvalNote{}, false
 }
 
 // approvalRoom is the free space an approval's files take: a record

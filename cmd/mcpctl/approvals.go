@@ -40,13 +40,16 @@ func approvalsCommand(d *deps) *cli.Command {
 			"(principal, tool, arguments) and expires (policy.approvals.expireMs).",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list approvals, oldest first", Flags: []cli.Flag{dirFlag(),
-				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending only)"},
+				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending ones and live grants)"},
 				&cli.BoolFlag{Name: "wide", Usage: "every call whole, every part judged (default: each line cut to 80 columns, visibly)"}},
 				Action: func(c *cli.Context) error { return approvalsList(c, d) }},
 			{Name: "show", Usage: "show one approval: the whole call (command, env, cwd, every argument), each part judged and the rule", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: func(c *cli.Context) error { return approvalsShow(c, d) }},
-			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again (--for: every time, until the grant ends)", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag(),
+				&cli.DurationFlag{Name: "for", Usage: "a grant: the same principal's same call (tool and exact arguments) runs without asking for `DURATION` (at most 24h)"}},
 				Action: decide(true)},
+			{Name: "revoke", Usage: "end a live grant now: its call asks again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error { return approvalsRevoke(c, d) }},
 			{Name: "deny", Usage: "deny a pending approval: the call is refused", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: decide(false)},
 		},
@@ -94,7 +97,7 @@ func approvalsList(c *cli.Context, d *deps) error {
 	}
 	shown := []approvals.Record{}
 	for _, r := range all {
-		if c.Bool("all") || r.Status == "pending" {
+		if c.Bool("all") || r.Status == "pending" || r.Grant != nil && r.Grant.Live {
 			shown = append(shown, r)
 		}
 	}
@@ -116,8 +119,15 @@ func renderApprovals(w io.Writer, rs []approvals.Record, now time.Time, width in
 	line := func(s string) { fmt.Fprintln(w, approvals.Fit(s, width)) }
 	line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", "ID", "STATUS", "AGE", "TOOL", "RULE / WHO"))
 	for _, r := range rs {
-		line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", r.ID, r.Status, age(now.Sub(r.CreatedAt)), r.Tool,
+		status := r.Status
+		if r.Grant != nil && r.Grant.Live {
+			status = "granted"
+		}
+		line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", r.ID, status, age(now.Sub(r.CreatedAt)), r.Tool,
 			approvals.Visible(r.Rule+" / "+r.PrincipalKind+":"+r.Principal, false)))
+		if r.Grant != nil && r.Grant.Live {
+			line(fmt.Sprintf("    grant: runs without asking until %s (%s left; mcpctl approvals revoke %s)", r.Grant.Until.Format(time.RFC3339), age(r.Grant.Until.Sub(now)), r.ID))
+		}
 		for _, l := range approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Lines(width - 4) {
 			line("    " + l)
 		}
@@ -164,6 +174,18 @@ func renderApproval(w io.Writer, r approvals.Record) {
 	if r.DecidedAt != nil {
 		fmt.Fprintf(w, "  decided:   %s by %s\n", r.DecidedAt.Format(time.RFC3339), r.DecidedBy)
 	}
+	if r.Grant != nil {
+		fmt.Fprintf(w, "  grant:     until %s", r.Grant.Until.Format(time.RFC3339))
+		switch {
+		case r.Grant.RevokedAt != nil:
+			fmt.Fprintf(w, ", revoked %s by %s", r.Grant.RevokedAt.Format(time.RFC3339), r.Grant.RevokedBy)
+		case r.Grant.Live:
+			fmt.Fprint(w, ", live")
+		default:
+			fmt.Fprint(w, ", ended")
+		}
+		fmt.Fprintln(w)
+	}
 	if r.JobID != "" {
 		fmt.Fprintf(w, "  job:       %s\n", r.JobID)
 	}
@@ -186,7 +208,16 @@ func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
 	if err != nil {
 		return err
 	}
-	r, err := st.Decide(id, approve, "operator")
+	grant := c.Duration("for")
+	if c.IsSet("for") && (!approve || grant <= 0 || grant > approvals.MaxGrant) {
+		return usageError("approvals %s: --for %s: a grant lasts more than 0 and at most %s", verb, grant, approvals.MaxGrant)
+	}
+	var r approvals.Record
+	if grant > 0 {
+		r, err = st.Grant(id, grant, "operator")
+	} else {
+		r, err = st.Decide(id, approve, "operator")
+	}
 	switch {
 	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrExpired), errors.Is(err, approvals.ErrDecided):
 		return withCode(deploy.CodeFailed, fmt.Errorf("approvals %s: %w; nothing changed (see mcpctl approvals show %s)", verb, err, id))
@@ -194,11 +225,36 @@ func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
 		return withCode(deploy.CodeFailed, err)
 	}
 	d.out.printText(r, func(w io.Writer) {
-		if approve {
+		if r.Grant != nil {
+			fmt.Fprintf(w, "granted %s: %s, exactly this call from %s:%s, runs without asking until %s (mcpctl approvals revoke %s ends it)\n",
+				r.ID, r.Tool, r.PrincipalKind, approvals.Visible(r.Principal, false), r.Grant.Until.Format(time.RFC3339), r.ID)
+		} else if approve {
 			fmt.Fprintf(w, "approved %s: %s will run once when the client sends it again\n", r.ID, r.Tool)
 		} else {
 			fmt.Fprintf(w, "denied %s: %s will be refused\n", r.ID, r.Tool)
 		}
+	})
+	return nil
+}
+
+func approvalsRevoke(c *cli.Context, d *deps) error {
+	id, err := approvalID(c, "revoke")
+	if err != nil {
+		return err
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return err
+	}
+	r, err := st.Revoke(id, "operator")
+	switch {
+	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotGrant):
+		return withCode(deploy.CodeFailed, fmt.Errorf("approvals revoke: %w; nothing changed (see mcpctl approvals show %s)", err, id))
+	case err != nil:
+		return withCode(deploy.CodeFailed, err)
+	}
+	d.out.printText(r, func(w io.Writer) {
+		fmt.Fprintf(w, "revoked %s: %s asks again\n", r.ID, r.Tool)
 	})
 	return nil
 }
