@@ -42,6 +42,8 @@ type Record struct {
 	Digest string `json:"digest"`
 	// Grant is set when the approval was approved for a while.
 	Grant *GrantInfo `json:"grant,omitempty"`
+	// Ran is set once its call was taken to run (claimed).
+	Ran bool `json:"ran,omitempty"`
 }
 
 // GrantInfo is a grant's span: its call runs until Until, unless revoked.
@@ -148,6 +150,7 @@ func (s *Store) Get(id string) (Record, error) {
 	if b, err := os.ReadFile(s.path(id, ".job")); err == nil {
 		r.JobID = strings.TrimSpace(string(b))
 	}
+	r.Ran = r.JobID != "" || s.Claimed(id)
 	now := s.now()
 	expired := now.After(r.ExpiresAt)
 	if d, ok := s.decision(id); ok {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,10 @@ func approvalsCommand(d *deps) *cli.Command {
 			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again (--for: every time, until the grant ends)", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag(),
 				&cli.DurationFlag{Name: "for", Usage: "a grant: the same principal's same call (tool and exact arguments) runs without asking for `DURATION` (at most 24h)"}},
 				Action: decide(true)},
+			{Name: "watch", Usage: "follow the approvals as they happen (like journalctl -f): each new pending approval, decision, expiry and run; --json: one object a line; ends on SIGINT/SIGTERM",
+				Flags: []cli.Flag{dirFlag(),
+					&cli.DurationFlag{Name: "interval", Value: 500 * time.Millisecond, Usage: "how often the store is read (`DURATION`)"}},
+				Action: func(c *cli.Context) error { return approvalsWatch(c, d) }},
 			{Name: "revoke", Usage: "end a live grant now: its call asks again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: func(c *cli.Context) error { return approvalsRevoke(c, d) }},
 			{Name: "deny", Usage: "deny a pending approval: the call is refused", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
@@ -257,4 +262,82 @@ func approvalsRevoke(c *cli.Context, d *deps) error {
 		fmt.Fprintf(w, "revoked %s: %s asks again\n", r.ID, r.Tool)
 	})
 	return nil
+}
+
+// approvalsWatch follows the store by reading it every --interval: a
+// directory read and a few small files, which works on any filesystem and
+// beside any number of backends, and misses no state (a change between
+// two reads is reported at the second). It prints the pending approvals
+// and live grants there are, then each change, until the context ends
+// (SIGINT, SIGTERM: exit 0).
+func approvalsWatch(c *cli.Context, d *deps) error {
+	if c.Args().Present() {
+		return usageError("approvals watch: unexpected argument %q", c.Args().First())
+	}
+	every := c.Duration("interval")
+	if every < 10*time.Millisecond || every > time.Minute {
+		return usageError("approvals watch: --interval %s: must be 10ms..1m", every)
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return err
+	}
+	w := d.out.w
+	if !d.out.json {
+		fmt.Fprintf(w, "watching %s (Ctrl-C ends)\n", st.Dir())
+	}
+	seen := approvals.Seen{}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for initial := true; ; initial = false {
+		list, err := st.List()
+		if err != nil {
+			return withCode(deploy.CodeFailed, err)
+		}
+		for _, ev := range approvals.Changes(seen, list, time.Now(), initial) {
+			if d.out.json {
+				b, _ := json.Marshal(ev)
+				fmt.Fprintf(w, "%s\n", b)
+			} else {
+				fmt.Fprintln(w, watchLine(ev))
+			}
+		}
+		if f, ok := w.(interface{ Sync() error }); ok {
+			_ = f.Sync()
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// watchLine is one event for the operator: when, what, which approval,
+// the call (cut, visibly) and what to run next.
+func watchLine(ev approvals.Event) string {
+	r := ev.Record
+	head := fmt.Sprintf("%s  %-8s  %s  %s  %s:%s  rule %s", ev.At.Format(time.RFC3339), ev.Event, r.ID, r.Tool,
+		r.PrincipalKind, approvals.Visible(r.Principal, false), approvals.Visible(r.Rule, false))
+	var tail string
+	switch ev.Event {
+	case approvals.EventPending:
+		tail = fmt.Sprintf("until %s: mcpctl approvals approve %s (or deny, show)", r.ExpiresAt.Format(time.RFC3339), r.ID)
+	case approvals.EventGranted:
+		tail = fmt.Sprintf("runs without asking until %s", r.Grant.Until.Format(time.RFC3339))
+	case approvals.EventApproved, approvals.EventDenied:
+		tail = "by " + r.DecidedBy
+	case approvals.EventRan:
+		if r.JobID != "" {
+			tail = "as job " + r.JobID
+		}
+	}
+	out := head
+	for _, l := range approvals.ViewOf(r.Tool, r.Arguments, nil).Lines(76) {
+		out += "\n    " + l
+	}
+	if tail != "" {
+		out += "\n    " + tail
+	}
+	return out
 }
