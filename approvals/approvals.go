@@ -317,6 +317,40 @@ func (s *Store) SetJob(id, job string) error {
 	return atomicfs.WriteFile(s.path(id, ".job"), []byte(job+"\n"), 0o600)
 }
 
+// NotifierFile, in the store's directory, says the operator is told of
+// each new pending approval (mcpctl unit install writes it when
+// approvals.notify is configured, and removes it when not): the backend's
+// NEEDS_APPROVAL then says the operator has been notified.
+const NotifierFile = ".notifier"
+
+// SetNotifier writes NotifierFile naming what notifies (a command), or
+// removes it when what is empty.
+func (s *Store) SetNotifier(what string) error {
+	p := filepath.Join(s.dir, NotifierFile)
+	if what == "" {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("approvals: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	b, _ := json.Marshal(struct {
+		Command string `json:"command"`
+	}{what})
+	if err := atomicfs.WriteFile(p, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	return nil
+}
+
+// Notified reports whether a notifier is configured (NotifierFile).
+func (s *Store) Notified() bool {
+	_, err := os.Stat(filepath.Join(s.dir, NotifierFile))
+	return err == nil
+}
+
 // Remove deletes an approval and its files.
 func (s *Store) Remove(id string) {
 	for _, ext := range []string{".json", ".decision", ".claim", ".job", ".revoked"} {

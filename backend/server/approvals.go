@@ -111,7 +111,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		switch r.Status {
 		case mcpwire.ApprovalPending:
 			note.answer = "pending"
-			return note, needsApproval(r.Approval, d), nil
+			return note, needsApproval(r.Approval, d, st.store.Notified()), nil
 		case mcpwire.ApprovalDenied:
 			note.answer, note.by = "denied", "operator"
 			st.store.Remove(r.ID)
@@ -196,7 +196,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	}
 	note.id, note.answer = r.ID, "pending"
 	r.Status = mcpwire.ApprovalPending
-	return note, needsApproval(r.Approval, d), nil
+	return note, needsApproval(r.Approval, d, st.store.Notified()), nil
 }
 
 // granted looks for a live grant of exactly this call (same principal,
@@ -226,15 +226,21 @@ const approvalRoom = 8 << 10
 
 // needsApproval is the NEEDS_APPROVAL result of a pending approval: what
 // the operator is asked about is the whole call.
-func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
+// notified says the operator is told of it (a notifier is configured):
+// the text says so, and what to do once they approve.
+func needsApproval(a mcpwire.Approval, d policy.Decision, notified bool) *mcp.CallToolResult {
 	// The view goes in whole (each value already cut at shownBytes,
 	// visibly); the message is bounded as toolerr bounds any, visibly.
 	te := toolerr.New(mcpwire.CodeNeedsApproval, "%s", "")
+	told := ""
+	if notified {
+		told = fmt.Sprintf("The operator has been notified of approval %s (it expires at %s). ", a.ID, a.ExpiresAt.Format(time.RFC3339))
+	}
 	te.Message = toolerr.Cut(fmt.Sprintf("needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
-		"The operator runs: mcpctl approvals approve %s. "+
+		"%sThe operator runs: mcpctl approvals approve %s. "+
 		"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
 		toolerr.Cut(d.Rule, toolerr.MaxQuoted), toolerr.Cut(orNone(d.Reason), toolerr.MaxQuoted), a.ID, a.ExpiresAt.Format(time.RFC3339),
-		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID), toolerr.MaxMessage)
+		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), told, a.ID), toolerr.MaxMessage)
 	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
 	return toolerr.Result(te)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -193,6 +194,27 @@ func TestGrant(t *testing.T) {
 		asks(t, "alice", cmd)
 		if code, out := runCtl(t, "approvals", "revoke", rid, "--dir", store); code == 0 || !strings.Contains(out, "not a live grant") {
 			t.Fatalf("revoke twice: exit %d: %s", code, out)
+		}
+	})
+	t.Run("NEEDS_APPROVAL says whether the operator is notified", func(t *testing.T) {
+		st, err := approvals.Open(store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, notified := range []bool{false, true, false} {
+			what := ""
+			if notified {
+				what = "/usr/local/bin/notify" // as mcpctl unit install writes it
+			}
+			if err := st.SetNotifier(what); err != nil {
+				t.Fatal(err)
+			}
+			env := envelopeOf(call(t, "carol", "touch "+filepath.Join(dir, "told")+string(rune('0'+i))))
+			told := strings.Contains(env.Message, "The operator has been notified of approval "+env.ApprovalID+" (it expires at ")
+			if env.Code != string(mcpwire.CodeNeedsApproval) || env.ApprovalID == "" || told != notified ||
+				!strings.Contains(env.Message, "send this same call again") {
+				t.Fatalf("notifier %v: %+v", notified, env)
+			}
 		}
 	})
 	t.Run("bounded", func(t *testing.T) {
