@@ -53,6 +53,9 @@ func approvalsCommand(d *deps) *cli.Command {
 				Flags: []cli.Flag{dirFlag(),
 					&cli.DurationFlag{Name: "interval", Value: 500 * time.Millisecond, Usage: "how often the store is read (`DURATION`)"}},
 				Action: func(c *cli.Context) error { return approvalsWatch(c, d) }},
+			{Name: "notify", Hidden: true, Usage: "run approvals.notify once for each pending approval not notified yet (mcp-approvals-notify.service runs it)",
+				Flags:  []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error { return approvalsNotify(c, d) }},
 			{Name: "revoke", Usage: "end a live grant now: its call asks again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: func(c *cli.Context) error { return approvalsRevoke(c, d) }},
 			{Name: "deny", Usage: "deny a pending approval: the call is refused", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
@@ -68,7 +71,7 @@ func openApprovalStore(c *cli.Context) (*approvals.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		dir = defaultApprovalsDir(cfg.Backend.Unit)
+		dir = cfg.ApprovalsDir()
 	}
 	st, err := approvals.Open(dir, nil)
 	if err != nil {

@@ -160,10 +160,17 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
+	notified, err := installNotifier(ctx, cfg, sd)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
 	if d.out.json {
 		return writeJSON(d.stdout, rep)
 	}
 	printUnitInstall(d.out, rep)
+	if notified {
+		fmt.Fprintf(d.out.w, "approvals notifier: %s and %s started; NEEDS_APPROVAL tells clients the operator is notified\n", units.NotifyPath, units.NotifyTimer)
+	}
 	return nil
 }
 
