@@ -282,7 +282,6 @@ func flockFile(ctx context.Context, path string) (func(), error) {
 	}
 }
 
-
 // installNotifier is unit install's part for the notifier: with
 // approvals.notify configured, the store's notifier marker (the backend's
 // NEEDS_APPROVAL then says the operator is notified) and the path unit
