@@ -82,7 +82,7 @@ func approvalsNotify(c *cli.Context, d *deps) error {
 		return withCode(deploy.CodeFailed, fmt.Errorf("approvals notify: %w", err))
 	}
 	defer unlock()
-	nt := &notifier{log: d.logger, cfg: n, marks: marks, store: st, deadline: time.Now().Add(ctlconfig.NotifyRunFor)}
+	nt := &notifier{log: d.logger, cfg: n, marks: marks, store: st, deadline: time.Now().Add(ctlconfig.NotifyRunFor), done: map[string]bool{}}
 	failed, err := nt.run(c.Context)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
@@ -99,6 +99,7 @@ type notifier struct {
 	marks    string
 	store    *approvals.Store
 	deadline time.Time
+	done     map[string]bool // notified or given up in this run
 }
 
 // toNotify is the plan of one pass: the pending approvals without a
@@ -130,8 +131,17 @@ func (nt *notifier) run(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		todo, stale := toNotify(list, nt.marked())
+		marked := nt.marked()
+		// Once a run: a marker that cannot be written must not make the
+		// next pass notify again.
+		for id := range nt.done {
+			marked[id] = true
+		}
+		todo, stale := toNotify(list, marked)
 		for _, id := range stale {
+			if nt.done[id] {
+				continue
+			}
 			_ = os.Remove(filepath.Join(nt.marks, id))
 			_ = os.Remove(filepath.Join(nt.marks, id+".attempts"))
 		}
@@ -199,11 +209,13 @@ func (nt *notifier) notify(ctx context.Context, r approvals.Record) (res, k int)
 	out, err := nt.exec(ctx, r)
 	took := time.Since(start).Round(time.Millisecond)
 	if err == nil {
+		nt.done[r.ID] = true
 		nt.mark(r.ID, notifyMark{At: time.Now().UTC(), Attempts: k, OK: true})
 		nt.log.Info("approvals notify: notified", "approval", r.ID, "tool", r.Tool, "attempt", k, "took", took.String())
 		return notifyOK, k
 	}
 	if k > nt.cfg.Retries {
+		nt.done[r.ID] = true
 		nt.mark(r.ID, notifyMark{At: time.Now().UTC(), Attempts: k})
 		nt.log.Error("approvals notify: gave up: the notifier failed every attempt; the approval still waits (mcpctl approvals list)",
 			"approval", r.ID, "attempts", k, "err", err, "output", out)
