@@ -94,6 +94,10 @@ type Rule struct {
 	Signals []string `json:"signals"`
 	// PIDs are pids or ranges "LO-HI" (process.kill).
 	PIDs []string `json:"pids"`
+	// Sandbox names the profile (the backend's "sandbox") the commands
+	// this rule allows, or approves after an ask, run in; empty: the
+	// action's default (sandbox.allow, sandbox.approved).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Principal matches callers: kind (operator, oauth, asserted, anonymous;
@@ -185,6 +189,7 @@ func (c Config) Validate() []error {
 			}
 		}
 		errs = append(errs, r.validateMatchers(k)...)
+		errs = append(errs, r.validateSandbox(k)...)
 	}
 	return errs
 }

@@ -100,6 +100,9 @@ type Decision struct {
 	// Target is what decided within the call: the command part, the path,
 	// the unit ("" when the tool as a whole).
 	Target string `json:"target,omitempty"`
+	// Sandbox is the profile the deciding rule names ("" when none: the
+	// action's default applies, see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Decide returns what c gets. Deny wins over ask over allow, over every
@@ -118,11 +121,13 @@ func (p *Policy) Decide(c Call) Decision {
 	}
 	ts := targetsOf(c.Tool, c.Args)
 	var out *Decision
+	var sandboxes []string
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
 		if !ok {
 			continue
 		}
+		sandboxes = append(sandboxes, d.Sandbox)
 		if out == nil || d.Action.rank() > out.Action.rank() {
 			out = &d
 		}
@@ -134,7 +139,7 @@ func (p *Policy) Decide(c Call) Decision {
 		d, _ := p.judge(rules, cmdRules, target{})
 		out = &d
 	}
-	return *out
+	return oneSandbox(*out, sandboxes)
 }
 
 // target is one thing a call acts on.
@@ -233,7 +238,7 @@ func (p *Policy) judge(rules []*rule, cmdRules bool, t target) (Decision, bool) 
 		}
 	}
 	dec := func(r *rule) Decision {
-		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text}
+		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
 	}
 	if t.kind == kindCommand && t.part.opaque != "" && cmdRules {
 		if best != nil && best.Action.rank() > p.cfg.Opaque.rank() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // policyCommand is "check-policy": what a call would get from the
@@ -55,13 +56,26 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
-			dec := p.Decide(policy.Call{PrincipalKind: kind, PrincipalID: id, Scopes: strings.Fields(c.String("scopes")), Tool: c.String("tool"), Args: args})
+			tool := c.String("tool")
+			dec := p.Decide(policy.Call{PrincipalKind: kind, PrincipalID: id, Scopes: strings.Fields(c.String("scopes")), Tool: tool, Args: args})
+			// The sandbox its command runs in: allowed, or once approved.
+			runs := (tool == mcpwire.ToolShellExec || tool == mcpwire.ToolJobStart) && dec.Action != policy.Deny
+			if runs {
+				dec.Sandbox = cfg.Sandbox.For(dec.Sandbox, dec.Action == policy.Ask)
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(d.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(dec)
 			}
-			fmt.Fprintln(d.stdout, dec.Describe())
+			line := dec.Describe()
+			switch {
+			case runs && dec.Action == policy.Ask:
+				line += " [sandbox once approved: " + dec.Sandbox + "]"
+			case runs:
+				line += " [sandbox: " + dec.Sandbox + "]"
+			}
+			fmt.Fprintln(d.stdout, line)
 			return nil
 		},
 	}
