@@ -260,3 +260,59 @@ func TestSandboxInspectIdentity(t *testing.T) {
 		t.Fatal("a command under inspect wrote to the host")
 	}
 }
+
+// job runs command as a job and returns how it ended and what it wrote.
+func (b sandboxBackend) job(t testing.TB, command string) mcpwire.JobStartResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := b.client.CallTool(ctx, b.base, mcpwire.ToolJobStart, map[string]any{"command": command, "cwd": "/", "waitMs": 30000})
+	if !r.OK() {
+		t.Fatalf("job.start %q: %v", command, r.Err())
+	}
+	var res mcpwire.JobStartResult
+	if err := json.Unmarshal(r.Payload(), &res); err != nil {
+		t.Fatalf("job.start %q: %v", command, err)
+	}
+	if !res.Job.Done {
+		t.Fatalf("job.start %q: still %s after 30 s", command, res.Job.State)
+	}
+	return res
+}
+
+// TestSandboxJobs: a job (process mode here) runs in the same profile as
+// shell.exec: its uid, capabilities and environment are the profile's,
+// and it reads nothing of the canary, the token or the backend's
+// environment; the jobs' state directory is covered too.
+func TestSandboxJobs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
+	}
+	site := newSandboxSite(t)
+	for _, tc := range []struct{ profile, uid, capEff string }{
+		{"inspect", "65534", "0000000000000000"},
+		{"root", "0", ""},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			addr := proctest.FreeAddr(t)
+			cfg, _ := site.config(t, addr, tc.profile)
+			b := startSandboxBackend(t, cfg, addr)
+			cmd := fmt.Sprintf("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; echo TERM=$TERM; cat %s %s/key %s /proc/%d/environ; grep -r %s %s; ls /tmp/mcp-backend-jobs-* 2>&1",
+				site.file, site.secretDir, site.token, b.pid, canary, site.dir)
+			res := b.job(t, cmd)
+			out := res.Stdout.Data + res.Stderr.Data
+			if strings.Contains(out, canary) {
+				t.Errorf("the job read the canary:\n%s", out)
+			}
+			if !strings.HasPrefix(res.Stdout.Data, tc.uid+"\n") || !strings.Contains(out, "NoNewPrivs:\t1") || !strings.Contains(out, "TERM=dumb") {
+				t.Errorf("job output %q: want uid %s, no new privileges, the clean environment", out, tc.uid)
+			}
+			if tc.capEff != "" && !strings.Contains(out, "CapEff:\t"+tc.capEff) {
+				t.Errorf("job output %q: want CapEff %s", out, tc.capEff)
+			}
+			if strings.Contains(out, "spec.json") || strings.Contains(out, "/v1") {
+				t.Errorf("the job saw the jobs' state directory:\n%s", out)
+			}
+		})
+	}
+}
