@@ -316,3 +316,18 @@ func TestSandboxJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxCheckConfig: check-config (the real binary: it starts its
+// own sandbox-exec once per profile) passes a config whose profiles this
+// host can enforce.
+func TestSandboxCheckConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
+	}
+	cfg := writeConfig(t, `{"sandbox":{"allow":"inspect","approved":"root","profiles":{"web":{"user":"nobody","capabilities":["CAP_NET_BIND_SERVICE"],"readOnly":true,"writable":["/var/tmp"],"network":false,"seccomp":true}}},
+		"policy":{"rules":[{"id":"web","action":"allow","commands":["nginx -t"],"sandbox":"web"}]}}`)
+	out, err := exec.Command(binary, "check-config", "--config", cfg).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ": ok") {
+		t.Fatalf("check-config: %v\n%s", err, out)
+	}
+}
