@@ -179,7 +179,7 @@ func newApp(d *deps) *cli.App {
 						return &exitError{exitUsage, fmt.Errorf("%s: unexpected argument %q (want an absolute program after --)", sandbox.HelperCommand, args[0])}
 					}
 					if c.String("spec") == "" || len(args) == 0 {
-						return &exitError{exitUsage, fmt.Errorf("%s: want --spec JSON -- PROGRAM ARGS...", sandbox.HelperCommand)}
+						return &exitError{exitUsage, fmt.Errorf("%s: --spec JSON and a program after -- are required", sandbox.HelperCommand)}
 					}
 					if err := sandbox.Enter(c.String("spec"), args); err != nil {
 						return &exitError{exitSandbox, err}
