@@ -331,3 +331,41 @@ func TestSandboxCheckConfig(t *testing.T) {
 		t.Fatalf("check-config: %v\n%s", err, out)
 	}
 }
+
+// TestSandboxRuleChoosesProfile: a rule's sandbox chooses a custom
+// profile (nobody keeping CAP_NET_BIND_SERVICE as an ambient capability,
+// no network, the file system read-only) for the commands it allows;
+// what no rule names runs in sandbox.allow.
+func TestSandboxRuleChoosesProfile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
+	}
+	site := newSandboxSite(t)
+	addr := proctest.FreeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q,"auth":{"bearerTokenFile":%q},
+		"sandbox":{"allow":"inspect","profiles":{"web":{"user":"nobody","capabilities":["CAP_NET_BIND_SERVICE"],"readOnly":true,"network":false,"seccomp":true}}},
+		"policy":{"default":"allow","rules":[{"id":"web-checks","action":"allow","commands":["grep *"],"sandbox":"web"},
+			{"id":"secrets","action":"deny","paths":[%q]}]}}`, addr, site.token, site.file))
+	b := startSandboxBackend(t, cfg, addr)
+	web := b.shell(t, "grep -E '^Cap(Eff|Amb)|^Uid|:' /proc/self/status /proc/net/dev "+site.file)
+	for _, want := range []string{"CapEff:\t0000000000000400", "CapAmb:\t0000000000000400", "Uid:\t65534"} {
+		if !strings.Contains(web.Stdout, want) {
+			t.Errorf("under the rule's profile: %q lacks %q", web.Stdout, want)
+		}
+	}
+	ifaces := 0
+	for _, l := range strings.Split(web.Stdout, "\n") {
+		if rest, ok := strings.CutPrefix(l, "/proc/net/dev:"); ok && !strings.Contains(rest, "|") {
+			ifaces++
+			if !strings.HasPrefix(strings.TrimSpace(rest), "lo:") {
+				t.Errorf("the profile without network sees interface %q", strings.TrimSpace(rest))
+			}
+		}
+	}
+	if ifaces == 0 || strings.Contains(web.Stdout+web.Stderr, canary) {
+		t.Errorf("no interface at all, or the canary: %q %q", web.Stdout, web.Stderr)
+	}
+	if def := b.shell(t, "id -u"); def.Stdout != "65534\n" {
+		t.Errorf("no rule: %q, want inspect's uid", def.Stdout)
+	}
+}
