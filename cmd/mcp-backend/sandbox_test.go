@@ -330,6 +330,20 @@ func TestSandboxCheckConfig(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), ": ok") {
 		t.Fatalf("check-config: %v\n%s", err, out)
 	}
+	// A process that cannot make a mount namespace (no CAP_SYS_ADMIN)
+	// cannot enforce any profile: check-config and serve refuse, naming
+	// the key, and nothing runs with less.
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv to drop CAP_SYS_ADMIN with")
+	}
+	for _, sub := range []string{"check-config", "serve"} {
+		c := exec.Command(setpriv, "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", binary, sub, "--config", cfg)
+		out, err = c.CombinedOutput()
+		if c.ProcessState == nil || c.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `sandbox.allow = "inspect": this host or process cannot enforce the profile`) {
+			t.Errorf("%s without CAP_SYS_ADMIN: %v\n%s\nwant exit 2 naming sandbox.allow", sub, err, out)
+		}
+	}
 }
 
 // TestSandboxRuleChoosesProfile: a rule's sandbox chooses a custom
