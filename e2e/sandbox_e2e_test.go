@@ -134,6 +134,16 @@ func TestSandboxInSystemd(t *testing.T) {
 		}
 	}
 
+	// What systemd scores a job's unit at: the unit itself is the
+	// supervisor's (root, to set the profile up); the profile is inside.
+	var st mcpwire.JobStartResult
+	s.job("e2e", mcpwire.ToolJobStart, map[string]any{"command": "sleep 5", "cwd": "/"}, &st)
+	if st.Job.Unit != "" {
+		score := s.inContainer("sh", "-c", "systemd-analyze security --no-pager "+st.Job.Unit+" 2>&1 | tail -1")
+		t.Logf("systemd-analyze security %s: %s", st.Job.Unit, strings.TrimSpace(score))
+	}
+	s.waitJob("e2e", st.Job.ID)
+
 	// The negative control and root's own identity: the same commands
 	// that inspect refused (those nspawn itself allows) work under root.
 	s.sandboxConfig("root")
