@@ -383,3 +383,44 @@ func TestSandboxRuleChoosesProfile(t *testing.T) {
 		t.Errorf("no rule: %q, want inspect's uid", def.Stdout)
 	}
 }
+
+// TestSandboxGroupKill: through the helper, procgroup still ends the whole
+// command: a timeout kills the group, and a process that left it (setsid)
+// is swept when the shell exits, under inspect (another uid) and root.
+func TestSandboxGroupKill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
+	}
+	site := newSandboxSite(t)
+	for _, profile := range []string{"inspect", "root"} {
+		t.Run(profile, func(t *testing.T) {
+			addr := proctest.FreeAddr(t)
+			cfg, _ := site.config(t, addr, profile)
+			b := startSandboxBackend(t, cfg, addr)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r := b.client.CallTool(ctx, b.base, mcpwire.ToolShellExec, map[string]any{"command": "sleep 30", "timeoutMs": 300})
+			var res mcpwire.ShellResult
+			if err := json.Unmarshal(r.Payload(), &res); err != nil || !res.TimedOut {
+				t.Fatalf("sleep 30 with timeoutMs 300: %+v (%v), want timedOut", res, err)
+			}
+			arg := fmt.Sprintf("%d.%d", 300+len(profile), os.Getpid()%1000)
+			if out := b.shell(t, "setsid sleep "+arg+" >/dev/null 2>&1 & echo started"); out.Stdout != "started\n" {
+				t.Fatalf("the escapee did not start: %+v", out)
+			}
+			proctest.Eventually(t, "the escaped sleep gone", func() bool { return !sleeping(arg) })
+		})
+	}
+}
+
+// sleeping says whether a process `sleep arg` runs on this machine.
+func sleeping(arg string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			return true
+		}
+	}
+	return false
+}
