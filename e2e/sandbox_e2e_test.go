@@ -36,7 +36,7 @@ func (s *site) jobRun(command string) string {
 	return string(s.allOutput("e2e", st.Job.ID, "stdout"))
 }
 
-func exitOf(r mcpwire.ShellResult) int {
+func shellExit(r mcpwire.ShellResult) int {
 	if r.ExitCode == nil {
 		return -1
 	}
@@ -102,11 +102,11 @@ func TestSandboxInSystemd(t *testing.T) {
 		t.Run("inspect refuses "+tc.name, func(t *testing.T) {
 			r := s.shell(tc.cmd)
 			out := r.Stdout + r.Stderr
-			refused := exitOf(r) != 0 || strings.Contains(out, "ermission") || strings.Contains(out, "Read-only") || strings.Contains(out, "Failed")
+			refused := shellExit(r) != 0 || strings.Contains(out, "ermission") || strings.Contains(out, "Read-only") || strings.Contains(out, "Failed")
 			if !refused && !tc.stateOnly {
-				t.Errorf("%q under inspect: exit %d, output %q: want a refusal", tc.cmd, exitOf(r), out)
+				t.Errorf("%q under inspect: exit %d, output %q: want a refusal", tc.cmd, shellExit(r), out)
 			}
-			t.Logf("%q: exit %d: %s", tc.cmd, exitOf(r), strings.TrimSpace(out))
+			t.Logf("%q: exit %d: %s", tc.cmd, shellExit(r), strings.TrimSpace(out))
 			if tc.check != nil {
 				got := s.inContainer(tc.check...)
 				if tc.want != "" && !strings.Contains(got, tc.want) || tc.notWant != "" && strings.Contains(got, tc.notWant) {
@@ -117,8 +117,8 @@ func TestSandboxInSystemd(t *testing.T) {
 	}
 	for _, cmd := range []string{"ps -e", "ss -tln", "ip addr", "df /", "journalctl -u systemd-journald --no-pager -n 3", "systemctl status systemd-journald --no-pager"} {
 		t.Run("inspect reads "+cmd, func(t *testing.T) {
-			if r := s.shell(cmd); exitOf(r) != 0 || r.Stdout == "" {
-				t.Errorf("%q under inspect: exit %d, stdout %q, stderr %q", cmd, exitOf(r), r.Stdout, r.Stderr)
+			if r := s.shell(cmd); shellExit(r) != 0 || r.Stdout == "" {
+				t.Errorf("%q under inspect: exit %d, stdout %q, stderr %q", cmd, shellExit(r), r.Stdout, r.Stderr)
 			}
 		})
 	}
@@ -151,13 +151,13 @@ func TestSandboxInSystemd(t *testing.T) {
 		{"touch /etc/x", "touch /etc/sbx-root && rm /etc/sbx-root"},
 		{"kill a root process", "kill -CONT " + journald},
 	} {
-		if r := s.shell(tc.cmd); exitOf(r) != 0 {
-			t.Errorf("%q under root: exit %d, %s: the negative control failed", tc.cmd, exitOf(r), r.Stderr)
+		if r := s.shell(tc.cmd); shellExit(r) != 0 {
+			t.Errorf("%q under root: exit %d, %s: the negative control failed", tc.cmd, shellExit(r), r.Stderr)
 		}
 	}
 	// The vacuum inspect could not do, root does: the case can fail.
-	if r := s.shell("journalctl --vacuum-time=1s"); exitOf(r) != 0 || strings.TrimSpace(s.inContainer(archived...)) == archivedBefore {
-		t.Errorf("journalctl --vacuum-time=1s under root: exit %d, %s; archived journals still %s: the negative control failed", exitOf(r), r.Stderr, archivedBefore)
+	if r := s.shell("journalctl --vacuum-time=1s"); shellExit(r) != 0 || strings.TrimSpace(s.inContainer(archived...)) == archivedBefore {
+		t.Errorf("journalctl --vacuum-time=1s under root: exit %d, %s; archived journals still %s: the negative control failed", shellExit(r), r.Stderr, archivedBefore)
 	}
 	rootShell := s.shell(identity)
 	rootJob := s.jobRun(identity)

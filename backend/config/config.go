@@ -343,6 +343,10 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Jobs.validate()...)
 	errs = append(errs, c.Policy.Validate()...)
+	if c.Auth.OAuth != nil {
+		// An OAuth principal's id begins with the issuer.
+		errs = append(errs, c.Policy.ValidateIssuer(c.Auth.OAuth.Issuer)...)
+	}
 	errs = append(errs, c.validateSandbox()...)
 	return errors.Join(errs...)
 }

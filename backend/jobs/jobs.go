@@ -384,6 +384,9 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		return fail(err)
 	}
 	if err := writeSpec(j.dir, spec, r.Env); err != nil {
+		if te := toolerr.NoSpace(err, "jobs: write the job's state", startRoom(r.Env)); te != nil {
+			return fail(te)
+		}
 		return fail(toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err))
 	}
 	if err := m.opts.Runner.Start(ctx, j.dir, spec); err != nil {

@@ -97,6 +97,9 @@ func Supervise(ctx context.Context, jobDir string, stopped func() string, hide H
 	if state == mcpwire.JobLost || state == mcpwire.JobKilled {
 		e.Message = "stopped before it ended: its supervisor was told to stop (a stop of its unit, its runtime limit, the host shutting down, or the backend's exit in process mode)"
 	}
+	if d := out.droppedBytes(); d > 0 && e.Message == "" {
+		e.Message = fmt.Sprintf("%d bytes of output not stored: the state directory's filesystem refused them (full?)", d)
+	}
 	if e.OutputLimited && state == "" {
 		state = mcpwire.JobOutputLimit
 		e.State = state
@@ -131,6 +134,14 @@ type capped struct {
 	files  [2]io.Writer
 	over   chan struct{}
 	isOver bool
+	// dropped counts the bytes a write to the files failed for.
+	dropped int64
+}
+
+func (c *capped) droppedBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
 }
 
 func (c *capped) limited() bool {
@@ -157,8 +168,12 @@ func (s stream) Write(p []byte) (int, error) {
 		}
 	}
 	if n > 0 {
+		// Output the filesystem has no room for is dropped, never
+		// refused: a refused write would end the copy and the job would
+		// die of a closed pipe, not end as it would have.
 		if _, err := c.files[s.i].Write(p[:n]); err != nil {
-			return 0, err
+			c.dropped += n
+			return len(p), nil
 		}
 		c.total += n
 	}
@@ -253,5 +268,26 @@ func Exec(ctx context.Context, jobDir, self string) (Exit, error) {
 	if err != nil {
 		return e, err
 	}
-	return e, WriteExit(jobDir, e)
+	return e, keepExit(ctx, jobDir, e, time.Second, 30*time.Second)
+}
+
+// keepExit writes the record, and while it cannot be written (a full
+// filesystem even after the reserve was given back) keeps it here,
+// trying again after a delay that doubles from first up to limit: the
+// supervisor stays, so the backend sees the job running, not lost, and
+// reads its real end once the record is written. A stop of the unit
+// (ctx) ends the wait: what systemd stops is gone whatever it holds.
+func keepExit(ctx context.Context, jobDir string, e Exit, first, limit time.Duration) error {
+	for delay := first; ; delay = min(2*delay, limit) {
+		err := WriteExit(jobDir, e)
+		if err == nil {
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "job-exec: record not written, trying again in %s: %v\n", delay, err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
 }

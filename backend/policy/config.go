@@ -6,8 +6,11 @@
 // command in every list, pipeline, subshell, substitution and function
 // body judged after normalisation, and what the parser cannot see through
 // (eval, a command name from a variable, interpreters given code) judged
-// "opaque". The package is pure: it reads no state but the call and, for
-// path rules, the file system's symlinks.
+// "opaque". Rules match what the system acts on: a unit as systemd
+// resolves it (ResolveUnits asks the caller's systemd), a signal as
+// process.kill reads it. The package reads no state but the call and, for
+// path and unit rules, the file system (symlinks, hard links, the unit
+// files).
 package policy
 
 import (
@@ -19,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -94,6 +98,8 @@ type Rule struct {
 	Signals []string `json:"signals"`
 	// PIDs are pids or ranges "LO-HI" (process.kill).
 	PIDs []string `json:"pids"`
+	// Examples are calls the rule must and must not decide (examples.go).
+	Examples Examples `json:"examples"`
 	// Sandbox names the profile (the backend's "sandbox") the commands
 	// this rule allows, or approves after an ask, run in; empty: the
 	// action's default (sandbox.allow, sandbox.approved).
@@ -178,8 +184,10 @@ func (c Config) Validate() []error {
 			if p.Kind != "" && !slices.Contains(principalKinds, p.Kind) {
 				bad(pk+".kind", fmt.Sprintf("%q", p.Kind), "must be operator, oauth, asserted, anonymous or empty (any)")
 			}
-			if _, err := path.Match(p.ID, ""); err != nil {
-				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (*, ?, [...]): "+err.Error())
+			if ip, err := compileID(p.ID); err != nil {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (* any characters, / included; ?, [...], \\ escapes): "+err.Error())
+			} else if why := neverMatches(p.Kind, ip, p.ID); why != "" {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), why)
 			}
 			if len(p.Scopes) > 0 && p.Kind != "" && p.Kind != "oauth" {
 				bad(pk+".scopes", p.Scopes, "can never match: only oauth principals carry scopes (set kind to oauth or leave it empty)")
@@ -191,7 +199,7 @@ func (c Config) Validate() []error {
 		errs = append(errs, r.validateMatchers(k)...)
 		errs = append(errs, r.validateSandbox(k)...)
 	}
-	return errs
+	return append(errs, c.checkExamples(len(errs) == 0)...)
 }
 
 // validateMatchers checks the argument matchers and that each tool the
@@ -222,8 +230,8 @@ func (r Rule) validateMatchers(k string) []error {
 		}
 	}
 	for j, s := range r.Signals {
-		if _, ok := signalOf(s); !ok {
-			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64")
+		if _, err := signals.Parse(s); err != nil {
+			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64, as process.kill reads it")
 		}
 	}
 	for j, p := range r.PIDs {

@@ -36,6 +36,11 @@ func TestREADMEStarterPolicy(t *testing.T) {
 	if errs := doc.Policy.Validate(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
+	for _, r := range doc.Policy.Rules {
+		if len(r.Examples.Match) == 0 || len(r.Examples.NotMatch) == 0 {
+			t.Errorf("rule %s: the starter policy tests itself: give it match and notMatch examples", r.ID)
+		}
+	}
 	p := mustNew(t, doc.Policy)
 	for _, tc := range []struct {
 		tool, cmd string

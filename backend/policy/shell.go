@@ -189,8 +189,8 @@ func (a *analysis) call(words []*syntax.Word, depth int) {
 			name = path.Base(full)
 			if dir := path.Dir(path.Clean(full)); path.IsAbs(full) && standardDir(dir) {
 				full = name
-			} else {
-				full = path.Clean(full)
+			} else if full = path.Clean(full); !strings.Contains(full, "/") {
+				full = "./" + full // ./ls is not the ls an allow rule names
 			}
 		}
 		p := part{name: name, path: full, args: args[1:], text: text}
@@ -202,6 +202,16 @@ func (a *analysis) call(words []*syntax.Word, depth int) {
 		if isShell(name) {
 			a.shell(p, depth)
 			return
+		}
+		if rest, why, runs := runner(name, args[1:]); why != "" {
+			p.opaque = why
+			a.add(p)
+			return
+		} else if runs {
+			p.wrapper = true
+			a.add(p)
+			args = rest
+			continue
 		}
 		rest, known, isWrapper := unwrap(name, args[1:])
 		if !isWrapper {
@@ -282,6 +292,11 @@ func opaqueCommand(name string, args []arg) string {
 			switch x.text {
 			case "-exec", "-execdir", "-ok", "-okdir":
 				return "find " + x.text + " runs a command for each file"
+			case "-fprint", "-fprint0", "-fprintf", "-fls":
+				return "find " + x.text + " writes to a file, which command rules do not judge"
+			}
+			if x.dynamic {
+				return "find with a computed argument may run a command (-exec)"
 			}
 		}
 	case "mapfile", "readarray":

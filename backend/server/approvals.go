@@ -121,6 +121,10 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 				return note, toolerr.Result(te), nil
 			}
 			ok, err := st.store.Claim(r.ID)
+			if te := toolerr.NoSpace(err, "approved, and its claim cannot be stored", approvalRoom); te != nil {
+				note.answer = "unavailable"
+				return note, toolerr.Result(te), nil
+			}
 			if err != nil || !ok {
 				note.answer = "used"
 				return note, toolerr.Result(policyRefusal(d, "approval "+r.ID+" was used already")), nil
@@ -152,12 +156,19 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	}
 	if err := st.store.Create(r); err != nil {
 		note.answer = "unavailable"
+		if te := toolerr.NoSpace(err, "needs approval, and it cannot be stored", approvalRoom); te != nil {
+			return note, toolerr.Result(te), nil
+		}
 		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and it cannot be stored: %v", err)), nil
 	}
 	note.id, note.answer = r.ID, "pending"
 	r.Status = mcpwire.ApprovalPending
 	return note, needsApproval(r.Approval, d), nil
 }
+
+// approvalRoom is the free space an approval's files take: a record
+// (well under a page) written through a temporary file.
+const approvalRoom = 8 << 10
 
 // needsApproval is the NEEDS_APPROVAL result of a pending approval.
 func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {

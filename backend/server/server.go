@@ -85,8 +85,9 @@ type Server struct {
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
 	approvals *approvalState
-	sandboxes *sandboxState // the profiles shell commands run in (sandbox.go)
-	ids       *caller.Keys  // the pseudonyms callers are shown by
+	sandboxes *sandboxState       // the profiles shell commands run in (sandbox.go)
+	ids       *caller.Keys        // the pseudonyms callers are shown by
+	unitNames policy.UnitResolver // what systemd resolves a unit name to (policy units rules)
 }
 
 // Option adjusts a Server at construction.
@@ -167,6 +168,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		return nil, err
 	}
 	s.policy = &policyState{p: pol}
+	s.unitNames = systemdUnitNames(log)
 	s.ask = newAsker()
 	if s.approvals, err = openApprovals(cfg, pol != nil); err != nil {
 		return nil, err
@@ -303,6 +305,11 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.refusals.add(cw, tool, string(mcpwire.CodeOverloaded))
 			s.auditAdmissionRefusal(ctx, call, memoryError(), nil)
 			return toolerr.Result(s.serverOverloaded(memoryError(), kind)), nil
+		}
+		if te := s.auditRefusal(); te != nil && kind != admission.Control {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
 		}
 		start := time.Now()
 		// Shutdown takes queued calls out of the queue at once.
