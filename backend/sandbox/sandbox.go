@@ -41,7 +41,10 @@ type Config struct {
 // Profile is what a command may do. The zero Profile runs as root, with
 // every capability dropped, no network and a writable file system.
 type Profile struct {
-	// User runs the command: a name or a numeric uid; "" or "root": root.
+	// User runs the command: a name or a numeric uid; "" or "root": root;
+	// "dynamic": a uid (and gid) of its own for each command, from
+	// DynamicBase on, that no account and no other command holds (with
+	// no account, the system bus refuses it: no systemctl).
 	User string `json:"user"`
 	// Groups are supplementary groups (names or gids) besides the user's
 	// primary one.
@@ -63,6 +66,18 @@ type Profile struct {
 	// NoNewPrivileges is always on (PR_SET_NO_NEW_PRIVS): setuid
 	// binaries and file capabilities gain nothing.
 }
+
+// DynamicUser in Profile.User gives each command a uid of its own.
+const DynamicUser = "dynamic"
+
+// DynamicBase and DynamicCount bound the dynamic uids: a range no
+// distribution allocates (above the container ranges, below 2^31), so
+// such a uid owns no file and no other process but the command's. The
+// gid is the uid.
+const (
+	DynamicBase  = 0x7FFE0000
+	DynamicCount = 1 << 16
+)
 
 // AllCapabilities in Profile.Capabilities keeps every capability but
 // CAP_SYS_PTRACE (which would open the backend's memory, see Enter).

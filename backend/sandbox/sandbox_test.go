@@ -154,3 +154,23 @@ func TestFilterPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestForCommand(t *testing.T) {
+	s, err := Resolve("isolated", Profile{User: DynamicUser, ReadOnly: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.ForCommand(), s.ForCommand()
+	for _, c := range []*Spec{a, b} {
+		if c.UID < DynamicBase || c.UID >= DynamicBase+DynamicCount || c.GID != c.UID {
+			t.Fatalf("a dynamic uid %d gid %d, want one gid=uid in [%d, %d)", c.UID, c.GID, DynamicBase, DynamicBase+DynamicCount)
+		}
+	}
+	if a.UID == b.UID || s.UID != DynamicBase {
+		t.Fatalf("two commands got uid %d and %d (the profile's stays %d)", a.UID, b.UID, s.UID)
+	}
+	r, _ := Resolve(Root, Builtin()[Root], nil)
+	if r.ForCommand() != r {
+		t.Fatal("a profile with a named user got a copy")
+	}
+}

@@ -9,13 +9,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
 // Spec is a profile resolved on this host, plus the masks: what the
 // helper is handed on its command line.
 type Spec struct {
-	Profile  string   `json:"profile"`
+	Profile string `json:"profile"`
+	// Dynamic: each command gets its own uid (ForCommand).
+	Dynamic  bool     `json:"dynamic,omitempty"`
 	UID      int      `json:"uid"`
 	GID      int      `json:"gid"`
 	Groups   []int    `json:"groups"`
@@ -43,6 +46,13 @@ func Resolve(name string, p Profile, mask []string) (*Spec, error) {
 	if u == "" {
 		u = "root"
 	}
+	if u == DynamicUser {
+		s.Dynamic, s.UID, s.GID = true, DynamicBase, DynamicBase
+		if err := s.resolveGroups(name, p); err != nil {
+			return nil, err
+		}
+		return s, s.resolveCaps(p, mask)
+	}
 	usr, err := lookupUser(u)
 	if err != nil {
 		return nil, fmt.Errorf("user %q: %w", u, err)
@@ -61,17 +71,30 @@ func Resolve(name string, p Profile, mask []string) (*Spec, error) {
 			}
 		}
 	}
+	if err := s.resolveGroups(name, p); err != nil {
+		return nil, err
+	}
+	return s, s.resolveCaps(p, mask)
+}
+
+// resolveGroups looks the profile's supplementary groups up.
+func (s *Spec) resolveGroups(name string, p Profile) error {
 	for _, g := range p.Groups {
 		gr, err := lookupGroup(g)
 		if err != nil {
 			if name == Inspect && slices.Contains(optionalGroups, g) {
 				continue
 			}
-			return nil, fmt.Errorf("group %q: %w", g, err)
+			return fmt.Errorf("group %q: %w", g, err)
 		}
 		gid, _ := strconv.Atoi(gr.Gid)
 		s.Groups = append(s.Groups, gid)
 	}
+	return nil
+}
+
+// resolveCaps numbers the kept capabilities and takes the masks.
+func (s *Spec) resolveCaps(p Profile, mask []string) error {
 	for _, c := range p.Capabilities {
 		if c == AllCapabilities {
 			for n := 0; n <= lastCap; n++ {
@@ -83,14 +106,29 @@ func Resolve(name string, p Profile, mask []string) (*Spec, error) {
 		}
 		n, ok := capNumber(c)
 		if !ok {
-			return nil, fmt.Errorf("capability %q: unknown", c)
+			return fmt.Errorf("capability %q: unknown", c)
 		}
 		s.Caps = append(s.Caps, n)
 	}
 	slices.Sort(s.Caps)
 	s.Caps = slices.Compact(s.Caps)
 	s.Mask = slices.Clone(mask)
-	return s, nil
+	return nil
+}
+
+var dynamicNext atomic.Uint32
+
+// ForCommand is the Spec one command runs under: with Dynamic, a copy
+// holding the next uid of the range (round robin: a uid comes back after
+// DynamicCount commands), else s itself.
+func (s *Spec) ForCommand() *Spec {
+	if s == nil || !s.Dynamic {
+		return s
+	}
+	c := *s
+	c.UID = DynamicBase + int(dynamicNext.Add(1)%DynamicCount)
+	c.GID = c.UID
+	return &c
 }
 
 func lookupUser(u string) (*user.User, error) {

@@ -150,7 +150,7 @@ func (st *sandboxState) choose(ctx context.Context, tool string) context.Context
 	}
 	d, note, _ := decisionOf(ctx)
 	name := st.cfg.For(d.Sandbox, note.answer != "")
-	return sandbox.With(ctx, sandbox.Choice{Name: name, Spec: st.specs[name]})
+	return sandbox.With(ctx, sandbox.Choice{Name: name, Spec: st.specs[name].ForCommand()})
 }
 
 // count counts a command call that starts running.

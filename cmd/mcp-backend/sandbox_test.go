@@ -290,8 +290,8 @@ func TestSandboxJobs(t *testing.T) {
 	}
 	site := newSandboxSite(t)
 	for _, tc := range []struct{ profile, uid, capEff string }{
-		{"inspect", "65534", "0000000000000000"},
-		{"root", "0", ""},
+		{"inspect", "65534\n", "0000000000000000"},
+		{"root", "0\n", ""},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			addr := proctest.FreeAddr(t)
@@ -304,7 +304,7 @@ func TestSandboxJobs(t *testing.T) {
 			if strings.Contains(out, canary) {
 				t.Errorf("the job read the canary:\n%s", out)
 			}
-			if !strings.HasPrefix(res.Stdout.Data, tc.uid+"\n") || !strings.Contains(out, "NoNewPrivs:\t1") || !strings.Contains(out, "TERM=dumb") {
+			if !strings.HasPrefix(res.Stdout.Data, tc.uid) || !strings.Contains(out, "NoNewPrivs:\t1") || !strings.Contains(out, "TERM=dumb") {
 				t.Errorf("job output %q: want uid %s, no new privileges, the clean environment", out, tc.uid)
 			}
 			if tc.capEff != "" && !strings.Contains(out, "CapEff:\t"+tc.capEff) {
@@ -357,8 +357,10 @@ func TestSandboxRuleChoosesProfile(t *testing.T) {
 	site := newSandboxSite(t)
 	addr := proctest.FreeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q,"auth":{"bearerTokenFile":%q},
-		"sandbox":{"allow":"inspect","profiles":{"web":{"user":"nobody","capabilities":["CAP_NET_BIND_SERVICE"],"readOnly":true,"network":false,"seccomp":true}}},
+		"sandbox":{"allow":"inspect","profiles":{"web":{"user":"nobody","capabilities":["CAP_NET_BIND_SERVICE"],"readOnly":true,"network":false,"seccomp":true},
+			"isolated":{"user":"dynamic","readOnly":true,"seccomp":true,"network":true}}},
 		"policy":{"default":"allow","rules":[{"id":"web-checks","action":"allow","commands":["grep *"],"sandbox":"web"},
+			{"id":"ids","action":"allow","commands":["id *"],"sandbox":"isolated"},
 			{"id":"secrets","action":"deny","paths":[%q]}]}}`, addr, site.token, site.file))
 	b := startSandboxBackend(t, cfg, addr)
 	web := b.shell(t, "grep -E '^Cap(Eff|Amb)|^Uid|:' /proc/self/status /proc/net/dev "+site.file)
@@ -379,8 +381,13 @@ func TestSandboxRuleChoosesProfile(t *testing.T) {
 	if ifaces == 0 || strings.Contains(web.Stdout+web.Stderr, canary) {
 		t.Errorf("no interface at all, or the canary: %q %q", web.Stdout, web.Stderr)
 	}
-	if def := b.shell(t, "id -u"); def.Stdout != "65534\n" {
-		t.Errorf("no rule: %q, want inspect's uid", def.Stdout)
+	if def := b.shell(t, "whoami"); def.Stdout != "nobody\n" {
+		t.Errorf("no rule: %q, want inspect's user", def.Stdout)
+	}
+	// A dynamic user: each command a uid of its own, no account's.
+	a, c := b.shell(t, "id -u -- "), b.shell(t, "id -g -- ")
+	if !strings.HasPrefix(a.Stdout, "21473") || !strings.HasPrefix(c.Stdout, "21473") || a.Stdout == c.Stdout {
+		t.Errorf("two commands under a dynamic user: uid %q, gid %q: want two uids from 2147352576", a.Stdout, c.Stdout)
 	}
 }
 
