@@ -13,7 +13,9 @@
 // are made by a pure dispatcher (fair.go) under the controller's lock.
 //
 // One Controller must serve every request of a process: a limit is only a
-// limit if every path shares it.
+// limit if every path shares it. Where several processes serve one socket
+// (the production slots during a cutover), their controllers hold one set
+// of limits through a Ledger (ledger.go, service.go).
 package admission
 
 import (
