@@ -88,6 +88,11 @@ func (c *Controller) Share(ctx context.Context, ledger *Ledger, interval time.Du
 			c.mu.Unlock()
 			return
 		}
+		if !c.sh.together && ledger.Epoch() == c.sh.acked {
+			// Alone, and no record taken or freed since we looked.
+			c.mu.Unlock()
+			continue
+		}
 		c.sync()
 		c.unlock()
 	}

@@ -152,11 +152,11 @@ func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
 		if code != st.code {
 			t.Fatalf("%s: exit %d, want %d:\n%s", st.name, code, st.code, out)
 		}
+		t.Logf("%s: exit %d in %v", st.name, code, time.Since(start).Round(time.Millisecond))
 		// A parked slot's last calls and the callers' move to the new one
 		// end within a few commands' length: the phase runs until then.
 		time.Sleep(8 * time.Second)
 		runs = append(runs, phaseRun{st.name, start, time.Now()})
-		t.Logf("%s: exit %d in %v", st.name, code, time.Since(start).Round(time.Millisecond))
 	}
 	stopLoad()
 
