@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -23,29 +24,40 @@ import (
 // Every lock is an open file description lock (fcntl F_OFD_*): the kernel
 // drops it when its holder dies, however it dies. A process holds its
 // record's lock for its life, so a record whose lock is free belongs to a
-// dead process: its holdings count as nothing and the next look reclaims
-// it.
+// dead process. Its commands may outlive it for a moment (systemd kills
+// what is left in the unit's cgroup when the main process dies), so its
+// record is reclaimed once its cgroup holds none of them: the cgroup is
+// empty or gone, or a live process of the ledger runs in it (a restart of
+// the unit, which systemd starts only once the old one's cgroup is empty;
+// or, without systemd, processes that share one cgroup, where the cgroup
+// cannot tell them apart).
+// Until then its holdings count as they were.
 type Ledger struct {
 	f    *os.File
 	mem  []byte
 	rec  int // our record
 	pid  uint64
 	path string
+	// cgroupRoot is the cgroup v2 mount the records' cgroups are under.
+	cgroupRoot string
 }
 
 const (
-	ledgerSize    = 4096
-	ledgerMagic   = 0x31306d6461706d63 // "cmpadm01", little-endian
+	ledgerSize    = 8192
+	ledgerMagic   = 0x32306d6461706d63 // "cmpadm02", little-endian
 	offMagic      = 0
 	offEpoch      = 8  // bumped whenever a record is taken or freed
 	offLock       = 64 // the lock byte: decisions while shared
 	offRecords    = 128
-	recordSize    = 64 // a cache line each
+	recordSize    = 512
 	ledgerRecords = 8
 	// Within a record.
 	recPid   = 0  // 0: free
 	recUsage = 8  // the holder's state word at its last decision
 	recAck   = 16 // the epoch the holder last saw: from then on it decides under the lock
+	recCgLen = 24 // the length of the holder's cgroup path, which follows
+	recCg    = 32
+	maxCg    = recordSize - recCg
 )
 
 // LedgerFile is the ledger's name inside the runtime directory.
@@ -54,20 +66,38 @@ const LedgerFile = "admission.ledger"
 // OpenLedger opens (creating it if need be) the ledger in dir and takes a
 // record in it for this process.
 func OpenLedger(dir string) (*Ledger, error) {
+	return openLedger(dir, "/sys/fs/cgroup", "/proc/self/cgroup")
+}
+
+func openLedger(dir, cgroupRoot, procCgroup string) (*Ledger, error) {
 	path := filepath.Join(dir, LedgerFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("admission ledger: %w", err)
 	}
-	l := &Ledger{f: f, pid: uint64(os.Getpid()), path: path}
-	if err := l.open(); err != nil {
+	l := &Ledger{f: f, pid: uint64(os.Getpid()), path: path, cgroupRoot: cgroupRoot}
+	if err := l.open(ownCgroup(procCgroup)); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("admission ledger %s: %w", path, err)
 	}
 	return l, nil
 }
 
-func (l *Ledger) open() error {
+// ownCgroup is the process's cgroup v2 path ("" when unknown).
+func ownCgroup(procCgroup string) string {
+	b, err := os.ReadFile(procCgroup)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+func (l *Ledger) open(cgroup string) error {
 	if err := l.lockRange(offLock, 1, true); err != nil {
 		return err
 	}
@@ -105,10 +135,47 @@ func (l *Ledger) open() error {
 		_ = unix.Munmap(l.mem)
 		return fmt.Errorf("all %d records held", ledgerRecords)
 	}
+	l.setCgroup(l.rec, cgroup)
 	l.word(recordOff(l.rec) + recUsage).Store(0)
 	l.word(recordOff(l.rec) + recPid).Store(l.pid)
 	l.word(recordOff(l.rec) + recAck).Store(l.word(offEpoch).Add(1))
 	return nil
+}
+
+// setCgroup writes record i's cgroup path (none if it does not fit).
+func (l *Ledger) setCgroup(i int, cg string) {
+	o := recordOff(i)
+	if len(cg) > maxCg {
+		cg = ""
+	}
+	copy(l.mem[o+recCg:o+recordSize], cg)
+	l.word(o + recCgLen).Store(uint64(len(cg)))
+}
+
+func (l *Ledger) cgroupOf(i int) string {
+	o := recordOff(i)
+	n := min(l.word(o+recCgLen).Load(), maxCg)
+	return string(l.mem[o+recCg : o+recCg+int64(n)])
+}
+
+// cgroupVacated reports whether cgroup cg holds none of a dead record's
+// processes any more: it is empty or gone, or a live record's process
+// (ours included) runs in it.
+func (l *Ledger) cgroupVacated(cg string, dead int) bool {
+	if cg == "" {
+		return true // unknown: nothing to wait for
+	}
+	for i := range ledgerRecords {
+		o := recordOff(i)
+		if i != dead && l.word(o+recPid).Load() != 0 && l.cgroupOf(i) == cg && (i == l.rec || l.held(o, recordSize)) {
+			return true
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(l.cgroupRoot, filepath.Clean("/"+cg), "cgroup.events"))
+	if err != nil {
+		return true // gone
+	}
+	return !strings.Contains(string(b), "populated 1")
 }
 
 func recordOff(i int) int64 { return offRecords + int64(i)*recordSize }
@@ -197,14 +264,14 @@ func (l *Ledger) Peers() (held uint64, n int) {
 	return held, n
 }
 
-// Reap frees the records of dead processes (their locks gone) and returns
-// their pids. Under Lock.
+// Reap frees the records of dead processes (their locks gone, their
+// cgroups vacated) and returns their pids. Under Lock.
 func (l *Ledger) Reap() []int {
 	var dead []int
 	for i := range ledgerRecords {
 		o := recordOff(i)
 		pid := l.word(o + recPid).Load()
-		if i == l.rec || pid == 0 || l.held(o, recordSize) {
+		if i == l.rec || pid == 0 || l.held(o, recordSize) || !l.cgroupVacated(l.cgroupOf(i), i) {
 			continue
 		}
 		l.word(o + recUsage).Store(0)

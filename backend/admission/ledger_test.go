@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,19 +17,29 @@ import (
 // waits until each counts the other.
 func sharedPair(t testing.TB, lim Limits) (a, b *Controller, la, lb *Ledger, stopA func()) {
 	t.Helper()
+	return sharedPairOf(t, lim, func(t testing.TB, dir string) (*Ledger, *Ledger) {
+		return mustOpen(t, dir, "/sys/fs/cgroup", "/proc/self/cgroup"), mustOpen(t, dir, "/sys/fs/cgroup", "/proc/self/cgroup")
+	})
+}
+
+func mustOpen(t testing.TB, dir, root, procCgroup string) *Ledger {
+	t.Helper()
+	l, err := openLedger(dir, root, procCgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func sharedPairOf(t testing.TB, lim Limits, openPair func(testing.TB, string) (*Ledger, *Ledger)) (a, b *Controller, la, lb *Ledger, stopA func()) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	actx, acancel := context.WithCancel(ctx)
 	aDone := make(chan struct{})
 	a, b = New(lim), New(lim)
-	var err error
-	if la, err = OpenLedger(dir); err != nil {
-		t.Fatal(err)
-	}
-	if lb, err = OpenLedger(dir); err != nil {
-		t.Fatal(err)
-	}
+	la, lb = openPair(t, dir)
 	go func() { a.Share(actx, la, time.Millisecond, nil); close(aDone) }()
 	go b.Share(ctx, lb, time.Millisecond, nil)
 	until(t, "both shared", func() bool { return a.Shared() && b.Shared() })
@@ -117,9 +129,8 @@ func TestTwoProcessesHoldOneSetOfLimits(t *testing.T) {
 				qb = append(qb, acquireAsync(b, Shell))
 			}
 			until(t, "4 queued in b", func() bool { _, q := b.Occupancy(); return q == 4 })
-			if !a.Full() || !b.Full() {
-				t.Fatalf("full: a %v b %v, want both (/readyz)", a.Full(), b.Full())
-			}
+			// /readyz: each sees the other's places at its next look.
+			until(t, "both full", func() bool { return a.Full() && b.Full() })
 			_, err := b.Acquire(context.Background(), Shell)
 			var r *Refusal
 			if !errors.Is(err, ErrQueueFull) || !errors.As(err, &r) || r.RetryAfter <= 0 {
@@ -176,5 +187,61 @@ func TestTwoProcessesHoldOneSetOfLimits(t *testing.T) {
 			a, b, la, lb, stopA := sharedPair(t, lim)
 			tc.run(t, a, b, la, lb, stopA)
 		})
+	}
+}
+
+// TestADeadProcessesShareWaitsForItsCgroup: a process that died may leave
+// commands running in its cgroup for a moment (systemd kills them when
+// its main process is gone); its share is reclaimed once the cgroup holds
+// none, not before. Files shaped like a cgroup v2 tree stand in for the
+// two slots' units.
+func TestADeadProcessesShareWaitsForItsCgroup(t *testing.T) {
+	root := t.TempDir()
+	procs := map[string]string{}
+	for _, unit := range []string{"a.service", "b.service"} {
+		cg := filepath.Join(root, "mcp-backend.slice", unit)
+		if err := os.MkdirAll(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeTestFile(t, filepath.Join(cg, "cgroup.events"), "populated 1\nfrozen 0\n")
+		procs[unit] = filepath.Join(root, "proc-"+unit)
+		writeTestFile(t, procs[unit], "0::/mcp-backend.slice/"+unit+"\n")
+	}
+	a, b, la, _, stopA := sharedPairOf(t, defaults(), func(t testing.TB, dir string) (*Ledger, *Ledger) {
+		return mustOpen(t, dir, root, procs["a.service"]), mustOpen(t, dir, root, procs["b.service"])
+	})
+	hold(t, a, Shell, 8) // never released: a dies holding them
+	got := acquireAsync(b, Shell)
+	until(t, "b's shell queued", func() bool { _, q := b.Occupancy(); return q == 1 })
+	stopA()
+	_ = unix.Munmap(la.mem)
+	_ = la.f.Close()
+	// Dead, its cgroup still populated: b looks again and again and keeps
+	// counting a's share.
+	looked := b.sh.looks.Load()
+	until(t, "b looked 20 more times", func() bool { return b.sh.looks.Load() >= looked+20 })
+	select {
+	case r := <-got:
+		t.Fatalf("b started a shell while the dead one's commands may run: %+v", r)
+	default:
+	}
+	if m := b.Snapshot(); m.Service.Reclaimed != 0 || m.Service.Active.Shell != 8 {
+		t.Fatalf("before the cgroup emptied: service %+v", m.Service)
+	}
+	writeTestFile(t, filepath.Join(root, "mcp-backend.slice", "a.service", "cgroup.events"), "populated 0\nfrozen 0\n")
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if m := b.Snapshot(); m.Service.Reclaimed != 1 || m.Service.Processes != 1 {
+		t.Fatalf("after the cgroup emptied: service %+v", m.Service)
+	}
+	r.p.Release()
+}
+
+func writeTestFile(t testing.TB, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,6 +27,7 @@ type sharedState struct {
 	outside  atomic.Uint64 // the others' holdings at the last decision (0 alone)
 	peers    atomic.Int64  // other processes with a record, at the last look
 	reaped   atomic.Int64  // records of dead processes reclaimed
+	looks    atomic.Int64  // looks at the ledger (tests wait on it)
 	log      *slog.Logger
 }
 
@@ -83,6 +84,7 @@ func (c *Controller) Share(ctx context.Context, ledger *Ledger, interval time.Du
 			return
 		case <-t.C:
 		}
+		c.sh.looks.Add(1)
 		c.mu.Lock()
 		if c.sh.ledger == nil { // left
 			c.mu.Unlock()
