@@ -8,32 +8,39 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/overdeck/mcp-backend/mcpclient"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/units"
 )
 
-// commandsRunning counts the processes whose command line is exactly argv.
-// The container's processes are the host's too: this is what runs on the
-// host, whichever slot started it.
-func commandsRunning(argv ...string) int {
+// commandsRunning counts the processes whose command line is exactly argv,
+// in all and those in a cgroup whose path contains unit. The container's
+// processes are the host's too: this is what runs on the host, whichever
+// slot started it.
+func commandsRunning(unit string, argv ...string) (all, inUnit int) {
 	want := strings.Join(argv, "\x00") + "\x00"
 	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	n := 0
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil && string(b) == want {
-			n++
+			all++
+			if cg, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup")); err == nil && unit != "" && strings.Contains(string(cg), "/"+unit+"\n") {
+				inUnit++
+			}
 		}
 	}
-	return n
+	return all, inUnit
 }
 
-// sample is a count of commands running at a time.
+// sample is a count of commands running at a time: in all, and in the
+// unit the load watches.
 type sample struct {
-	at time.Time
-	n  int
+	at     time.Time
+	n      int
+	inUnit int
 }
 
 // outcome is one call's end.
@@ -43,96 +50,139 @@ type limitCall struct {
 	code string
 }
 
-// TestCutoverHoldsTheServiceShellBudget keeps shell.exec saturated through
-// both tunnels (24 callers, each command sleeping 3.7 s, a conversation
-// each) across a good cutover, a `rollback --last` and a cutover whose
-// verification fails, and samples the commands running in the container
-// every 200 ms: while two slots run, they hold one budget, so the peak of
-// every phase is concurrency.maxShell (8), not twice that. No caller sees a
-// transport error, and none OVERLOADED: 24 callers never fill the queue.
-// The peaks are logged per phase.
-func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
-	const maxShell = 8 // the default concurrency.maxShell the site runs with
-	s := newSite(t, 60*time.Second)
-	s.Pass(s.Build("v2"))
-	wrong := writeWrongVersion(t, s, s.Build("v3"), s.Builds["v1"])
-	argv := []string{"sleep", fmt.Sprintf("3.7%03d", os.Getpid()%1000)}
-	command := "exec " + strings.Join(argv, " ")
+// shellLoad keeps shell.exec saturated through both tunnels: 24 callers,
+// each command sleeping 3.7 s, a conversation each, each call its own
+// connection (as a tunnel forwards each client connection). It samples the
+// commands running every 200 ms.
+type shellLoad struct {
+	t       testing.TB
+	argv    []string
+	mu      sync.Mutex
+	samples []sample
+	calls   []limitCall
+	unit    atomic.Value // string: the unit whose commands are counted apart
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	stopped bool
+}
 
-	var mu sync.Mutex
-	var samples []sample
-	var calls []limitCall
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
+func startShellLoad(t testing.TB, s *site, maxShell int) *shellLoad {
+	l := &shellLoad{t: t, argv: []string{"sleep", fmt.Sprintf("3.7%03d", os.Getpid()%1000)}, stop: make(chan struct{})}
+	l.unit.Store("")
+	command := "exec " + strings.Join(l.argv, " ")
+	l.wg.Add(1)
 	go func() {
-		defer wg.Done()
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
+		defer l.wg.Done()
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
 		for {
-			n := commandsRunning(argv...)
-			mu.Lock()
-			samples = append(samples, sample{time.Now(), n})
-			mu.Unlock()
+			n, in := commandsRunning(l.unit.Load().(string), l.argv...)
+			l.mu.Lock()
+			l.samples = append(l.samples, sample{time.Now(), n, in})
+			l.mu.Unlock()
 			select {
-			case <-stop:
+			case <-l.stop:
 				return
-			case <-t.C:
+			case <-tk.C:
 			}
 		}
 	}()
 	targets := []string{s.Cfg.Tunnels[0].URL, s.Cfg.Tunnels[1].URL}
 	for i := range 24 {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			// Each call its own connection, as a tunnel forwards each
-			// client connection.
+			defer l.wg.Done()
 			c := &mcpclient.Client{HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
 			for {
 				select {
-				case <-stop:
+				case <-l.stop:
 					return
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				r := c.CallToolIn(ctx, targets[i%2], mcpwire.ToolShellExec, map[string]any{"command": command, "timeoutMs": 60000}, fmt.Sprintf("caller-%d", i))
 				cancel()
-				mu.Lock()
-				calls = append(calls, limitCall{time.Now(), r.Kind, r.Code})
-				mu.Unlock()
+				l.mu.Lock()
+				l.calls = append(l.calls, limitCall{time.Now(), r.Kind, r.Code})
+				l.mu.Unlock()
 			}
 		}()
 	}
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	defer stopLoad()
-	peakIn := func(from, to time.Time) (peak, n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, x := range samples {
-			if !x.at.Before(from) && x.at.Before(to) {
-				peak, n = max(peak, x.n), n+1
-			}
-		}
-		return peak, n
-	}
-	// Saturated before the first step.
+	t.Cleanup(l.Stop)
+	// Saturated before anything else.
 	warm := time.Now()
 	for end := warm.Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		if p, _ := peakIn(warm, time.Now()); p >= maxShell {
+		p, _ := l.peakIn(warm, time.Now())
+		if p >= maxShell {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("shell.exec never saturated: %d commands at most", func() int { p, _ := peakIn(warm, time.Now()); return p }())
+			t.Fatalf("shell.exec never saturated: %d commands at most", p)
 		}
 	}
+	return l
+}
+
+// Stop ends the load and waits for every caller's last call.
+func (l *shellLoad) Stop() {
+	if !l.stopped {
+		l.stopped = true
+		close(l.stop)
+		l.wg.Wait()
+	}
+}
+
+// peakIn is the most commands running in a sample of [from, to), and the
+// samples taken.
+func (l *shellLoad) peakIn(from, to time.Time) (peak, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, x := range l.samples {
+		if !x.at.Before(from) && x.at.Before(to) {
+			peak, n = max(peak, x.n), n+1
+		}
+	}
+	return peak, n
+}
+
+// checkCalls logs the outcomes and, when strict, fails the test for a
+// transport error or an OVERLOADED (24 callers never fill a queue of 64).
+func (l *shellLoad) checkCalls(strict bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	byOutcome := map[string]int{}
+	for _, c := range l.calls {
+		k := string(c.kind)
+		if c.code != "" {
+			k += " " + c.code
+		}
+		byOutcome[k]++
+		if !strict {
+			continue
+		}
+		if c.kind == mcpclient.KindTransport {
+			l.t.Errorf("a call failed in transport at %v", c.end)
+		}
+		if c.code == string(mcpwire.CodeOverloaded) {
+			l.t.Errorf("a call was refused OVERLOADED at %v with 24 callers: the queue holds 64", c.end)
+		}
+	}
+	l.t.Logf("figures: %d calls: %v", len(l.calls), byOutcome)
+}
+
+// TestCutoverHoldsTheServiceShellBudget keeps shell.exec saturated through
+// both tunnels across a good cutover, a `rollback --last` and a cutover
+// whose verification fails, and samples the commands running in the
+// container every 200 ms: while two slots run, they hold one budget, so
+// the peak of every phase is concurrency.maxShell (8), not twice that (the
+// per-process limits before showed 16). No caller sees a transport error,
+// and none OVERLOADED. The peaks are logged per phase.
+func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
+	const maxShell = 8 // the default concurrency.maxShell the site runs with
+	s := newSite(t, 60*time.Second)
+	s.Pass(s.Build("v2"))
+	wrong := writeWrongVersion(t, s, s.Build("v3"), s.Builds["v1"])
+	load := startShellLoad(t, s, maxShell)
 	type phaseRun struct {
 		name       string
 		start, end time.Time
@@ -158,32 +208,87 @@ func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
 		time.Sleep(8 * time.Second)
 		runs = append(runs, phaseRun{st.name, start, time.Now()})
 	}
-	stopLoad()
-
+	load.Stop()
 	overall := 0
 	for _, r := range runs {
-		peak, n := peakIn(r.start, r.end)
+		peak, n := load.peakIn(r.start, r.end)
 		overall = max(overall, peak)
 		t.Logf("figures: %s: peak of shell commands running %d (%d samples over %v)", r.name, peak, n, r.end.Sub(r.start).Round(time.Millisecond))
 		if peak > maxShell {
 			t.Errorf("%s: %d shell commands ran at once, want at most concurrency.maxShell %d", r.name, peak, maxShell)
 		}
 	}
-	byOutcome := map[string]int{}
-	for _, c := range calls {
-		k := string(c.kind)
-		if c.code != "" {
-			k += " " + c.code
-		}
-		byOutcome[k]++
+	t.Logf("figures: peak over the run %d", overall)
+	load.checkCalls(true)
+}
+
+// TestSlotKilledDuringHandoffLeavesTheBudget SIGKILLs the old slot's main
+// process while it hands off under saturated shell.exec load: its record
+// in the ledger loses its lock with it, systemd kills the commands left in
+// its cgroup, and the new slot then runs the whole shell budget itself.
+// The commands running never exceed concurrency.maxShell, the dead one's
+// included; how long the survivor took to run all 8 is logged.
+func TestSlotKilledDuringHandoffLeavesTheBudget(t *testing.T) {
+	const maxShell = 8
+	s := newSite(t, 60*time.Second)
+	s.Pass(s.Build("v2"))
+	old, _, _ := s.Prod()
+	newUnit := units.SlotUnit(s.Cfg.Backend.Unit, units.SlotGreen)
+	if old == newUnit {
+		newUnit = units.SlotUnit(s.Cfg.Backend.Unit, units.SlotBlue)
 	}
-	t.Logf("figures: %d calls: %v; peak over the run %d", len(calls), byOutcome, overall)
-	for _, c := range calls {
-		if c.kind == mcpclient.KindTransport {
-			t.Errorf("a call failed in transport at %v", c.end)
-		}
-		if c.code == string(mcpwire.CodeOverloaded) {
-			t.Errorf("a call was refused OVERLOADED at %v with 24 callers: the queue holds 64", c.end)
+	load := startShellLoad(t, s, maxShell)
+	load.unit.Store(newUnit)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cutover := s.Command(ctx, "cutover", "--build", s.Builds["v2"], "--arm-rollback")
+	var out strings.Builder
+	cutover.Stdout, cutover.Stderr = &out, &out
+	if err := cutover.Start(); err != nil {
+		t.Fatal(err)
+	}
+	status := func(unit string) string {
+		o, _ := s.M.Exec(ctx, "systemctl", "show", "-P", "StatusText", unit)
+		return strings.TrimSpace(o)
+	}
+	for end := time.Now().Add(3 * time.Minute); status(old) != mcpwire.SlotHandingOff; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s never handed off:\n%s", old, out.String())
 		}
 	}
+	killed := time.Now()
+	if o, err := s.M.Exec(ctx, "systemctl", "kill", "--kill-whom=main", "--signal=SIGKILL", old); err != nil {
+		t.Fatalf("kill %s: %v\n%s", old, err, o)
+	}
+	// The survivor runs all 8 itself.
+	var took time.Duration
+	for end := killed.Add(2 * time.Minute); took == 0; time.Sleep(100 * time.Millisecond) {
+		load.mu.Lock()
+		for _, x := range load.samples {
+			if x.at.After(killed) && x.inUnit >= maxShell {
+				took = x.at.Sub(killed)
+				break
+			}
+		}
+		load.mu.Unlock()
+		if took == 0 && time.Now().After(end) {
+			t.Fatalf("%s never ran %d commands after %s died", newUnit, maxShell, old)
+		}
+	}
+	err := cutover.Wait()
+	time.Sleep(8 * time.Second)
+	load.Stop()
+	peak, n := load.peakIn(killed, time.Now())
+	t.Logf("figures: %s SIGKILLed while handing off; %s ran all %d shell commands %v later; peak of commands running from the kill on %d (%d samples); cutover: %v", old, newUnit, maxShell, took.Round(time.Millisecond), peak, n, err)
+	t.Logf("cutover:\n%s", out.String())
+	if peak > maxShell {
+		t.Errorf("%d shell commands ran at once after the kill, want at most %d", peak, maxShell)
+	}
+	journal, _ := s.M.Exec(ctx, "journalctl", "-u", newUnit, "-o", "cat", "--no-pager")
+	if !strings.Contains(journal, "reclaimed the share of a process that died") {
+		t.Errorf("%s logged no reclaim:\n%s", newUnit, journal)
+	}
+	// The calls the dead process held end in transport errors: that is
+	// what SIGKILL does; they are counted, not failed on.
+	load.checkCalls(false)
 }
