@@ -138,7 +138,10 @@ func (l *Ledger) open(cgroup string) error {
 	l.setCgroup(l.rec, cgroup)
 	l.word(recordOff(l.rec) + recUsage).Store(0)
 	l.word(recordOff(l.rec) + recPid).Store(l.pid)
-	l.word(recordOff(l.rec) + recAck).Store(l.word(offEpoch).Add(1))
+	// Not acknowledged yet: until its controller has taken the record up
+	// (Controller.Share), the others count it as holding every slot.
+	l.word(recordOff(l.rec) + recAck).Store(0)
+	l.word(offEpoch).Add(1)
 	return nil
 }
 

@@ -37,11 +37,10 @@ func sharedPairOf(t testing.TB, lim Limits, openPair func(testing.TB, string) (*
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	actx, acancel := context.WithCancel(ctx)
-	aDone := make(chan struct{})
 	a, b = New(lim), New(lim)
 	la, lb = openPair(t, dir)
-	go func() { a.Share(actx, la, time.Millisecond, nil); close(aDone) }()
-	go b.Share(ctx, lb, time.Millisecond, nil)
+	aDone := a.Share(actx, la, time.Millisecond, nil)
+	b.Share(ctx, lb, time.Millisecond, nil)
 	until(t, "both shared", func() bool { return a.Shared() && b.Shared() })
 	return a, b, la, lb, func() { acancel(); <-aDone }
 }

@@ -63,19 +63,30 @@ func (c *Controller) unlock() {
 }
 
 // Share makes the controller hold its limits together with every other
-// process in ledger, and watches the ledger every interval until ctx ends:
-// it takes up a change of membership (another process's record taken or
-// freed), reclaims the record of a process that died, and, while shared,
-// lets its waiters start when the others' holdings drop. A process that
-// died holding slots is thus reclaimed within about one interval.
-func (c *Controller) Share(ctx context.Context, ledger *Ledger, interval time.Duration, log *slog.Logger) {
+// process in ledger from now on, and watches the ledger every interval
+// until ctx ends (the returned channel closes then): it takes up a change
+// of membership (another process's record taken or freed), reclaims the
+// record of a process that died once its cgroup is vacated, and, while
+// shared, lets its waiters start when the others' holdings drop.
+func (c *Controller) Share(ctx context.Context, ledger *Ledger, interval time.Duration, log *slog.Logger) <-chan struct{} {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Before Share returns: no decision of ours is made alone once the
+	// others may count on our record.
 	c.mu.Lock()
 	c.sh.ledger, c.sh.log = ledger, log
 	c.sync()
 	c.unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.watch(ctx, ledger, interval)
+	}()
+	return done
+}
+
+func (c *Controller) watch(ctx context.Context, ledger *Ledger, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

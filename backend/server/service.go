@@ -32,7 +32,7 @@ func (s *Server) shareLimits(runtimeDir string) {
 		return
 	}
 	s.log.Info("limits held with every process serving the socket", "ledger", l.Path())
-	go s.adm.Share(s.down, l, ShareInterval, s.log)
+	s.adm.Share(s.down, l, ShareInterval, s.log)
 	if g := s.mem.Load(); g != nil {
 		g.MeasureService(s.adm.Shared)
 	}
