@@ -2,16 +2,20 @@ package deploy_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpclient"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/units"
@@ -291,4 +295,122 @@ func TestSlotKilledDuringHandoffLeavesTheBudget(t *testing.T) {
 	// The calls the dead process held end in transport errors: that is
 	// what SIGKILL does; they are counted, not failed on.
 	load.checkCalls(false)
+}
+
+// memoryOf is the memory guard's part of a backend's /metrics.
+func memoryOf(t testing.TB, base string) (mem struct {
+	Enabled  bool  `json:"enabled"`
+	Shedding bool  `json:"shedding"`
+	Anon     int64 `json:"anon"`
+	High     int64 `json:"highWater"`
+	Service  *struct {
+		Cgroup    string `json:"cgroup"`
+		Anon      int64  `json:"anon"`
+		Limit     int64  `json:"limit"`
+		HighWater int64  `json:"highWater"`
+	} `json:"service"`
+}) {
+	t.Helper()
+	r, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var raw json.RawMessage
+	if err := json.NewDecoder(r.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Memory json.RawMessage `json:"memory"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(doc.Memory, &mem); err != nil {
+		t.Fatal(err)
+	}
+	return mem
+}
+
+// TestTwoSlotsRefuseTogetherAboveTheSlicesMemoryMark runs the second slot
+// in standby beside production (as a cutover does before its takeover),
+// lowers the slots' slice's MemoryHigh to 600M for the test, and has a
+// shell.exec in production hold 520 MiB: the slice is above its high mark
+// (85 %) while each slot's own cgroup is far below its own (6G), so only a
+// guard that measures the service sees it. Both slots refuse normal work
+// with OVERLOADED, the standby one included, whose own cgroup holds a few
+// MiB; control work goes on; once the memory is freed both take work again.
+func TestTwoSlotsRefuseTogetherAboveTheSlicesMemoryMark(t *testing.T) {
+	s := newSite(t, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	prod, _, _ := s.Prod()
+	other := standbySlot(s, prod)
+	standby := proctest.FreeAddr(t)
+	exec := func(argv ...string) string {
+		t.Helper()
+		out, err := s.M.Exec(ctx, argv...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", argv, err, out)
+		}
+		return out
+	}
+	slot := units.SlotBlue
+	if other == units.SlotUnit(s.Cfg.Backend.Unit, units.SlotGreen) {
+		slot = units.SlotGreen
+	}
+	exec("sh", "-c", fmt.Sprintf("mkdir -p %[1]s && echo MCP_BACKEND_STANDBY=%[2]s > %[1]s/%[3]s.env", units.DefaultStandbyDir, standby, slot))
+	exec("systemctl", "start", other)
+	standbyURL := "http://" + standby
+	s.WaitHTTP(standbyURL+"/healthz", time.Minute)
+	exec("systemctl", "set-property", "--runtime", "mcp-backend.slice", "MemoryHigh=600M")
+	bases := map[string]string{prod: s.Backend, other: standbyURL}
+	for unit, base := range bases {
+		proctest.Eventually(t, unit+" measures the slice", func() bool {
+			m := memoryOf(t, base)
+			return m.Enabled && m.Service != nil && strings.HasSuffix(m.Service.Cgroup, "mcp-backend.slice") && m.Service.Limit == 600<<20
+		})
+		if m := memoryOf(t, base); m.Shedding {
+			t.Fatalf("%s sheds before the memory is taken: %+v", unit, m)
+		}
+	}
+	c := &mcpclient.Client{}
+	normal := func(base string) mcpclient.Result {
+		return c.CallTool(ctx, base, mcpwire.ToolFileList, map[string]any{"path": "/"})
+	}
+	hog := []string{"python3", "-c", fmt.Sprintf("import time; b = b'x' * (520 << 20); time.sleep(300) # %d", os.Getpid())}
+	hogDone := make(chan mcpclient.Result, 1)
+	go func() {
+		hogDone <- c.CallTool(ctx, s.Backend, mcpwire.ToolShellExec, map[string]any{"command": "exec " + hog[0] + " " + hog[1] + " \"" + hog[2] + "\"", "timeoutMs": 600000})
+	}()
+	for unit, base := range bases {
+		proctest.Eventually(t, unit+" sheds", func() bool { return memoryOf(t, base).Shedding })
+		m := memoryOf(t, base)
+		t.Logf("figures: %s sheds: its own anon %d MiB (its mark %d MiB), the slice's %d MiB (its mark %d MiB)", unit, m.Anon>>20, m.High>>20, m.Service.Anon>>20, m.Service.HighWater>>20)
+		if m.Anon >= m.High {
+			t.Fatalf("%s's own cgroup is above its own mark: the test proves nothing: %+v", unit, m)
+		}
+		if r := normal(base); r.Code != string(mcpwire.CodeOverloaded) {
+			t.Fatalf("%s: a normal call while the slice is above its mark: %+v, want OVERLOADED", unit, r)
+		}
+		if r := c.CallTool(ctx, base, mcpwire.ToolSystemInfo, nil); !r.OK() {
+			t.Fatalf("%s: a control call while shedding: %+v, want it served", unit, r)
+		}
+	}
+	// The memory goes: both take normal work again.
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	want := strings.Join(hog, "\x00") + "\x00"
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && string(b) == want {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	<-hogDone
+	for unit, base := range bases {
+		proctest.Eventually(t, unit+" recovers", func() bool { return !memoryOf(t, base).Shedding })
+		if r := normal(base); r.Code == string(mcpwire.CodeOverloaded) {
+			t.Fatalf("%s: a normal call once the memory is freed: %+v", unit, r)
+		}
+	}
 }
