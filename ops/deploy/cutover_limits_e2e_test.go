@@ -342,6 +342,12 @@ func memoryOf(t testing.TB, base string) (mem struct {
 // MiB; control work goes on; once the memory is freed both take work again.
 func TestTwoSlotsRefuseTogetherAboveTheSlicesMemoryMark(t *testing.T) {
 	s := newSite(t, 60*time.Second)
+	if !memoryOf(t, s.Backend).Enabled {
+		// A host on cgroup v1 or hybrid boots its containers so too: the
+		// guard is off there (the unit test reads files shaped like the
+		// slice instead).
+		t.Skip("the memory guard is off in the container: no cgroup v2 memory controller")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	prod, _, _ := s.Prod()
