@@ -66,7 +66,18 @@ const LedgerFile = "admission.ledger"
 // OpenLedger opens (creating it if need be) the ledger in dir and takes a
 // record in it for this process.
 func OpenLedger(dir string) (*Ledger, error) {
-	return openLedger(dir, "/sys/fs/cgroup", "/proc/self/cgroup")
+	return openLedger(dir, unifiedMount(), "/proc/self/cgroup")
+}
+
+// unifiedMount is where the cgroup v2 hierarchy is mounted: at the top on a
+// unified host, under unified/ on a hybrid one.
+func unifiedMount() string {
+	for _, d := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.controllers")); err == nil {
+			return d
+		}
+	}
+	return "/sys/fs/cgroup"
 }
 
 func openLedger(dir, cgroupRoot, procCgroup string) (*Ledger, error) {
