@@ -244,3 +244,20 @@ func writeTestFile(t testing.TB, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkAcquireReleaseShared is the uncontended acquire and release
+// while another process shares the limits: each decision takes the
+// ledger's lock (a system call each way). Alone, a controller with a
+// ledger decides as BenchmarkAcquireRelease does.
+func BenchmarkAcquireReleaseShared(b *testing.B) {
+	a, _, _, _, _ := sharedPair(b, defaults())
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := a.Acquire(ctx, Normal)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release()
+	}
+}
