@@ -214,6 +214,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.shareLimits(osGetenv("RUNTIME_DIRECTORY"))
 	s.refusals = newRefusalLog(log)
 	go s.refusals.run(s.down)
 	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
@@ -235,6 +236,9 @@ func (s *Server) Close() {
 	s.shutdown()
 	s.tools.Close()
 	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
+	}
 }
 
 // admit is the MCP middleware every tools/call passes through, whatever the
