@@ -73,6 +73,10 @@ type Approvals struct {
 	ExpireMs int64 `json:"expireMs"`
 	// MaxPendingPerConversation bounds one conversation's pending ones.
 	MaxPendingPerConversation int `json:"maxPendingPerConversation"`
+	// MaxPendingPerPrincipal bounds one principal's, whatever its
+	// conversations; within MaxPending they are shared max-min across
+	// principals, then conversations, as jobs are.
+	MaxPendingPerPrincipal int `json:"maxPendingPerPrincipal"`
 	// MaxPending bounds them all.
 	MaxPending int `json:"maxPending"`
 }
@@ -121,7 +125,7 @@ func Default() Config {
 		Default:   Allow,
 		Opaque:    Ask,
 		Rules:     []Rule{},
-		Approvals: Approvals{ExpireMs: 15 * 60 * 1000, MaxPendingPerConversation: 4, MaxPending: 256},
+		Approvals: Approvals{ExpireMs: 15 * 60 * 1000, MaxPendingPerConversation: 4, MaxPendingPerPrincipal: 32, MaxPending: 256},
 	}
 }
 
@@ -155,6 +159,9 @@ func (c Config) Validate() []error {
 	}
 	if a.MaxPendingPerConversation < 1 || a.MaxPendingPerConversation > 1024 {
 		bad("approvals.maxPendingPerConversation", a.MaxPendingPerConversation, "must be 1..1024")
+	}
+	if a.MaxPendingPerPrincipal < 1 || a.MaxPendingPerPrincipal > 65536 {
+		bad("approvals.maxPendingPerPrincipal", a.MaxPendingPerPrincipal, "must be 1..65536 (above maxPending it adds no bound)")
 	}
 	if a.MaxPending < max(a.MaxPendingPerConversation, 1) || a.MaxPending > 65536 {
 		bad("approvals.maxPending", a.MaxPending, fmt.Sprintf("must be %d..65536 (at least maxPendingPerConversation)", max(a.MaxPendingPerConversation, 1)))

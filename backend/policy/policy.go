@@ -136,6 +136,9 @@ type Decision struct {
 	// Sandbox is the profile the deciding rule names ("" when none: the
 	// action's default applies, see sandbox.go).
 	Sandbox string `json:"sandbox,omitempty"`
+	// Parts are the parts of a shell command judged, each with its own
+	// decision, for showing the whole command to whoever approves it.
+	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
 }
 
 // Decide returns what c gets. Deny wins over ask over allow, over every
@@ -155,8 +158,12 @@ func (p *Policy) Decide(c Call) Decision {
 	ts := targetsOf(c)
 	var out *Decision
 	var sandboxes []string
+	var parts []mcpwire.JudgedPart
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
+		if t.kind == kindCommand {
+			parts = append(parts, mcpwire.JudgedPart{Text: t.text, Action: string(d.Action), Rule: d.Rule, Reason: d.Reason})
+		}
 		if !ok {
 			continue
 		}
@@ -172,6 +179,7 @@ func (p *Policy) Decide(c Call) Decision {
 		d, _ := p.judge(rules, cmdRules, target{})
 		out = &d
 	}
+	out.Parts = parts
 	return oneSandbox(*out, sandboxes)
 }
 

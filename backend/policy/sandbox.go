@@ -36,6 +36,7 @@ func oneSandbox(d Decision, parts []string) Decision {
 		Rule:   RuleSandbox,
 		Reason: fmt.Sprintf("its parts' rules run them in different sandboxes (%s): run them as separate calls, or approve it to run in sandbox.approved", strings.Join(names, ", ")),
 		Target: d.Target,
+		Parts:  d.Parts,
 	}
 }
 

@@ -473,10 +473,17 @@ func dangerousVar(n string) bool {
 	switch n {
 	case "PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "GLOBIGNORE", "CDPATH",
 		"PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
-		"PAGER", "EDITOR", "VISUAL", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "MANPAGER", "BROWSER", "TERMINFO", "HOSTALIASES":
+		"PAGER", "EDITOR", "VISUAL", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "MANPAGER", "BROWSER", "TERMINFO", "HOSTALIASES",
+		// Configuration read from a file the variable names, which can run
+		// commands (apt's hooks, dpkg's and debconf's, pagers and editors,
+		// OpenSSL's engines, the JVM's agents).
+		"APT_CONFIG", "SYSTEMD_EDITOR", "SYSTEMD_PAGERSECURE", "SUDO_EDITOR", "SUDO_ASKPASS", "SSH_ASKPASS", "LESSKEY", "LESSKEYIN", "LESSKEY_SYSTEM",
+		"MANOPT", "OPENSSL_CONF", "OPENSSL_ENGINES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS",
+		"WGETRC", "CURL_HOME", "TERMINFO_DIRS", "BASH_LOADABLES_PATH":
 		return true
 	}
-	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "BASH_FUNC_") || strings.HasPrefix(n, "GIT_") || strings.HasPrefix(n, "GCONV")
+	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "BASH_FUNC_") || strings.HasPrefix(n, "GIT_") || strings.HasPrefix(n, "GCONV") ||
+		strings.HasPrefix(n, "DPKG_") || strings.HasPrefix(n, "DEBCONF_") || strings.HasPrefix(n, "APT_")
 }
 
 // wordArg removes quotes from a literal word; anything the shell would

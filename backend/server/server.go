@@ -220,6 +220,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.shareLimits(osGetenv("RUNTIME_DIRECTORY"))
 	s.refusals = newRefusalLog(log)
 	go s.refusals.run(s.down)
 	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
@@ -241,6 +242,9 @@ func (s *Server) Close() {
 	s.shutdown()
 	s.tools.Close()
 	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
+	}
 }
 
 // admit is the MCP middleware every tools/call passes through, whatever the
@@ -279,6 +283,18 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
 		}
+		// The one decode of the arguments: what the tool would refuse is
+		// refused before the policy judges it, and the policy, the
+		// approvals, the audit and the tool all read the same canonical
+		// bytes.
+		args, te := s.tools.Args(tool, call.Params.Arguments)
+		if te != nil {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
+		}
+		call = withArguments(call, args)
+		req = call
 		// The policy, after who may call what and before anything queues
 		// or runs: a refusal or an ask never takes a slot.
 		ctx, refused, approved := s.enforce(ctx, who, cw, call)
@@ -362,6 +378,16 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// withArguments is call with other arguments (a copy: the SDK's request
+// is left as it came).
+func withArguments(call *mcp.CallToolRequest, args json.RawMessage) *mcp.CallToolRequest {
+	nc := *call
+	np := *call.Params
+	np.Arguments = args
+	nc.Params = &np
+	return &nc
 }
 
 // mayRun enforces, where the tool actually runs and with the name the SDK

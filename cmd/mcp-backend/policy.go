@@ -12,6 +12,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/systemd"
 )
@@ -53,6 +54,13 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 			var obj map[string]any
 			if json.Unmarshal(args, &obj) != nil {
 				return &exitError{exitUsage, fmt.Errorf("check-policy: --args %q: want a JSON object such as {\"command\":\"ls\"}", c.String("args"))}
+			}
+			// The backend's one reading of the arguments: what it would
+			// refuse before the policy, check-policy refuses too, and the
+			// policy reads the canonical form, as in the backend.
+			args, te := tools.New(tools.Options{}).Args(c.String("tool"), args)
+			if te != nil {
+				return &exitError{exitUsage, fmt.Errorf("check-policy: --args: the backend refuses these before its policy: %s: %s", te.Code, te.Message)}
 			}
 			cfg, err := loadConfig(c.String("config"), "", false)
 			if err != nil {

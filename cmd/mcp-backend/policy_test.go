@@ -64,6 +64,9 @@ func TestPolicyCheck(t *testing.T) {
 		{"tar --to-command is opaque", []string{"--tool", "shell.exec", "--args", `{"command":"tar -xf a.tar --to-command=sh"}`}, 0, "ask by rule policy.opaque (tar --to-command=sh runs a program"},
 		{"busctl call is opaque", []string{"--tool", "shell.exec", "--args", `{"command":"busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager Reboot b false"}`}, 0, "ask by rule policy.opaque (busctl call asks another service to act"},
 		{"bad args", []string{"--tool", "shell.exec", "--args", `nope`}, 2, "--args"},
+		{"a key in another case", []string{"--tool", "shell.exec", "--args", `{"Command":"rm -rf /x","command":"ls /"}`}, 2, `"Command"`},
+		{"a key the tool does not take", []string{"--tool", "shell.exec", "--args", `{"command":"ls /","sudo":true}`}, 2, "unknown argument"},
+		{"every part with its rule", []string{"--tool", "shell.exec", "--args", `{"command":"ls / && make"}`, "--json"}, 0, `"text": "make"`},
 		{"bad principal", []string{"--tool", "shell.exec", "--principal", "root"}, 2, "--principal"},
 		{"no tool", nil, 2, "--tool TOOL is required"},
 	} {
