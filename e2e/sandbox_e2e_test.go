@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 func (s *site) sandboxConfig(profile string) {
 	s.T.Helper()
 	nspawntest.WriteJSON(s.T, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen,
-		"sandbox": map[string]any{"allow": profile, "approved": "root"}})
+		"sandbox": map[string]any{"allow": profile, "approved": "root"},
+		"policy": map[string]any{"default": "allow", "rules": []map[string]any{
+			{"id": "secrets", "action": "deny", "paths": []string{filepath.Join(s.Dir, "canary")}}}}})
 	s.restartBackend()
 }
 
@@ -159,6 +163,22 @@ func TestSandboxInSystemd(t *testing.T) {
 	if r := s.shell("journalctl --vacuum-time=1s"); shellExit(r) != 0 || strings.TrimSpace(s.inContainer(archived...)) == archivedBefore {
 		t.Errorf("journalctl --vacuum-time=1s under root: exit %d, %s; archived journals still %s: the negative control failed", shellExit(r), r.Stderr, archivedBefore)
 	}
+	// The canary of a deny rule under root: covered by its path, and not
+	// reached through the host's view in another root process's
+	// /proc/PID/root (the kernel wants the reader's capabilities to cover
+	// the target's, and root keeps no CAP_SYS_PTRACE).
+	canary := filepath.Join(s.Dir, "canary")
+	if err := os.WriteFile(canary, []byte("CANARY-e2e\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.shell("cat " + canary); strings.Contains(r.Stdout, "CANARY") {
+		t.Errorf("root read the canary of a deny rule: %q", r.Stdout)
+	}
+	via := s.shell("cat /proc/" + journald + "/root" + canary + " /proc/1/root" + canary)
+	if strings.Contains(via.Stdout, "CANARY") {
+		t.Errorf("root read the canary through /proc/PID/root: %q", via.Stdout)
+	}
+	t.Logf("root through another process's /proc/PID/root: %q", via.Stderr)
 	rootShell := s.shell(identity)
 	rootJob := s.jobRun(identity)
 	t.Logf("root shell.exec:\n%s", rootShell.Stdout)
