@@ -100,6 +100,10 @@ const (
 	FieldApprovalVia  = "MCP_APPROVAL_VIA"  // elicitation, approval
 	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, denied, expired, unavailable
 	FieldApprovalID   = "MCP_APPROVAL_ID"   // a pending approval's id
+	// FieldSandbox is on every call.start record: the sandbox profile the
+	// call's command runs in (inspect, root, a custom one), none when no
+	// sandbox, "" for a tool that runs no command.
+	FieldSandbox = "MCP_SANDBOX"
 
 	// Admission and outcome.
 	FieldQueuedMs    = "MCP_QUEUED_MS"

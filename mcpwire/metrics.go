@@ -138,6 +138,13 @@ type AuditMetrics struct {
 	Pending int64  `json:"pending"`
 }
 
+// SandboxMetrics is the "sandbox" object of GET /metrics: the shell
+// commands (shell.exec, job.start) that started since the process
+// started, per sandbox profile they ran in ("none": no sandbox).
+type SandboxMetrics struct {
+	Calls map[string]int64 `json:"calls"`
+}
+
 // PolicyMetrics is the "policy" object of GET /metrics: whether a policy
 // is configured, and its decisions since the process started, per action
 // (every call it looked at is counted once in allow, ask or deny), and

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/randid"
 )
@@ -59,6 +60,9 @@ type Spec struct {
 	Mode         string    `json:"mode"`
 	Unit         string    `json:"unit,omitempty"`
 	Created      time.Time `json:"created"`
+	// Sandbox is the profile its shell runs in, through the sandbox-exec
+	// helper (absent: none).
+	Sandbox *sandbox.Spec `json:"sandbox,omitempty"`
 }
 
 // Exit is how a job ended.

@@ -104,6 +104,10 @@ type Rule struct {
 	PIDs []string `json:"pids"`
 	// Examples are calls the rule must and must not decide (examples.go).
 	Examples Examples `json:"examples"`
+	// Sandbox names the profile (the backend's "sandbox") the commands
+	// this rule allows, or approves after an ask, run in; empty: the
+	// action's default (sandbox.allow, sandbox.approved).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Principal matches callers: kind (operator, oauth, asserted, anonymous;
@@ -200,6 +204,7 @@ func (c Config) Validate() []error {
 			}
 		}
 		errs = append(errs, r.validateMatchers(k)...)
+		errs = append(errs, r.validateSandbox(k)...)
 	}
 	return append(errs, c.checkExamples(len(errs) == 0)...)
 }

@@ -133,6 +133,9 @@ type Decision struct {
 	// Target is what decided within the call: the command part, the path,
 	// the unit ("" when the tool as a whole).
 	Target string `json:"target,omitempty"`
+	// Sandbox is the profile the deciding rule names ("" when none: the
+	// action's default applies, see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
 	// Parts are the parts of a shell command judged, each with its own
 	// decision, for showing the whole command to whoever approves it.
 	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
@@ -154,6 +157,7 @@ func (p *Policy) Decide(c Call) Decision {
 	}
 	ts := targetsOf(c)
 	var out *Decision
+	var sandboxes []string
 	var parts []mcpwire.JudgedPart
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
@@ -163,6 +167,7 @@ func (p *Policy) Decide(c Call) Decision {
 		if !ok {
 			continue
 		}
+		sandboxes = append(sandboxes, d.Sandbox)
 		if out == nil || d.Action.rank() > out.Action.rank() {
 			out = &d
 		}
@@ -175,7 +180,7 @@ func (p *Policy) Decide(c Call) Decision {
 		out = &d
 	}
 	out.Parts = parts
-	return *out
+	return oneSandbox(*out, sandboxes)
 }
 
 // target is one thing a call acts on.
@@ -287,7 +292,7 @@ func (p *Policy) judge(rules []*rule, cmdRules bool, t target) (Decision, bool) 
 		}
 	}
 	dec := func(r *rule) Decision {
-		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text}
+		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
 	}
 	if t.kind == kindCommand && t.part.opaque != "" && cmdRules {
 		if best != nil && best.Action.rank() > p.cfg.Opaque.rank() {

@@ -20,6 +20,7 @@ import (
 // /metrics appears in the Prometheus text. A field added to one of these
 // sections and not written there fails TestPrometheusCarriesEveryField.
 var promHandNames = map[string]string{
+	"sandbox.calls.none":           `mcp_sandbox_calls_total{profile="none"}`,
 	"limits.maxActive":             `mcp_admission_limit{limit="maxActive"}`,
 	"limits.reservedControl":       `mcp_admission_limit{limit="reservedControl"}`,
 	"limits.maxNonControl":         `mcp_admission_limit{limit="maxNonControl"}`,
