@@ -51,7 +51,7 @@ func TestJobsAcrossAHandoff(t *testing.T) {
 	proctest.Eventually(t, "the standby serves its own listener", func() bool { alive(next, nextErr); return ready("http://" + standby) })
 	proctest.Eventually(t, "old serves on the shared socket", func() bool { alive(old, oldErr); return ready(base) })
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	call := func(t testing.TB, tool string, args map[string]any, out any) mcpclient.Result {
+	callAt := func(t testing.TB, base, tool string, args map[string]any, out any) mcpclient.Result {
 		t.Helper()
 		r := callIn(hc, base, "conversation-1", tool, args)
 		if r.OK() && out != nil {
@@ -60,6 +60,10 @@ func TestJobsAcrossAHandoff(t *testing.T) {
 			}
 		}
 		return r
+	}
+	call := func(t testing.TB, tool string, args map[string]any, out any) mcpclient.Result {
+		t.Helper()
+		return callAt(t, base, tool, args, out)
 	}
 	must := func(t testing.TB, tool string, args map[string]any, out any) {
 		t.Helper()
@@ -123,6 +127,51 @@ func TestJobsAcrossAHandoff(t *testing.T) {
 		name string
 		run  func(t *testing.T)
 	}{
+		{"one key started on both processes at once starts one job", func(t *testing.T) {
+			// The standby serves the tools on its own listener: half the
+			// starts reach it, half the old process.
+			const n = 8
+			res := make(chan mcpwire.JobStartResult, n)
+			fails := make(chan string, n)
+			for i := range n {
+				at := base
+				if i%2 == 1 {
+					at = "http://" + standby
+				}
+				go func() {
+					var st mcpwire.JobStartResult
+					r := callIn(hc, at, "conversation-1", mcpwire.ToolJobStart, map[string]any{"command": "sleep 120", "idempotencyKey": "both"})
+					if !r.OK() {
+						fails <- fmt.Sprintf("%s %s %s", r.Kind, r.Code, r.Detail)
+						return
+					}
+					if err := json.Unmarshal(r.Structured, &st); err != nil {
+						fails <- err.Error()
+						return
+					}
+					res <- st
+				}()
+			}
+			ids := map[string]int{}
+			fresh := 0
+			for range n {
+				select {
+				case f := <-fails:
+					t.Fatalf("job.start: %s", f)
+				case st := <-res:
+					ids[st.Job.ID]++
+					if !st.Reused {
+						fresh++
+					}
+				}
+			}
+			if len(ids) != 1 || fresh != 1 {
+				t.Fatalf("%d starts with one key on two processes: jobs %v, %d not reused; want one job, started once", n, ids, fresh)
+			}
+			for id := range ids {
+				cancelled(t, id)
+			}
+		}},
 		{"jobs start on the old process", func(t *testing.T) {
 			short = start(t, "sleep 2; echo finished", "short")
 			long = start(t, "sleep 120", "long")
