@@ -105,7 +105,9 @@ func crashLoopLine(cl *status.CrashLoopView, alarm func(...string) string) strin
 }
 
 // fmtSeconds is d in whole seconds ("75 s").
-func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second)) }
+func fmtSeconds(d time.Duration) string {
+	return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second))
+}
 
 // renderStatus writes the status screen; lines fit width columns (0: as
 // wide as they need), the time a unit is active since on its own line.
