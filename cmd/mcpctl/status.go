@@ -80,7 +80,7 @@ func crashLoopLine(cl *status.CrashLoopView, alarm func(...string) string) strin
 		if !cl.Recovered.IsZero() {
 			line += " at " + cl.Recovered.Local().Format("2006-01-02 15:04:05")
 		}
-		return fmt.Sprintf("%s after %d attempt(s) of the watchdog (mcpctl recover)", line, cl.Attempts)
+		return fmt.Sprintf("%s after %d attempt(s) of the watchdog", line, cl.Attempts)
 	}
 	var failed []string
 	for _, f := range cl.Failed {
@@ -170,6 +170,9 @@ func renderStatus(w io.Writer, st styles, r *status.Report, width int) {
 	if r.SystemdErr != "" {
 		fmt.Fprintln(w, wrap(fmt.Sprintf("%s systemd not reachable (%s): unit states, restarts and the rollback timer need it; the HTTP checks below ran without it",
 			st.bad.Render("degraded:"), r.SystemdErr)))
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, wrap(st.bad.Render("warning:")+" "+warn))
 	}
 	service("production", r.Production)
 	if cl := r.CrashLoop; cl != nil {

@@ -86,9 +86,12 @@ type InstallReport struct {
 	Tunnels       []*verify.Report `json:"tunnels,omitempty"`
 	// Undo lists what a failed install took back, newest first; UndoOK is
 	// true when every step of it succeeded (the host is as it was).
-	Undo       []Step  `json:"undo,omitempty"`
-	UndoOK     bool    `json:"undoOK,omitempty"`
-	DurationMs float64 `json:"durationMs"`
+	Undo   []Step `json:"undo,omitempty"`
+	UndoOK bool   `json:"undoOK,omitempty"`
+	// Warnings are guardrails this host does not enforce (a host without
+	// a cgroup v2 memory controller).
+	Warnings   []string `json:"warnings,omitempty"`
+	DurationMs float64  `json:"durationMs"`
 }
 
 func (r *InstallReport) step(name string, f func() error) error {

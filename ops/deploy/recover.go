@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/millis"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
@@ -80,9 +81,10 @@ func (o *Outage) ID() string {
 
 // Down decides from production's units (the socket, then the slots and the
 // legacy unit; nil entries are units systemd does not know) whether
-// production is down for good, nil when not: a slot that runs, or that
+// production is down for good, nil when not: a slot that serves, or that
 // systemd is restarting itself (activating), is no outage, and neither is
-// a socket stopped on purpose (inactive) with nothing failed.
+// a socket stopped on purpose (inactive) with nothing failed. A slot that
+// runs in standby or parked serves nothing.
 func Down(socket *unitstate.State, prod []*unitstate.State) *Outage {
 	o := &Outage{}
 	if socket != nil {
@@ -97,7 +99,13 @@ func Down(socket *unitstate.State, prod []*unitstate.State) *Outage {
 		case "failed":
 			o.Failed = append(o.Failed, FailedUnit{Unit: u.Name, Result: u.Result, NRestarts: u.NRestarts, InvocationID: u.InvocationID})
 		case "active", "activating", "reloading", "deactivating":
-			running = true
+			// A slot in standby or parked by an interrupted cutover runs
+			// but serves nothing: beside a failed one it is no server.
+			switch u.StatusText {
+			case mcpwire.SlotStandby, mcpwire.SlotParked, mcpwire.SlotHandingOff:
+			default:
+				running = true
+			}
 		}
 	}
 	socketFailed := socket != nil && socket.ActiveState == "failed"

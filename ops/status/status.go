@@ -130,6 +130,8 @@ type Report struct {
 	// (the start limit failed a slot and the socket) and the watchdog's
 	// attempts to start it again; nil when there was none lately.
 	CrashLoop *CrashLoopView `json:"crashLoop,omitempty"`
+	// Warnings are guardrails this host does not enforce (MemoryWarning).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // CrashLoopView is a crash loop as status shows it: "crash loop: N starts
@@ -234,6 +236,9 @@ func Gather(ctx context.Context, cfg *ctlconfig.Config, sd UnitReader, v *verify
 		rec = w.Recovery
 	}
 	rep.CrashLoop = PlanCrashLoop(outage, rec, now)
+	if w := MemoryWarning(CgroupControllers); w != "" {
+		rep.Warnings = append(rep.Warnings, w)
+	}
 	events, err := state.Dir(cfg.StateDir).Tail(200)
 	if err != nil {
 		rep.EventsErr = err.Error()

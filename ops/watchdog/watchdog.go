@@ -94,13 +94,15 @@ func DecideRecovery(w *state.Watchdog, now time.Time, o *deploy.Outage, backendO
 	return !now.Before(r.NextTry)
 }
 
-// Attempted records an attempt made at now and when the next may run.
+// Attempted records an attempt made at now and when the next may run; a
+// successful one recovered production then.
 func Attempted(r *state.Recovery, now time.Time, err error) {
 	r.Attempts++
 	r.LastAttempt = now.UTC()
 	r.NextTry = r.LastAttempt.Add(RecoverDelay(r.Attempts))
-	r.LastOutcome, r.LastError = state.OutcomeOK, ""
+	r.LastOutcome, r.LastError, r.Recovered = state.OutcomeOK, "", r.LastAttempt
 	if err != nil {
+		r.Recovered = time.Time{}
 		r.LastOutcome, r.LastError = state.OutcomeFailed, err.Error()
 	}
 }
