@@ -269,6 +269,10 @@ func RecoverHeld(ctx context.Context, env *Env, opts RecoverOptions) (*RecoverRe
 		return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("recover: %s", plan.Refusal)}
 	}
 	if plan.Rollback != nil {
+		if err := env.reopenSocket(ctx, o); err != nil {
+			audit(state.OutcomeFailed, plan.Reason+": "+err.Error(), "")
+			return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("recover: %w", err)}
+		}
 		rb, err := restore(ctx, env, *plan.Rollback, false)
 		rep.Rollback = rb
 		rep.Duration = millis.Duration(env.now().Sub(start))
@@ -301,16 +305,8 @@ func RecoverHeld(ctx context.Context, env *Env, opts RecoverOptions) (*RecoverRe
 // version: the socket first (connections wait in its backlog from then on),
 // then a slot, ready and reporting version.
 func (e *Env) restart(ctx context.Context, o *Outage, version string) (*Takeover, error) {
-	sd := e.Systemd
-	for _, f := range o.Failed {
-		if err := sd.ResetFailed(ctx, f.Unit); err != nil {
-			return nil, fmt.Errorf("reset-failed %s: %w", f.Unit, err)
-		}
-	}
-	if sock := e.socketFact(ctx, e.socketUnit()); sock.Loaded() && !sock.Active() {
-		if err := sd.Start(ctx, e.socketUnit()); err != nil {
-			return nil, err
-		}
+	if err := e.reopenSocket(ctx, o); err != nil {
+		return nil, err
 	}
 	facts, err := e.slotFacts(ctx)
 	if err != nil {
@@ -327,4 +323,40 @@ func (e *Env) restart(ctx context.Context, o *Outage, version string) (*Takeover
 		e.log().Warn("slot links", "err", err)
 	}
 	return tk, nil
+}
+
+// reopenSocket resets o's failed units and starts the socket again if it
+// is not listening. A failed socket closed its descriptors; a slot still
+// running beside the failed one (parked or in standby: it serves nothing)
+// holds its own copy of the old listener, so the port stays bound and
+// the socket could not bind it again: such a slot is stopped first.
+// Production is down already, so nothing accepting is lost.
+func (e *Env) reopenSocket(ctx context.Context, o *Outage) error {
+	sd := e.Systemd
+	if o.SocketState == "failed" {
+		facts, err := e.slotFacts(ctx)
+		if err != nil {
+			return err
+		}
+		for _, f := range facts {
+			if f.Running() {
+				e.log().Info("stopping a slot that holds the failed socket's port", "unit", f.Unit, "status", f.StatusText)
+				if err := sd.Stop(ctx, f.Unit); err != nil {
+					return fmt.Errorf("stop %s (it holds the failed socket's port): %w", f.Unit, err)
+				}
+				_ = sd.ResetFailed(ctx, f.Unit)
+			}
+		}
+	}
+	for _, f := range o.Failed {
+		if err := sd.ResetFailed(ctx, f.Unit); err != nil {
+			return fmt.Errorf("reset-failed %s: %w", f.Unit, err)
+		}
+	}
+	if sock := e.socketFact(ctx, e.socketUnit()); sock.Loaded() && !sock.Active() {
+		if err := sd.Start(ctx, e.socketUnit()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -21,7 +23,18 @@ import (
 // repeated OOM kills do. It returns the slot and the kills it took.
 func (s *site) crashLoop(ctx context.Context) (string, int) {
 	s.T.Helper()
-	unit, pid, _ := s.Prod()
+	unit, _, _ := s.Prod()
+	return unit, s.crashLoopUnit(ctx, unit)
+}
+
+// crashLoopUnit is crashLoop of unit; it returns the kills it took.
+func (s *site) crashLoopUnit(ctx context.Context, unit string) int {
+	s.T.Helper()
+	st0, err := s.M.Client.Unit(ctx, unit)
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	pid := st0.MainPID
 	for kills := 1; kills <= 12; kills++ {
 		if err := s.M.Client.Kill(ctx, unit, syscall.SIGKILL); err != nil {
 			s.T.Fatalf("kill %d of %s: %v", kills, unit, err)
@@ -33,7 +46,7 @@ func (s *site) crashLoop(ctx context.Context) (string, int) {
 				s.T.Fatal(err)
 			}
 			if st.ActiveState == "failed" {
-				return unit, kills
+				return kills
 			}
 			if st.ActiveState == "active" && st.MainPID != 0 && st.MainPID != pid {
 				pid = st.MainPID
@@ -45,7 +58,7 @@ func (s *site) crashLoop(ctx context.Context) (string, int) {
 		}
 	}
 	s.T.Fatalf("%s never hit its start limit", unit)
-	return "", 0
+	return 0
 }
 
 // answersThroughTunnels reports whether the backend answers /readyz
@@ -192,4 +205,83 @@ func TestCrashLoopRecovery(t *testing.T) {
 			t.Fatalf("no recover record by the watchdog in the audit: %+v", events)
 		}
 	})
+}
+
+// TestCrashLoopAfterAnUnconfirmedCutoverRollsBack: mcpctl is killed after
+// the cutover to v2 verified it (v1 parked beside it, the marker pending,
+// the timer armed far off), then v2 crash-loops until systemd gives up.
+// The watchdog's round treats it as a failed verification: v1 serves
+// again, the marker is cleared, the timer disarmed, the socket listens,
+// the recovery audited. The crash loop failed the socket too, which closed
+// its descriptors: the parked v1 held its own copy of the old listener, so
+// it cannot simply accept again; it is stopped and v1 started on the
+// reopened socket.
+func TestCrashLoopAfterAnUnconfirmedCutoverRollsBack(t *testing.T) {
+	s := newSite(t, 10*time.Minute)
+	s.Pass(s.Builds["v2"])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	old, pid0, _ := s.Prod()
+	paused := filepath.Join(s.Dir, "paused")
+	cmd := s.Command(ctx, "cutover", "--build", s.Builds["v2"], "--arm-rollback")
+	cmd.Env = append(cmd.Env, deploy.PauseEnv+"="+deploy.PauseParked+"="+paused)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(paused); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("mcpctl never paused at %s:\n%s", deploy.PauseParked, out.String())
+		}
+	}
+	killHolder(ctx, t, s, cmd, &out)
+	if p, _ := state.Dir(s.Cfg.StateDir).ReadPending(); p == nil {
+		t.Fatalf("no pending marker after the killed cutover:\n%s", out.String())
+	}
+	newSlot := standbySlot(s, old)
+	kills := s.crashLoopUnit(ctx, newSlot)
+	sock, err := s.M.Client.Unit(ctx, units.Socket(s.Cfg.Backend.Unit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures: %s (v2) failed after %d kills; the socket is %s (%s)", newSlot, kills, sock.ActiveState, sock.Result)
+	code, rout := s.Run("--json", "watchdog")
+	if code != 0 {
+		t.Fatalf("watchdog round: exit %d\n%s", code, rout)
+	}
+	if p, _ := state.Dir(s.Cfg.StateDir).ReadPending(); p != nil {
+		t.Fatalf("marker still pending after the watchdog's rollback: %+v\n%s", p, rout)
+	}
+	s.assertNoRollbackArmed()
+	unit, pid, _ := s.Prod() // exactly one production unit runs
+	if s.Version() != "v1" || s.Current() != "v1" {
+		t.Fatalf("production %s pid %d on %s (current %s), want v1:\n%s", unit, pid, s.Version(), s.Current(), rout)
+	}
+	if pid == pid0 {
+		t.Logf("the parked v1 (pid %d) accepts again", pid0)
+	}
+	if !s.answersThroughTunnels() {
+		t.Fatal("production does not answer through both tunnels after the rollback")
+	}
+	events, err := state.Dir(s.Cfg.StateDir).Tail(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rolled, recovered bool
+	for _, e := range events {
+		rolled = rolled || (e.Action == state.ActionRolledBack && e.Outcome == state.OutcomeOK && e.ToVersion == "v1")
+		recovered = recovered || (e.Action == state.ActionRecover && e.Outcome == state.OutcomeOK && e.Details["by"] == "watchdog")
+	}
+	if !rolled || !recovered {
+		t.Fatalf("audit: rolled back %v, recovered by the watchdog %v; want both: %+v", rolled, recovered, events)
+	}
+	if code, out := s.Run("verify"); code != 0 {
+		t.Fatalf("verify after the rollback: exit %d\n%s", code, out)
+	}
 }
