@@ -269,7 +269,11 @@ func RecoverHeld(ctx context.Context, env *Env, opts RecoverOptions) (*RecoverRe
 		return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("recover: %s", plan.Refusal)}
 	}
 	if plan.Rollback != nil {
-		if err := env.reopenSocket(ctx, o); err != nil {
+		// The socket is not started here: a connection would start the
+		// boot slot on its link, which names the unconfirmed release; the
+		// restore points the links back first and starts the slot, which
+		// starts the socket with it.
+		if err := env.reopenSocket(ctx, o, false); err != nil {
 			audit(state.OutcomeFailed, plan.Reason+": "+err.Error(), "")
 			return rep, &Error{Code: CodeRollbackFailed, Err: fmt.Errorf("recover: %w", err)}
 		}
@@ -305,7 +309,7 @@ func RecoverHeld(ctx context.Context, env *Env, opts RecoverOptions) (*RecoverRe
 // version: the socket first (connections wait in its backlog from then on),
 // then a slot, ready and reporting version.
 func (e *Env) restart(ctx context.Context, o *Outage, version string) (*Takeover, error) {
-	if err := e.reopenSocket(ctx, o); err != nil {
+	if err := e.reopenSocket(ctx, o, true); err != nil {
 		return nil, err
 	}
 	facts, err := e.slotFacts(ctx)
@@ -325,13 +329,13 @@ func (e *Env) restart(ctx context.Context, o *Outage, version string) (*Takeover
 	return tk, nil
 }
 
-// reopenSocket resets o's failed units and starts the socket again if it
-// is not listening. A failed socket closed its descriptors; a slot still
+// reopenSocket resets o's failed units and, when start is set, starts the
+// socket again if it is not listening. A failed socket closed its descriptors; a slot still
 // running beside the failed one (parked or in standby: it serves nothing)
 // holds its own copy of the old listener, so the port stays bound and
 // the socket could not bind it again: such a slot is stopped first.
 // Production is down already, so nothing accepting is lost.
-func (e *Env) reopenSocket(ctx context.Context, o *Outage) error {
+func (e *Env) reopenSocket(ctx context.Context, o *Outage, start bool) error {
 	sd := e.Systemd
 	if o.SocketState == "failed" {
 		facts, err := e.slotFacts(ctx)
@@ -352,6 +356,9 @@ func (e *Env) reopenSocket(ctx context.Context, o *Outage) error {
 		if err := sd.ResetFailed(ctx, f.Unit); err != nil {
 			return fmt.Errorf("reset-failed %s: %w", f.Unit, err)
 		}
+	}
+	if !start {
+		return nil
 	}
 	if sock := e.socketFact(ctx, e.socketUnit()); sock.Loaded() && !sock.Active() {
 		if err := sd.Start(ctx, e.socketUnit()); err != nil {
