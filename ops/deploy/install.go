@@ -50,7 +50,12 @@ func PlanInstall(f InstallFacts) InstallPlan {
 		p.Refusals = append(p.Refusals, "reading the current link: "+f.CurrentErr.Error())
 	}
 	if f.Current != "" {
-		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: current points to %q (use mcpctl cutover)", f.Current))
+		next := "use mcpctl cutover"
+		if f.Backend != nil && f.Backend.ActiveState == "failed" {
+			// A crash loop left it failed: install is not what brings it back.
+			next = "it is failed: use mcpctl recover, then mcpctl cutover"
+		}
+		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: current points to %q (%s)", f.Current, next))
 	}
 	if active(f.Backend) {
 		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: %s is %s (use mcpctl cutover)", f.BackendUnit, f.Backend.ActiveState))

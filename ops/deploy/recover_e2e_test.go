@@ -89,19 +89,66 @@ type crashLoopStatus struct {
 }
 
 // TestCrashLoopRecovery: SIGKILLs of the serving slot until systemd gives
-// up (the slot and mcp-backend.socket fail, the port closes). Commands
-// that would do nothing say production is down and exit 1; `mcpctl
-// status` shows the crash loop; `mcpctl recover` brings it back. Then,
-// with the watchdog timer running as installed and nobody acting,
-// production answers through both tunnels again within a bound.
+// up (the slot and mcp-backend.socket fail, the port closes). With the
+// watchdog timer running as installed and nobody acting, production
+// answers through both tunnels again within a bound. Then, with the timer
+// stopped: commands that would do nothing say production is down and exit
+// 1; `mcpctl status` shows the crash loop; `mcpctl recover` brings it back.
 func TestCrashLoopRecovery(t *testing.T) {
 	s := newSite(t, 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	socket := units.Socket(s.Cfg.Backend.Unit)
 
+	t.Run("nobody acts: the watchdog as installed brings production back", func(t *testing.T) {
+		s.T = t
+		if err := s.M.Client.Start(ctx, units.WatchdogTimer); err != nil {
+			t.Fatal(err)
+		}
+		unit, kills := s.crashLoop(ctx)
+		failedAt := time.Now()
+		for ; !s.answersThroughTunnels(); time.Sleep(250 * time.Millisecond) {
+			// The timer fires every 30 s (its first run up to a minute after
+			// boot): a bound with room for a slow machine.
+			if time.Since(failedAt) > 4*time.Minute {
+				j, _ := s.M.Exec(context.Background(), "journalctl", "-u", units.WatchdogService, "--no-pager", "-n", "60")
+				t.Fatalf("production not back through both tunnels %s after %s failed:\n%s", time.Since(failedAt).Round(time.Second), unit, j)
+			}
+		}
+		t.Logf("figures: after %d kills %s failed; production answered through both tunnels again %s later, nobody acting",
+			kills, unit, time.Since(failedAt).Round(100*time.Millisecond))
+		code, out := s.Run("--json", "status")
+		var view crashLoopStatus
+		if err := json.Unmarshal([]byte(out), &view); code != 0 || err != nil || view.CrashLoop == nil || view.CrashLoop.Down || view.CrashLoop.Attempts < 1 {
+			t.Fatalf("status --json: exit %d, %v, want the crash loop recovered after an attempt:\n%s", code, err, out)
+		}
+		code, out = s.Run("--no-color", "status")
+		if code != 0 || !strings.Contains(out, "crash loop: ") || !strings.Contains(out, "recovered") {
+			t.Fatalf("status: exit %d, want the recovered crash loop shown:\n%s", code, out)
+		}
+		t.Logf("status:\n%s", out)
+		events, err := state.Dir(s.Cfg.StateDir).Tail(50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var audited bool
+		for _, e := range events {
+			audited = audited || (e.Action == state.ActionRecover && e.Outcome == state.OutcomeOK && e.Details["by"] == "watchdog")
+		}
+		if !audited {
+			t.Fatalf("no recover record by the watchdog in the audit: %+v", events)
+		}
+	})
+
 	t.Run("down: no-op commands fail, status shows it, recover restores", func(t *testing.T) {
 		s.T = t
+		// The round that runs now finishes, and no other starts.
+		if err := s.M.Client.Stop(ctx, units.WatchdogTimer); err != nil {
+			t.Fatal(err)
+		}
+		for a, _ := s.Unit(units.WatchdogService); a == "activating"; a, _ = s.Unit(units.WatchdogService) {
+			time.Sleep(100 * time.Millisecond)
+		}
 		unit, kills := s.crashLoop(ctx)
 		st, err := s.M.Client.Unit(ctx, unit)
 		if err != nil {
@@ -163,46 +210,6 @@ func TestCrashLoopRecovery(t *testing.T) {
 		}
 		if code, out := s.Run("rollback", "--last"); code != 0 || !strings.Contains(out, "no-op") {
 			t.Fatalf("rollback --last with production up and nothing to restore: exit %d, want 0 no-op:\n%s", code, out)
-		}
-	})
-
-	t.Run("nobody acts: the watchdog as installed brings production back", func(t *testing.T) {
-		s.T = t
-		if err := s.M.Client.Start(ctx, units.WatchdogTimer); err != nil {
-			t.Fatal(err)
-		}
-		unit, kills := s.crashLoop(ctx)
-		failedAt := time.Now()
-		for ; !s.answersThroughTunnels(); time.Sleep(250 * time.Millisecond) {
-			// The timer fires every 30 s (its first run up to a minute after
-			// boot): a bound with room for a slow machine.
-			if time.Since(failedAt) > 4*time.Minute {
-				j, _ := s.M.Exec(context.Background(), "journalctl", "-u", units.WatchdogService, "--no-pager", "-n", "60")
-				t.Fatalf("production not back through both tunnels %s after %s failed:\n%s", time.Since(failedAt).Round(time.Second), unit, j)
-			}
-		}
-		t.Logf("figures: after %d kills %s failed; production answered through both tunnels again %s later, nobody acting",
-			kills, unit, time.Since(failedAt).Round(100*time.Millisecond))
-		code, out := s.Run("--json", "status")
-		var view crashLoopStatus
-		if err := json.Unmarshal([]byte(out), &view); code != 0 || err != nil || view.CrashLoop == nil || view.CrashLoop.Down || view.CrashLoop.Attempts < 1 {
-			t.Fatalf("status --json: exit %d, %v, want the crash loop recovered after an attempt:\n%s", code, err, out)
-		}
-		code, out = s.Run("--no-color", "status")
-		if code != 0 || !strings.Contains(out, "crash loop: ") || !strings.Contains(out, "recovered") {
-			t.Fatalf("status: exit %d, want the recovered crash loop shown:\n%s", code, out)
-		}
-		t.Logf("status:\n%s", out)
-		events, err := state.Dir(s.Cfg.StateDir).Tail(50)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var audited bool
-		for _, e := range events {
-			audited = audited || (e.Action == state.ActionRecover && e.Outcome == state.OutcomeOK && e.Details["by"] == "watchdog")
-		}
-		if !audited {
-			t.Fatalf("no recover record by the watchdog in the audit: %+v", events)
 		}
 	})
 }

@@ -12,8 +12,9 @@ import (
 func TestPlanCrashLoop(t *testing.T) {
 	now := time.Date(2026, 12, 6, 3, 40, 0, 0, time.UTC)
 	o := &deploy.Outage{Failed: []deploy.FailedUnit{{Unit: "mcp-backend@blue.service", Result: "signal", NRestarts: 5}, {Unit: "mcp-backend.socket", Result: "service-start-limit-hit"}}}
-	rec := &state.Recovery{Since: now.Add(-3 * time.Minute), Starts: 12, FirstFailure: now.Add(-3 * time.Minute), LastFailure: now.Add(-time.Minute),
+	rec := &state.Recovery{Since: now.Add(-3 * time.Minute), Starts: 12, Failure: o.ID(), FirstFailure: now.Add(-3 * time.Minute), LastFailure: now.Add(-time.Minute),
 		Attempts: 2, LastAttempt: now.Add(-time.Minute), LastOutcome: state.OutcomeFailed, NextTry: now.Add(30 * time.Second)}
+	o2 := &deploy.Outage{Failed: []deploy.FailedUnit{{Unit: "mcp-backend@blue.service", Result: "signal", NRestarts: 5, InvocationID: "later"}}}
 	recovered := *rec
 	recovered.Recovered, recovered.LastOutcome = now.Add(-time.Minute), state.OutcomeOK
 	tests := []struct {
@@ -28,6 +29,7 @@ func TestPlanCrashLoop(t *testing.T) {
 		{"down, the watchdog has not run", o, nil, false, true, 6, 60 * time.Second, 0},
 		{"down, backing off", o, rec, false, true, 12, 60*time.Second + 2*time.Minute, 30 * time.Second},
 		{"recovered", nil, &recovered, false, false, 12, 60*time.Second + 2*time.Minute, 0},
+		{"down again, the watchdog has not seen it", o2, &recovered, false, true, 18, 60*time.Second + 2*time.Minute, 30 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
