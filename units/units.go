@@ -318,6 +318,7 @@ func Render(p Params) ([]Unit, error) {
 	type slotData struct {
 		Header, After, Socket, Slice, StandbyDir, Exec, WatchdogSec string
 		StartLimitIntervalSec, StartLimitBurst                      int
+		Watchdog                                                    string
 		G                                                           Guardrails
 		GoMemLimit, LogRateLimitIntervalSec                         string
 		LogRateLimitBurst                                           int
@@ -326,7 +327,7 @@ func Render(p Params) ([]Unit, error) {
 	if err := add(SlotTemplate(cfg.Backend.Unit), "slot.service.tmpl", true, slotData{
 		Header: header, After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit), Slice: BackendSlice(cfg.Backend.Unit),
 		StandbyDir: DefaultStandbyDir, Exec: slotExec, WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
-		StartLimitIntervalSec: int(StartLimitInterval / time.Second), StartLimitBurst: StartLimitBurst,
+		StartLimitIntervalSec: int(StartLimitInterval / time.Second), StartLimitBurst: StartLimitBurst, Watchdog: WatchdogService,
 		LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
 		StateDirectory: StateDirectory(cfg.Backend.Unit), BootSlot: BootSlot,
 	}); err != nil {

@@ -29,7 +29,7 @@ func TestPlanCrashLoop(t *testing.T) {
 		{"down, the watchdog has not run", o, nil, false, true, 6, 60 * time.Second, 0},
 		{"down, backing off", o, rec, false, true, 12, 60*time.Second + 2*time.Minute, 30 * time.Second},
 		{"recovered", nil, &recovered, false, false, 12, 60*time.Second + 2*time.Minute, 0},
-		{"down again, the watchdog has not seen it", o2, &recovered, false, true, 18, 60*time.Second + 2*time.Minute, 30 * time.Second},
+		{"down again, the watchdog has not seen it", o2, &recovered, false, true, 18, 60*time.Second + 3*time.Minute, 30 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -180,11 +180,13 @@ func PlanCrashLoop(o *deploy.Outage, r *state.Recovery, now time.Time) *CrashLoo
 		if r.Starts > 0 {
 			v.Starts = r.Starts
 		}
-		if o != nil && o.ID() != r.Failure {
-			// A failure the watchdog has not seen yet counts too.
-			v.Starts = r.Starts + o.Starts()
-		}
 		v.Window = millis.Duration(units.StartLimitInterval + r.LastFailure.Sub(r.FirstFailure))
+		if o != nil && o.ID() != r.Failure {
+			// A failure the watchdog has not seen yet counts too, and
+			// happened by now.
+			v.Starts = r.Starts + o.Starts()
+			v.Window = millis.Duration(units.StartLimitInterval + now.Sub(r.FirstFailure))
+		}
 		if v.Down && r.NextTry.After(now) {
 			v.NextIn = millis.Duration(r.NextTry.Sub(now).Round(time.Second))
 		}
