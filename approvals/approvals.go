@@ -112,17 +112,23 @@ func (s *Store) Get(id string) (Record, error) {
 		return Record{}, fmt.Errorf("approvals: %s: %w", id, err)
 	}
 	r.Status = mcpwire.ApprovalPending
+	if b, err := os.ReadFile(s.path(id, ".job")); err == nil {
+		r.JobID = strings.TrimSpace(string(b))
+	}
+	expired := s.now().After(r.ExpiresAt)
 	if d, ok := s.decision(id); ok {
 		r.Status = mcpwire.ApprovalDenied
 		if d.Approve {
 			r.Status = mcpwire.ApprovalApproved
+			// The expiry is the expiry: an approval whose call did not
+			// come back in time runs nothing.
+			if expired && r.JobID == "" && !s.Claimed(id) {
+				r.Status = mcpwire.ApprovalExpired
+			}
 		}
 		r.DecidedBy, r.DecidedAt = d.By, &d.At
-	} else if s.now().After(r.ExpiresAt) {
+	} else if expired {
 		r.Status = mcpwire.ApprovalExpired
-	}
-	if b, err := os.ReadFile(s.path(id, ".job")); err == nil {
-		r.JobID = strings.TrimSpace(string(b))
 	}
 	return r, nil
 }
@@ -191,8 +197,19 @@ func (s *Store) Decide(id string, approve bool, by string) (Record, error) {
 }
 
 // Claim takes an approved approval to run it: true for exactly one caller
-// ever.
+// ever, and only before it expires (ErrExpired after).
 func (s *Store) Claim(id string) (bool, error) {
+	r, err := s.Get(id)
+	if err != nil {
+		return false, err
+	}
+	switch r.Status {
+	case mcpwire.ApprovalExpired:
+		return false, fmt.Errorf("%s: %w at %s", id, ErrExpired, r.ExpiresAt.Format(time.RFC3339))
+	case mcpwire.ApprovalApproved:
+	default:
+		return false, fmt.Errorf("approvals: %s is %s, not approved", id, r.Status)
+	}
 	f, err := os.OpenFile(s.path(id, ".claim"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil

@@ -162,7 +162,13 @@ func TestLogNeverBlocksAndSaysWhatItLost(t *testing.T) {
 	if l.Dropped() != n {
 		t.Fatalf("dropped %d, want all %d (buffer full or sink failing)", l.Dropped(), n)
 	}
-	l.Emit(audit.Record{Event: audit.EventCallStart})
+	if !l.Failing() {
+		t.Fatal("Failing() = false after the sink refused the last record")
+	}
+	l.EmitWritten(audit.Record{Event: audit.EventCallStart}, 30*time.Second)
+	if l.Failing() {
+		t.Fatal("Failing() = true after a record was written again")
+	}
 	if err := l.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -48,15 +48,85 @@ type Summary struct {
 	Unended       int64  `json:"unended"`
 }
 
-// Query is what to ask the journal for.
+// Query is what to ask the journal for. Since and Until are each a
+// duration back from now (1h), an RFC 3339 time, YYYY-MM-DD[ HH:MM[:SS]]
+// (local time) or @UNIX-SECONDS, and then select on the records' own
+// time (a call's MCP_CALL_TIME); any other journalctl time is passed to
+// journalctl, which selects on when the journal received the records.
 type Query struct {
-	Since, Principal, Conversation, Tool, Outcome, Directory string
-	Limit                                                    int
+	Since, Until, Principal, Conversation, Tool, Outcome, Directory string
+	Limit                                                           int
 }
 
-// ErrSinceNotPositive is JournalArgs' answer to a Since duration that is
-// zero or negative: a window reaching into the future is a mistake.
+// ErrSinceNotPositive is JournalArgs' answer to a Since or Until duration
+// that is zero or negative: a window reaching into the future is a mistake.
 var ErrSinceNotPositive = errors.New("want a positive duration such as 1h, or a journalctl time")
+
+// timeLayouts are the absolute times ParseTime reads, besides RFC 3339.
+var timeLayouts = []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"}
+
+// ParseTime reads a Since or Until value as a time: ok is false for a
+// value it does not know (a journalctl time such as "yesterday").
+func ParseTime(s string, now time.Time) (t time.Time, ok bool, err error) {
+	if d, derr := time.ParseDuration(s); derr == nil {
+		if d <= 0 {
+			return t, false, ErrSinceNotPositive
+		}
+		return now.Add(-d), true, nil
+	}
+	if sec, found := strings.CutPrefix(s, "@"); found {
+		if n, perr := strconv.ParseInt(sec, 10, 64); perr == nil {
+			return time.Unix(n, 0), true, nil
+		}
+	}
+	if t, perr := time.Parse(time.RFC3339Nano, s); perr == nil {
+		return t, true, nil
+	}
+	for _, l := range timeLayouts {
+		if t, perr := time.ParseInLocation(l, s, time.Local); perr == nil {
+			return t, true, nil
+		}
+	}
+	return t, false, nil
+}
+
+// Window is the part of a Query that selects on the records' own time:
+// zero bounds select nothing.
+type Window struct{ Since, Until time.Time }
+
+// Window reads Since and Until as times (see ParseTime).
+func (q Query) Window(now time.Time) (Window, error) {
+	var w Window
+	var err error
+	if q.Since != "" {
+		if w.Since, _, err = ParseTime(q.Since, now); err != nil {
+			return w, err
+		}
+	}
+	if q.Until != "" {
+		if w.Until, _, err = ParseTime(q.Until, now); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// Select keeps the records whose own time (RecordTime) is within w. A
+// call's records all carry its start, so a call is kept or left whole.
+func (w Window) Select(recs []map[string]string) []map[string]string {
+	if w.Since.IsZero() && w.Until.IsZero() {
+		return recs
+	}
+	var out []map[string]string
+	for _, r := range recs {
+		t := RecordTime(r)
+		if (!w.Since.IsZero() && t.Before(w.Since)) || (!w.Until.IsZero() && t.After(w.Until)) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
 
 // JournalArgs are journalctl's arguments for q: the records of calls and
 // refusals, with every filter the records carry as a journal match.
@@ -64,15 +134,29 @@ var ErrSinceNotPositive = errors.New("want a positive duration such as 1h, or a 
 // no outcome).
 func (q Query) JournalArgs(now time.Time) ([]string, error) {
 	args := []string{"-o", "json", "--no-pager", "-q"}
+	// A record reaches the journal at its own time or later: a lower
+	// bound on the journal's time is safe, an upper one would lose the
+	// records a stalled journald received late, so a known Until is
+	// applied after (Window.Select) and only an unknown one here.
 	if q.Since != "" {
 		since := q.Since
-		if d, err := time.ParseDuration(q.Since); err == nil {
-			if d <= 0 {
-				return nil, ErrSinceNotPositive
-			}
-			since = "@" + strconv.FormatInt(now.Add(-d).Unix(), 10)
+		t, ok, err := ParseTime(q.Since, now)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			since = "@" + strconv.FormatInt(t.Unix(), 10)
 		}
 		args = append(args, "--since", since)
+	}
+	if q.Until != "" {
+		_, ok, err := ParseTime(q.Until, now)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			args = append(args, "--until", q.Until)
+		}
 	}
 	if q.Directory != "" {
 		args = append(args, "--directory", q.Directory)
@@ -189,7 +273,7 @@ func JoinCalls(recs []map[string]string, outcome string) ([]Call, []Summary) {
 		c.PrincipalKind, c.Principal, c.Conversation = r[FieldPrincipalKind], r[FieldPrincipal], r[FieldConversation]
 		c.Host, c.Role, c.Tool = r[FieldHost], r[FieldRole], r[FieldTool]
 		if r[FieldMessageID] == MsgCallStart {
-			c.Time = JournalTime(r)
+			c.Time = RecordTime(r)
 			c.QueuedMs = num(r[FieldQueuedMs])
 			for _, k := range []string{FieldCommand, FieldPath, FieldUnit, FieldTargetPID} {
 				if v := r[k]; v != "" {
@@ -203,7 +287,7 @@ func JoinCalls(recs []map[string]string, outcome string) ([]Call, []Summary) {
 			continue
 		}
 		if c.Time.IsZero() {
-			c.Time = JournalTime(r)
+			c.Time = RecordTime(r)
 		}
 		c.Ended = true
 		c.Outcome, c.DurationMs = r[FieldOutcome], num(r[FieldDurationMs])
@@ -240,12 +324,26 @@ func JoinCalls(recs []map[string]string, outcome string) ([]Call, []Summary) {
 	return calls, out
 }
 
-// JournalTime is a record's time: the journal's __REALTIME_TIMESTAMP
-// (microseconds), or the file sink's TIME.
+// JournalTime is a record's time: its own TIME, or (a record of a build
+// that wrote none to the journal) the journal's __REALTIME_TIMESTAMP
+// (microseconds), when the journal received it.
 func JournalTime(r map[string]string) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, r[FieldTime]); err == nil {
+		return t.UTC()
+	}
 	if us, err := strconv.ParseInt(r["__REALTIME_TIMESTAMP"], 10, 64); err == nil {
 		return time.UnixMicro(us).UTC()
 	}
-	t, _ := time.Parse(time.RFC3339Nano, r[FieldTime])
-	return t.UTC()
+	return time.Time{}
+}
+
+// RecordTime is the time a record tells of: a call's start
+// (MCP_CALL_TIME), a refusal window's start, else JournalTime.
+func RecordTime(r map[string]string) time.Time {
+	for _, f := range []string{FieldCallTime, FieldWindowStart} {
+		if t, err := time.Parse(time.RFC3339Nano, r[f]); err == nil {
+			return t.UTC()
+		}
+	}
+	return JournalTime(r)
 }

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,13 @@ func TestJournalArgs(t *testing.T) {
 		err  string
 	}{
 		{"a duration is relative to now", audit.Query{Since: "1h"}, []string{"--since", "@1799996400"}, ""},
-		{"a journalctl time passes as it is", audit.Query{Since: "2026-12-03 10:00"}, []string{"--since", "2026-12-03 10:00"}, ""},
+		{"a journalctl time passes as it is", audit.Query{Since: "yesterday"}, []string{"--since", "yesterday"}, ""},
+		{"a local time is read here", audit.Query{Since: "2026-12-03 10:00"}, []string{"--since", localUnix(t, "2026-12-03 10:00")}, ""},
+		{"an RFC 3339 time", audit.Query{Since: "2026-12-03T10:00:00Z"}, []string{"--since", "@1796292000"}, ""},
+		{"a known until is applied after the read", audit.Query{Since: "2h", Until: "1h"}, []string{"--since", "@1799992800"}, ""},
+		{"an unknown until is journalctl's", audit.Query{Until: "today"}, []string{"--until", "today"}, ""},
 		{"negative duration", audit.Query{Since: "-5m"}, nil, "want a positive duration"},
+		{"negative until", audit.Query{Until: "-5m"}, nil, "want a positive duration"},
 		{"principal id", audit.Query{Principal: "operator"}, []string{"MCP_PRINCIPAL=operator"}, ""},
 		{"kind and id", audit.Query{Principal: "oauth:https://auth.example.com alice"}, []string{"MCP_PRINCIPAL_KIND=oauth", "MCP_PRINCIPAL=https://auth.example.com alice"}, ""},
 		{"kind only", audit.Query{Principal: "anonymous:"}, []string{"MCP_PRINCIPAL_KIND=anonymous"}, ""},
@@ -44,7 +50,66 @@ func TestJournalArgs(t *testing.T) {
 					t.Errorf("args %q lack %q", got, w)
 				}
 			}
+			if slices.Contains(got, "--until") != slices.Contains(c.want, "--until") {
+				t.Errorf("args %q: --until passed to journalctl only for a time read there", got)
+			}
 		})
+	}
+}
+
+func localUnix(t testing.TB, s string) string {
+	lt, err := time.ParseInLocation("2006-01-02 15:04", s, time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "@" + strconv.FormatInt(lt.Unix(), 10)
+}
+
+// TestWindowSelect: --since and --until select on the call's own time,
+// not on when the journal received its records: a call made during a
+// journald stall and delivered after it is in the window of the stall,
+// start and end alike, and one delivered in the window but made before
+// it is not.
+func TestWindowSelect(t *testing.T) {
+	at := func(s string) string { return "2026-12-03T10:00:" + s + "Z" }
+	recv := func(s string) string {
+		tm, _ := time.Parse(time.RFC3339, at(s))
+		return strconv.FormatInt(tm.UnixMicro(), 10)
+	}
+	rec := func(id, msg, call, received string) map[string]string {
+		return map[string]string{"MESSAGE_ID": msg, "MCP_CALL_ID": id, audit.FieldCallTime: at(call), "__REALTIME_TIMESTAMP": recv(received)}
+	}
+	recs := []map[string]string{
+		rec("before", audit.MsgCallStart, "05", "12"), // made before, delivered in the window
+		rec("before", audit.MsgCallEnd, "05", "12"),
+		rec("stalled", audit.MsgCallStart, "11", "40"), // made in it, delivered long after
+		rec("stalled", audit.MsgCallEnd, "11", "41"),
+		{"MESSAGE_ID": audit.MsgCallStart, "MCP_CALL_ID": "old-build", "__REALTIME_TIMESTAMP": recv("15")},
+		{"MESSAGE_ID": audit.MsgRefused, audit.FieldWindowStart: at("19"), audit.FieldCount: "3", "__REALTIME_TIMESTAMP": recv("45")},
+		rec("after", audit.MsgCallStart, "30", "30"),
+	}
+	q := audit.Query{Since: at("10"), Until: at("20")}
+	w, err := q.Window(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, sums := audit.JoinCalls(w.Select(recs), "")
+	var ids []string
+	for _, c := range calls {
+		ids = append(ids, c.CallID)
+		if c.CallID == "stalled" && (!c.Ended || !c.Time.Equal(time.Date(2026, 12, 3, 10, 0, 11, 0, time.UTC))) {
+			t.Errorf("the stalled call: %+v, want ended, at its own time", c)
+		}
+	}
+	if !slices.Equal(ids, []string{"stalled", "old-build"}) {
+		t.Errorf("calls %q, want the stalled one and the one without MCP_CALL_TIME received in the window", ids)
+	}
+	var refusals int64
+	for _, s := range sums {
+		refusals += s.Refusals
+	}
+	if refusals != 3 {
+		t.Errorf("refusals %d, want the window's 3", refusals)
 	}
 }
 
@@ -106,6 +171,7 @@ func TestJournalTime(t *testing.T) {
 	}{
 		{"the journal's microseconds", map[string]string{"__REALTIME_TIMESTAMP": "1796292000000001"}, time.UnixMicro(1796292000000001).UTC()},
 		{"the file sink's TIME", map[string]string{audit.FieldTime: "2026-12-03T10:00:01.5+01:00"}, time.Date(2026, 12, 3, 9, 0, 1, 5e8, time.UTC)},
+		{"its own TIME before the journal's", map[string]string{audit.FieldTime: "2026-12-03T09:00:01Z", "__REALTIME_TIMESTAMP": "1796292000000001"}, time.Date(2026, 12, 3, 9, 0, 1, 0, time.UTC)},
 		{"neither", map[string]string{}, time.Time{}},
 	}
 	for _, c := range cases {

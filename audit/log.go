@@ -92,6 +92,7 @@ type Log struct {
 	unreported atomic.Int64 // lost and not yet said on a record that succeeded
 	written    atomic.Int64
 	stalled    atomic.Bool // an EmitWritten wait ran out; no one waits until the buffer drains
+	failing    atomic.Bool // the last record was lost; cleared by the next one the sink takes
 
 	agg *aggregator
 
@@ -170,6 +171,17 @@ func (l *Log) EmitWritten(r Record, wait time.Duration) {
 func (l *Log) lost(n int64) {
 	l.dropped.Add(n)
 	l.unreported.Add(n)
+	l.failing.Store(true)
+}
+
+// Failing reports whether records cannot be written now: the last one was
+// lost (the buffer full, or the sink refused it) and none has been written
+// since. The next record the sink takes clears it.
+func (l *Log) Failing() bool {
+	if l == nil {
+		return false
+	}
+	return l.failing.Load()
 }
 
 // Dropped is the number of records lost since the Log started.
@@ -234,6 +246,7 @@ func (l *Log) write(r Record) {
 		return
 	}
 	l.written.Add(1)
+	l.failing.Store(false)
 }
 
 // complete adds the fields every record carries.

@@ -120,7 +120,7 @@ func (a *aggregator) flush() {
 		r.Add(FieldConversation, k.Conversation)
 		r.Add(FieldHost, k.Host)
 		r.AddInt(FieldCount, n)
-		r.Add(FieldWindowStart, since.UTC().Format(time.RFC3339Nano))
+		r.Add(FieldWindowStart, FormatTime(since))
 		r.AddInt(FieldWindowMs, now.Sub(since).Milliseconds())
 		a.l.Emit(r)
 	}

@@ -31,6 +31,9 @@ func (Journal) Write(r Record) error {
 	for _, f := range r.Fields {
 		vars[f.Name] = f.Value
 	}
+	if !r.Time.IsZero() {
+		vars[FieldTime] = FormatTime(r.Time)
+	}
 	prio := journal.PriInfo
 	if vars[FieldLost] != "" {
 		prio = journal.PriWarning
@@ -144,7 +147,7 @@ func (s *File) Close() error {
 // in order) and a newline: the file sink's line.
 func EncodeJSON(b *bytes.Buffer, r Record) {
 	b.WriteString(`{"TIME":`)
-	writeJSONString(b, r.Time.UTC().Format(time.RFC3339Nano))
+	writeJSONString(b, FormatTime(r.Time))
 	b.WriteString(`,"MESSAGE":`)
 	writeJSONString(b, r.Message)
 	for _, f := range r.Fields {
@@ -160,6 +163,10 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	q, _ := json.Marshal(s) // a string always encodes
 	b.Write(q)
 }
+
+// FormatTime is a time as the records carry it: RFC 3339, UTC,
+// nanoseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Discard is a sink that takes everything and keeps nothing (audit off).
 type Discard struct{}

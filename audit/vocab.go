@@ -40,9 +40,16 @@ const (
 	FieldMessageID = "MESSAGE_ID"
 	FieldMessage   = "MESSAGE"
 	FieldPriority  = "PRIORITY"
-	// FieldTime is the record's time (RFC 3339, UTC, nanoseconds) in the
-	// file sink; the journal has its own __REALTIME_TIMESTAMP.
+	// FieldTime is the record's own time (RFC 3339, UTC, nanoseconds):
+	// when what it tells happened, in both sinks. The journal's
+	// __REALTIME_TIMESTAMP (and _SOURCE_REALTIME_TIMESTAMP, which journald
+	// alone sets) is when the record reached it: later while journald
+	// stalls and records wait in the Log's buffer.
 	FieldTime = "TIME"
+	// FieldCallTime is when a call started (FieldTime's format), on each
+	// of its records (call.start and call.end): the time `mcpctl audit
+	// --since/--until` select on.
+	FieldCallTime = "MCP_CALL_TIME"
 	// SYSLOG_IDENTIFIER is the program (mcp-backend, mcpctl).
 	FieldIdentifier = "SYSLOG_IDENTIFIER"
 
@@ -93,6 +100,10 @@ const (
 	FieldApprovalVia  = "MCP_APPROVAL_VIA"  // elicitation, approval
 	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, denied, expired, unavailable
 	FieldApprovalID   = "MCP_APPROVAL_ID"   // a pending approval's id
+	// FieldSandbox is on every call.start record: the sandbox profile the
+	// call's command runs in (inspect, root, a custom one), none when no
+	// sandbox, "" for a tool that runs no command.
+	FieldSandbox = "MCP_SANDBOX"
 
 	// Admission and outcome.
 	FieldQueuedMs    = "MCP_QUEUED_MS"

@@ -29,8 +29,12 @@ type Approval struct {
 	Tool   string `json:"tool"`
 	// Target is what the policy asked about: the command part, path or unit.
 	Target string `json:"target,omitempty"`
-	Rule   string `json:"rule"`
-	Reason string `json:"reason,omitempty"`
+	// Parts are every part of a shell command the policy judged, in order,
+	// each with what decided it: what the approval runs is the whole
+	// command in Arguments, not only Target.
+	Parts  []JudgedPart `json:"parts,omitempty"`
+	Rule   string       `json:"rule"`
+	Reason string       `json:"reason,omitempty"`
 	// Who asked: the principal (kind and id) and the conversation (hashed).
 	PrincipalKind string `json:"principalKind"`
 	Principal     string `json:"principal"`
@@ -43,4 +47,18 @@ type Approval struct {
 	DecidedAt *time.Time      `json:"decidedAt,omitempty"`
 	// JobID is the job an approved command runs as.
 	JobID string `json:"jobId,omitempty"`
+}
+
+// JudgedPart is one part of a shell command (a simple command, or
+// something in the line the policy cannot see through) and what the policy
+// decided of it.
+type JudgedPart struct {
+	// Text is the part as written.
+	Text string `json:"text"`
+	// Action is allow, ask or deny; "" for a wrapper (sudo, env, nice...)
+	// no rule names, whose command is its own part.
+	Action string `json:"action,omitempty"`
+	// Rule is the rule that decided it (or policy.default, policy.opaque).
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }

@@ -393,6 +393,34 @@ func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error
 	return st, nil
 }
 
+// UnitNames is what systemd resolves unit to (systemctl show -p
+// Id,Names): the unit's own name (an alias such as sshd.service loads as
+// the unit it names, ssh.service) and every name it is known by. A unit
+// systemd cannot find is its name alone.
+func (c *Client) UnitNames(ctx context.Context, unit string) (id string, names []string, err error) {
+	props, err := c.conn.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return "", nil, fmt.Errorf("names of %s: %w", unit, err)
+	}
+	id = str(props["Id"])
+	names, _ = props["Names"].([]string)
+	if id == "" {
+		return "", nil, fmt.Errorf("names of %s: systemd gave no Id", unit)
+	}
+	return id, names, nil
+}
+
+// ResolveUnit is UnitNames on a connection of its own to the bus of opts,
+// for a caller that asks once (the policy's units rules); ctx bounds it all.
+func ResolveUnit(ctx context.Context, opts Options, unit string) (id string, names []string, err error) {
+	c, err := Connect(ctx, opts)
+	if err != nil {
+		return "", nil, err
+	}
+	defer c.Close()
+	return c.UnitNames(ctx, unit)
+}
+
 // Kill sends signal to unit's main process only (a production slot's
 // takeover and handoff signals must not reach its commands).
 func (c *Client) Kill(ctx context.Context, unit string, signal syscall.Signal) error {

@@ -19,7 +19,18 @@ type Audit struct {
 	// record is dropped, counted (/metrics audit.dropped) and said on the
 	// next record written.
 	BufferRecords int `json:"bufferRecords"`
+	// OnFailure is what happens to calls while records cannot be written
+	// (auditd's disk_full_action): continue (count the lost records and
+	// go on) or refuse (normal work is refused UNAVAILABLE until a record
+	// is written again; control tools still run).
+	OnFailure string `json:"onFailure"`
 }
+
+// The audit.onFailure choices.
+const (
+	AuditContinue = "continue"
+	AuditRefuse   = "refuse"
+)
 
 // The audit sinks.
 const (
@@ -31,7 +42,7 @@ const (
 
 // DefaultAudit is the audit section's default: the journal under systemd.
 func DefaultAudit() Audit {
-	return Audit{Sink: AuditAuto, FileMaxBytes: 64 << 20, FileKeep: 5, BufferRecords: 8192}
+	return Audit{Sink: AuditAuto, FileMaxBytes: 64 << 20, FileKeep: 5, BufferRecords: 8192, OnFailure: AuditContinue}
 }
 
 const (
@@ -61,6 +72,11 @@ func (a Audit) validate() []error {
 	}
 	if a.FileKeep < 0 || a.FileKeep > maxAuditFileKeep {
 		bad("fileKeep", a.FileKeep, fmt.Sprintf("must be 0..%d", maxAuditFileKeep))
+	}
+	switch a.OnFailure {
+	case AuditContinue, AuditRefuse:
+	default:
+		bad("onFailure", fmt.Sprintf("%q", a.OnFailure), `must be "continue" or "refuse"`)
 	}
 	if a.BufferRecords < 1 || a.BufferRecords > maxAuditBuffer {
 		bad("bufferRecords", a.BufferRecords, fmt.Sprintf("must be 1..%d", maxAuditBuffer))

@@ -131,6 +131,7 @@ func TestValidate(t *testing.T) {
 		{"audit file tiny rotation", `{"audit":{"fileMaxBytes":10}}`, `audit.fileMaxBytes = 10: must be 4096..1099511627776`},
 		{"audit keep negative", `{"audit":{"fileKeep":-1}}`, `audit.fileKeep = -1: must be 0..100`},
 		{"audit buffer zero", `{"audit":{"bufferRecords":0}}`, `audit.bufferRecords = 0: must be 1..1048576`},
+		{"audit on failure unknown", `{"audit":{"onFailure":"halt"}}`, `audit.onFailure = "halt": must be "continue" or "refuse"`},
 		{"jobs per principal zero", `{"jobs":{"maxRunningPerPrincipal":0}}`, `jobs.maxRunningPerPrincipal = 0: must be 1..1024`},
 		{"jobs per principal huge", `{"jobs":{"maxRunningPerPrincipal":5000}}`, `jobs.maxRunningPerPrincipal = 5000: must be 1..1024`},
 		{"waiters per principal zero", `{"jobs":{"maxWaitersPerPrincipal":0}}`, `jobs.maxWaitersPerPrincipal = 0: must be 1..4096`},

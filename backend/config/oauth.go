@@ -26,6 +26,10 @@ type OAuth struct {
 	// Scopes maps each scope name to the tools it grants. Absent: the
 	// defaults of DefaultScopes.
 	Scopes map[string][]string `json:"scopes"`
+	// SubjectClaim names the claim that says who a token acts for when it
+	// has no sub and no client_id or azp (e.g. "email", "oid"). Empty:
+	// such a token is refused, never anonymous.
+	SubjectClaim string `json:"subjectClaim,omitempty"`
 }
 
 // DefaultScopes is the scope mapping of a config that sets none: reading
@@ -41,6 +45,11 @@ func DefaultScopes() map[string][]string {
 			mcpwire.ToolJobWait, mcpwire.ToolJobCancel, mcpwire.ToolJobList},
 	}
 }
+
+// notSubjects are claims that never say who a token acts for: the ones
+// already read (sub, client_id, azp), those about the token itself, and
+// its scopes.
+var notSubjects = []string{"sub", "client_id", "azp", "iss", "aud", "exp", "nbf", "iat", "jti", "scope", "scp"}
 
 // validate returns one error per bad auth.oauth value.
 func (o *OAuth) validate() []error {
@@ -69,6 +78,14 @@ func (o *OAuth) validate() []error {
 	}
 	if len(o.Scopes) == 0 {
 		bad("auth.oauth.scopes", "{}", `must map at least one scope to tools, e.g. {"mcp:read":["system.info"]}, or be absent for the defaults`)
+	}
+	if c := o.SubjectClaim; c != "" {
+		switch {
+		case len(c) > 64 || strings.ContainsFunc(c, func(r rune) bool { return r <= ' ' || r == '"' || r == '\\' || r > '~' }):
+			bad("auth.oauth.subjectClaim", fmt.Sprintf("%q", c), "must be a claim name of 1..64 printable ASCII characters without spaces, quotes or backslashes, e.g. email")
+		case slices.Contains(notSubjects, c):
+			bad("auth.oauth.subjectClaim", fmt.Sprintf("%q", c), "must name a claim that says who the token acts for, not one of "+strings.Join(notSubjects, ", "))
+		}
 	}
 	known := mcpwire.ToolNames()
 	for _, name := range slices.Sorted(maps.Keys(o.Scopes)) {

@@ -19,7 +19,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,13 +54,10 @@ type Options struct {
 
 // Policy is a set of rules; nil allows everything.
 type Policy struct {
-	o   Options
-	now func() time.Time
-
-	mu      sync.Mutex
-	links   map[devIno]string // files a rule covers -> the rule's index ("d3", "s1")
-	over    map[string]bool   // rules whose trees were too large to index: their hard links are refused
-	indexed time.Time         // when links was built
+	o       Options
+	now     func() time.Time
+	deny    *Patterns // o.Deny
+	secrets linkIndex // the files below o.SecretDirs, by secret
 }
 
 // devIno identifies a file.
@@ -73,7 +69,59 @@ func New(o Options) *Policy {
 	if len(o.Roots) == 0 {
 		o.Roots = []string{"/"}
 	}
-	return &Policy{o: o, now: time.Now}
+	p := &Policy{o: o, now: time.Now, deny: NewPatterns(o.Deny)}
+	now := func() time.Time { return p.now() }
+	p.deny.links.now = now
+	p.secrets = linkIndex{now: now, sources: func() [][]string {
+		var out [][]string
+		for _, s := range o.SecretDirs {
+			out = append(out, []string{resolved(s.Path)})
+		}
+		return out
+	}}
+	return p
+}
+
+// Patterns are path patterns (ValidPattern's language: files.deny, the
+// policy's paths rules) and what they cover: a path one matches, or is
+// below what one matches, and a file with several names another of which
+// they cover (a hard link). One implementation for every such rule.
+type Patterns struct {
+	pats  []string
+	links linkIndex
+}
+
+// NewPatterns returns the patterns pats, valid as ValidPattern says.
+func NewPatterns(pats []string) *Patterns {
+	ps := &Patterns{pats: slices.Clone(pats)}
+	ps.links = linkIndex{now: time.Now, sources: func() [][]string {
+		var out [][]string
+		for _, p := range ps.pats {
+			out = append(out, expand(p))
+		}
+		return out
+	}}
+	return ps
+}
+
+// Covers returns the index of the first pattern that covers the file at
+// canonical, whose inode is st (nil: by path only), or -1: one that
+// matches the path, or, for a regular file with more than one name,
+// another of its names.
+func (ps *Patterns) Covers(canonical string, st *Inode) int {
+	if ps == nil {
+		return -1
+	}
+	linked := func(int) bool { return false }
+	if st != nil && st.Regular && st.Nlink > 1 {
+		linked = ps.links.lookup(st)
+	}
+	for i, pat := range ps.pats {
+		if Match(pat, canonical) || linked(i) {
+			return i
+		}
+	}
+	return -1
 }
 
 // Inode is what Check needs of an opened file's stat.
@@ -131,13 +179,12 @@ func (p *Policy) Check(canonical string, st *Inode) error {
 			}
 		}
 	}
-	linked := func(string) bool { return false }
 	if st != nil && st.Regular && st.Nlink > 1 {
-		linked = p.linkIndex(st)
-	}
-	for i, s := range p.o.SecretDirs {
-		if linked("s" + strconv.Itoa(i)) {
-			return secretRefusal(canonical, s)
+		linked := p.secrets.lookup(st)
+		for i, s := range p.o.SecretDirs {
+			if linked(i) {
+				return secretRefusal(canonical, s)
+			}
 		}
 	}
 	for _, s := range p.o.SecretPatterns {
@@ -155,10 +202,8 @@ func (p *Policy) Check(canonical string, st *Inode) error {
 	if !inRoot {
 		return &Refusal{Path: canonical, Rule: "files.roots", Why: "is outside every root the file policy allows"}
 	}
-	for i, pat := range p.o.Deny {
-		if Match(pat, canonical) || linked("d"+strconv.Itoa(i)) {
-			return &Refusal{Path: canonical, Rule: fmt.Sprintf("files.deny[%d] %q", i, pat), Why: "is refused by the file policy"}
-		}
+	if i := p.deny.Covers(canonical, st); i >= 0 {
+		return &Refusal{Path: canonical, Rule: fmt.Sprintf("files.deny[%d] %q", i, p.o.Deny[i]), Why: "is refused by the file policy"}
 	}
 	return nil
 }
@@ -205,24 +250,33 @@ const (
 	maxStarStar = 2
 )
 
-// linkIndex returns whether rule ("d<i>": files.deny[i], "s<i>": secret
-// directory i) covers another name of the file st.
-func (p *Policy) linkIndex(st *Inode) func(rule string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.links == nil || p.now().Sub(p.indexed) >= linkIndexTTL {
-		p.links, p.over = map[devIno]string{}, map[string]bool{}
-		for i, s := range p.o.SecretDirs {
-			p.index("s"+strconv.Itoa(i), []string{resolved(s.Path)})
+// linkIndex finds which of its sources (each a list of globs: what one
+// rule covers) covers another name of a file.
+type linkIndex struct {
+	now     func() time.Time
+	sources func() [][]string // read at each rebuild
+
+	mu      sync.Mutex
+	links   map[devIno]int // files a source covers -> the first such source
+	over    map[int]bool   // sources whose trees were too large to index: their hard links are refused
+	indexed time.Time      // when links was built
+}
+
+// lookup returns whether source i covers another name of the file st.
+func (x *linkIndex) lookup(st *Inode) func(i int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.links == nil || x.now().Sub(x.indexed) >= linkIndexTTL {
+		x.links, x.over = map[devIno]int{}, map[int]bool{}
+		for i, globs := range x.sources() {
+			x.index(i, globs)
 		}
-		for i, pat := range p.o.Deny {
-			p.index("d"+strconv.Itoa(i), expand(pat))
-		}
-		p.indexed = p.now()
+		x.indexed = x.now()
 	}
 	// A rebuild makes new maps; these stay as they are.
-	hit, over := p.links[devIno{st.Dev, st.Ino}], p.over
-	return func(rule string) bool { return hit == rule || over[rule] }
+	hit, ok := x.links[devIno{st.Dev, st.Ino}]
+	over := x.over
+	return func(i int) bool { return ok && hit == i || over[i] }
 }
 
 // expand turns a pattern into the globs that find what it covers.
@@ -243,12 +297,12 @@ func expand(pattern string) []string {
 }
 
 // index adds the files that the globs match, or that are below a
-// directory they match, to the index under rule.
-func (p *Policy) index(rule string, globs []string) {
+// directory they match, to the index under source.
+func (x *linkIndex) index(source int, globs []string) {
 	n := 0
 	add := func(path string, d fs.DirEntry) error {
 		if n++; n > maxLinkScan {
-			p.over[rule] = true
+			x.over[source] = true
 			return fs.SkipAll
 		}
 		if !d.Type().IsRegular() {
@@ -261,8 +315,8 @@ func (p *Policy) index(rule string, globs []string) {
 		// Every file, not only those with several names now: a link made
 		// later to a file already here is found without a rebuild.
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			if _, seen := p.links[devIno{st.Dev, st.Ino}]; !seen {
-				p.links[devIno{st.Dev, st.Ino}] = rule
+			if _, seen := x.links[devIno{st.Dev, st.Ino}]; !seen {
+				x.links[devIno{st.Dev, st.Ino}] = source
 			}
 		}
 		return nil
@@ -280,7 +334,7 @@ func (p *Policy) index(rule string, globs []string) {
 				}
 				return add(path, d)
 			})
-			if p.over[rule] {
+			if x.over[source] {
 				return
 			}
 		}

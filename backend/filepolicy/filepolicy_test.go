@@ -142,3 +142,50 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("nil policy refused: %v", err)
 	}
 }
+
+// TestPatternsCover: what one pattern covers, by path and through a hard
+// link to a file it names (the policy's paths rules use it as files.deny
+// does); an inode not given is judged by path alone.
+func TestPatternsCover(t *testing.T) {
+	d := t.TempDir()
+	secret := filepath.Join(d, "keys", "id")
+	if err := os.MkdirAll(filepath.Dir(secret), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secret, []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(d, "link")
+	if err := os.Link(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(d, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps := NewPatterns([]string{"/nonexistent/**", filepath.Join(d, "k*")})
+	inode := func(p string) *Inode {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return InodeOf(&st)
+	}
+	for _, tc := range []struct {
+		name, path string
+		st         *Inode
+		want       int
+	}{
+		{"below a match", secret, inode(secret), 1},
+		{"a hard link", link, inode(link), 1},
+		{"a hard link by path alone", link, nil, -1},
+		{"another file", plain, inode(plain), -1},
+	} {
+		if got := ps.Covers(tc.path, tc.st); got != tc.want {
+			t.Errorf("%s: Covers = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if (*Patterns)(nil).Covers(secret, nil) != -1 {
+		t.Error("nil patterns cover something")
+	}
+}

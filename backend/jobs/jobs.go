@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/caller"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -297,6 +298,8 @@ type StartRequest struct {
 	MemoryMax int64
 	TasksMax  int64
 	IdemKey   string
+	// Sandbox is the profile the job's shell runs in (nil: none).
+	Sandbox *sandbox.Spec
 }
 
 // Start starts a job for c, or returns the job an earlier start with the
@@ -361,7 +364,7 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		Command: r.Command, Shell: m.opts.Shell, Cwd: r.Cwd,
 		TimeoutMs: r.Timeout.Milliseconds(), OutputBytes: m.lim.OutputBytes,
 		MemoryMax: r.MemoryMax, TasksMax: r.TasksMax,
-		Mode: m.Mode(), Created: m.opts.Now().UTC(),
+		Mode: m.Mode(), Created: m.opts.Now().UTC(), Sandbox: r.Sandbox,
 	}
 	spec.Unit = m.opts.Runner.Unit(spec.ID)
 	j := &job{spec: spec, dir: filepath.Join(m.dir, spec.ID), starting: true}
@@ -381,6 +384,9 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		return fail(err)
 	}
 	if err := writeSpec(j.dir, spec, r.Env); err != nil {
+		if te := toolerr.NoSpace(err, "jobs: write the job's state", startRoom(r.Env)); te != nil {
+			return fail(te)
+		}
 		return fail(toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err))
 	}
 	if err := m.opts.Runner.Start(ctx, j.dir, spec); err != nil {

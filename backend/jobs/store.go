@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/randid"
 )
@@ -20,19 +21,27 @@ import (
 // exit.json (how it ended, written by the supervisor after the job's whole
 // tree is dead, or by a backend that found the supervisor gone without
 // one; read only once the supervisor is known to be gone), cancel (a
-// job.cancel was asked) and end-told (the audit trail was told of the
-// end). A later layout gets a new directory; a backend
+// job.cancel was asked), end-told (the audit trail was told of the
+// end) and exit.reserve (room for exit.json, taken when the job is
+// written and given back to write the record: a job that ends while the
+// state directory's filesystem is full keeps its result). A later layout gets a new directory; a backend
 // never reads a version it does not know.
 const FormatVersion = 1
 
 const (
-	specFile   = "spec.json"
-	envFile    = "env"
-	stdoutFile = "stdout"
-	stderrFile = "stderr"
-	exitFile   = "exit.json"
-	cancelFile = "cancel"
+	specFile    = "spec.json"
+	envFile     = "env"
+	stdoutFile  = "stdout"
+	stderrFile  = "stderr"
+	exitFile    = "exit.json"
+	cancelFile  = "cancel"
+	reserveFile = "exit.reserve"
 )
+
+// reserveBytes is the room kept for exit.json and the temporary file it is
+// written through: a record is well under a page, and each file takes at
+// least one.
+const reserveBytes = 16 << 10
 
 // Spec is what a job runs and who owns it.
 type Spec struct {
@@ -51,6 +60,9 @@ type Spec struct {
 	Mode         string    `json:"mode"`
 	Unit         string    `json:"unit,omitempty"`
 	Created      time.Time `json:"created"`
+	// Sandbox is the profile its shell runs in, through the sandbox-exec
+	// helper (absent: none).
+	Sandbox *sandbox.Spec `json:"sandbox,omitempty"`
 }
 
 // Exit is how a job ended.
@@ -75,11 +87,25 @@ func validID(id string) bool { return randid.Valid('j', id) }
 // root is the versioned directory of a state dir.
 func root(dir string) string { return filepath.Join(dir, fmt.Sprintf("v%d", FormatVersion)) }
 
+// startRoom is the free space a job's start takes: its spec and
+// environment, the reserve, and a page for each file and temporary file.
+func startRoom(env []string) int64 {
+	n := int64(reserveBytes + 6*4096)
+	for _, kv := range env {
+		n += int64(len(kv)) + 1
+	}
+	return n
+}
+
 func writeSpec(jobDir string, s Spec, env []string) error {
 	if err := os.MkdirAll(jobDir, 0o700); err != nil {
 		return err
 	}
 	if err := atomicfs.WriteFile(filepath.Join(jobDir, envFile), []byte(strings.Join(env, "\x00")), 0o600); err != nil {
+		return err
+	}
+	// Written, not sparse: its blocks are the job's once it is written.
+	if err := os.WriteFile(filepath.Join(jobDir, reserveFile), make([]byte, reserveBytes), 0o600); err != nil {
 		return err
 	}
 	return atomicfs.WriteJSON(filepath.Join(jobDir, specFile), s, 0o600)
@@ -142,7 +168,20 @@ func WriteExit(jobDir string, e Exit) error {
 			return err
 		}
 	}
-	return atomicfs.WriteJSON(p, e, 0o600)
+	reserve := filepath.Join(jobDir, reserveFile)
+	err := atomicfs.WriteJSON(p, e, 0o600)
+	if err != nil {
+		// A full filesystem: the room kept at the start is given back
+		// for the record.
+		if os.Remove(reserve) == nil {
+			err = atomicfs.WriteJSON(p, e, 0o600)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	_ = os.Remove(reserve)
+	return nil
 }
 
 func fileSize(path string) int64 {

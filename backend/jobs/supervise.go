@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/backend/procgroup"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -53,14 +54,22 @@ func Supervise(ctx context.Context, jobDir string, stopped func() string, hide H
 		out.files[i] = f
 	}
 	cmd := exec.Command(spec.Shell, "-c", spec.Command)
-	if hide.Self != "" {
+	cmd.Env = ownUnitEnv(env)
+	if spec.Sandbox != nil {
+		// The profile's helper covers the state directory with the
+		// other masks; the environment is the clean one the job was
+		// started with.
+		if cmd, err = sandboxed(spec, jobDir, hide); err != nil {
+			return rec(Exit{State: mcpwire.JobExited, ExitCode: new(125), Message: "sandbox: " + err.Error()})
+		}
+		cmd.Env = env
+	} else if hide.Self != "" {
 		// The shell starts in a mount namespace of its own, where
 		// HideAndExec covers the state directory before it runs.
 		cmd = exec.Command(hide.Self, "job-shell", "--hide", hide.Dir, "--", spec.Shell, "-c", spec.Command)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	}
 	cmd.Dir = spec.Cwd
-	cmd.Env = ownUnitEnv(env)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = stream{out, 0}
 	cmd.Stderr = stream{out, 1}
@@ -87,6 +96,9 @@ func Supervise(ctx context.Context, jobDir string, stopped func() string, hide H
 	e := Exit{State: state, OutputLimited: out.limited()}
 	if state == mcpwire.JobLost || state == mcpwire.JobKilled {
 		e.Message = "stopped before it ended: its supervisor was told to stop (a stop of its unit, its runtime limit, the host shutting down, or the backend's exit in process mode)"
+	}
+	if d := out.droppedBytes(); d > 0 && e.Message == "" {
+		e.Message = fmt.Sprintf("%d bytes of output not stored: the state directory's filesystem refused them (full?)", d)
 	}
 	if e.OutputLimited && state == "" {
 		state = mcpwire.JobOutputLimit
@@ -122,6 +134,14 @@ type capped struct {
 	files  [2]io.Writer
 	over   chan struct{}
 	isOver bool
+	// dropped counts the bytes a write to the files failed for.
+	dropped int64
+}
+
+func (c *capped) droppedBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
 }
 
 func (c *capped) limited() bool {
@@ -148,8 +168,12 @@ func (s stream) Write(p []byte) (int, error) {
 		}
 	}
 	if n > 0 {
+		// Output the filesystem has no room for is dropped, never
+		// refused: a refused write would end the copy and the job would
+		// die of a closed pipe, not end as it would have.
 		if _, err := c.files[s.i].Write(p[:n]); err != nil {
-			return 0, err
+			c.dropped += n
+			return len(p), nil
 		}
 		c.total += n
 	}
@@ -175,6 +199,30 @@ func ownUnitEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// sandboxed is the job's shell through the sandbox helper (hide.Self,
+// else this executable), with the jobs' state directory among the masks.
+func sandboxed(spec Spec, jobDir string, hide Hide) (*exec.Cmd, error) {
+	self := hide.Self
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		self = exe
+	}
+	s := *spec.Sandbox
+	state := hide.Dir
+	if state == "" {
+		abs, err := filepath.Abs(jobDir)
+		if err != nil {
+			return nil, err
+		}
+		state = filepath.Dir(filepath.Dir(abs)) // <stateDir>/v1/<id>
+	}
+	s.Mask = append(slices.Clone(s.Mask), state)
+	return sandbox.Command(self, &s, []string{spec.Shell, "-c", spec.Command})
 }
 
 // Hide runs a job's shell through `Self job-shell --hide Dir`, in a mount
@@ -220,5 +268,26 @@ func Exec(ctx context.Context, jobDir, self string) (Exit, error) {
 	if err != nil {
 		return e, err
 	}
-	return e, WriteExit(jobDir, e)
+	return e, keepExit(ctx, jobDir, e, time.Second, 30*time.Second)
+}
+
+// keepExit writes the record, and while it cannot be written (a full
+// filesystem even after the reserve was given back) keeps it here,
+// trying again after a delay that doubles from first up to limit: the
+// supervisor stays, so the backend sees the job running, not lost, and
+// reads its real end once the record is written. A stop of the unit
+// (ctx) ends the wait: what systemd stops is gone whatever it holds.
+func keepExit(ctx context.Context, jobDir string, e Exit, first, limit time.Duration) error {
+	for delay := first; ; delay = min(2*delay, limit) {
+		err := WriteExit(jobDir, e)
+		if err == nil {
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "job-exec: record not written, trying again in %s: %v\n", delay, err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
 }

@@ -43,6 +43,7 @@ type Options struct {
 // which tools each scope grants.
 type Verifier struct {
 	issuer    string
+	subject   string // auth.oauth.subjectClaim
 	resources []resource
 	policy    policy
 	leeway    time.Duration
@@ -90,12 +91,13 @@ func New(opts Options) (*Verifier, error) {
 		return nil, errors.New("oauth: no resource configured")
 	}
 	v := &Verifier{
-		issuer: cfg.Issuer,
-		policy: newPolicy(cfg.Scopes),
-		leeway: opts.Leeway,
-		every:  opts.RefreshEvery,
-		now:    opts.Now,
-		log:    opts.Logger,
+		issuer:  cfg.Issuer,
+		subject: cfg.SubjectClaim,
+		policy:  newPolicy(cfg.Scopes),
+		leeway:  opts.Leeway,
+		every:   opts.RefreshEvery,
+		now:     opts.Now,
+		log:     opts.Logger,
 		keys: &keyCache{
 			issuer:     cfg.Issuer,
 			jwksURL:    cfg.JWKSURL,

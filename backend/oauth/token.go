@@ -66,13 +66,18 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Identity, error) 
 	var (
 		std    jwt.Claims
 		extra  accessClaims
+		named  map[string]any // every claim, when one names the subject
 		signed bool
 	)
+	dest := []any{&std, &extra}
+	if v.subject != "" {
+		dest = append(dest, &named)
+	}
 	for _, k := range keys {
 		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
 			continue // the key is published for another algorithm
 		}
-		if tok.Claims(k.Key, &std, &extra) == nil {
+		if tok.Claims(k.Key, dest...) == nil {
 			signed = true
 			break
 		}
@@ -101,6 +106,19 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Identity, error) 
 	id := &Identity{Subject: std.Subject, ClientID: extra.ClientID}
 	if id.ClientID == "" {
 		id.ClientID = extra.AZP
+	}
+	if id.Subject == "" && id.ClientID == "" {
+		// Nobody named: never anonymous, which rules on oauth callers
+		// would not see and which every such token would share.
+		if v.subject == "" {
+			return nil, refuse("no sub claim, and no client_id or azp: the token names no one (auth.oauth.subjectClaim can name a claim to use instead)")
+		}
+		s, _ := named[v.subject].(string)
+		if s == "" {
+			return nil, refuse("no sub claim, no client_id or azp, and no %q claim (auth.oauth.subjectClaim) as a string", v.subject)
+		}
+		// Marked with the claim's name, apart from the issuer's subjects.
+		id.Subject = v.subject + ":" + s
 	}
 	id.Scopes = strings.Fields(extra.Scope)
 	if len(id.Scopes) == 0 {

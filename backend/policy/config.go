@@ -6,8 +6,11 @@
 // command in every list, pipeline, subshell, substitution and function
 // body judged after normalisation, and what the parser cannot see through
 // (eval, a command name from a variable, interpreters given code) judged
-// "opaque". The package is pure: it reads no state but the call and, for
-// path rules, the file system's symlinks.
+// "opaque". Rules match what the system acts on: a unit as systemd
+// resolves it (ResolveUnits asks the caller's systemd), a signal as
+// process.kill reads it. The package reads no state but the call and, for
+// path and unit rules, the file system (symlinks, hard links, the unit
+// files).
 package policy
 
 import (
@@ -19,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -69,6 +73,10 @@ type Approvals struct {
 	ExpireMs int64 `json:"expireMs"`
 	// MaxPendingPerConversation bounds one conversation's pending ones.
 	MaxPendingPerConversation int `json:"maxPendingPerConversation"`
+	// MaxPendingPerPrincipal bounds one principal's, whatever its
+	// conversations; within MaxPending they are shared max-min across
+	// principals, then conversations, as jobs are.
+	MaxPendingPerPrincipal int `json:"maxPendingPerPrincipal"`
 	// MaxPending bounds them all.
 	MaxPending int `json:"maxPending"`
 }
@@ -94,6 +102,12 @@ type Rule struct {
 	Signals []string `json:"signals"`
 	// PIDs are pids or ranges "LO-HI" (process.kill).
 	PIDs []string `json:"pids"`
+	// Examples are calls the rule must and must not decide (examples.go).
+	Examples Examples `json:"examples"`
+	// Sandbox names the profile (the backend's "sandbox") the commands
+	// this rule allows, or approves after an ask, run in; empty: the
+	// action's default (sandbox.allow, sandbox.approved).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Principal matches callers: kind (operator, oauth, asserted, anonymous;
@@ -111,7 +125,7 @@ func Default() Config {
 		Default:   Allow,
 		Opaque:    Ask,
 		Rules:     []Rule{},
-		Approvals: Approvals{ExpireMs: 15 * 60 * 1000, MaxPendingPerConversation: 4, MaxPending: 256},
+		Approvals: Approvals{ExpireMs: 15 * 60 * 1000, MaxPendingPerConversation: 4, MaxPendingPerPrincipal: 32, MaxPending: 256},
 	}
 }
 
@@ -146,6 +160,9 @@ func (c Config) Validate() []error {
 	if a.MaxPendingPerConversation < 1 || a.MaxPendingPerConversation > 1024 {
 		bad("approvals.maxPendingPerConversation", a.MaxPendingPerConversation, "must be 1..1024")
 	}
+	if a.MaxPendingPerPrincipal < 1 || a.MaxPendingPerPrincipal > 65536 {
+		bad("approvals.maxPendingPerPrincipal", a.MaxPendingPerPrincipal, "must be 1..65536 (above maxPending it adds no bound)")
+	}
 	if a.MaxPending < max(a.MaxPendingPerConversation, 1) || a.MaxPending > 65536 {
 		bad("approvals.maxPending", a.MaxPending, fmt.Sprintf("must be %d..65536 (at least maxPendingPerConversation)", max(a.MaxPendingPerConversation, 1)))
 	}
@@ -174,8 +191,10 @@ func (c Config) Validate() []error {
 			if p.Kind != "" && !slices.Contains(principalKinds, p.Kind) {
 				bad(pk+".kind", fmt.Sprintf("%q", p.Kind), "must be operator, oauth, asserted, anonymous or empty (any)")
 			}
-			if _, err := path.Match(p.ID, ""); err != nil {
-				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (*, ?, [...]): "+err.Error())
+			if ip, err := compileID(p.ID); err != nil {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), "must be a glob (* any characters, / included; ?, [...], \\ escapes): "+err.Error())
+			} else if why := neverMatches(p.Kind, ip, p.ID); why != "" {
+				bad(pk+".id", fmt.Sprintf("%q", p.ID), why)
 			}
 			if len(p.Scopes) > 0 && p.Kind != "" && p.Kind != "oauth" {
 				bad(pk+".scopes", p.Scopes, "can never match: only oauth principals carry scopes (set kind to oauth or leave it empty)")
@@ -185,8 +204,9 @@ func (c Config) Validate() []error {
 			}
 		}
 		errs = append(errs, r.validateMatchers(k)...)
+		errs = append(errs, r.validateSandbox(k)...)
 	}
-	return errs
+	return append(errs, c.checkExamples(len(errs) == 0)...)
 }
 
 // validateMatchers checks the argument matchers and that each tool the
@@ -217,8 +237,8 @@ func (r Rule) validateMatchers(k string) []error {
 		}
 	}
 	for j, s := range r.Signals {
-		if _, ok := signalOf(s); !ok {
-			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64")
+		if _, err := signals.Parse(s); err != nil {
+			bad(fmt.Sprintf("%s.signals[%d]", k, j), fmt.Sprintf("%q", s), "must be a signal name (TERM, SIGKILL) or number 0..64, as process.kill reads it")
 		}
 	}
 	for j, p := range r.PIDs {

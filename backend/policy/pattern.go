@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // A command pattern is words separated by spaces. The first names the
@@ -177,29 +174,4 @@ func standardDir(d string) bool {
 		return true
 	}
 	return false
-}
-
-// signalOf normalises a signal name or number to its name without SIG
-// ("KILL"); "0" is "0".
-func signalOf(s string) (string, bool) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n == 0 {
-			return "0", true
-		}
-		if n < 0 || n > 64 {
-			return "", false
-		}
-		if name := unix.SignalName(unix.Signal(n)); name != "" {
-			return strings.TrimPrefix(name, "SIG"), true
-		}
-		return strconv.Itoa(n), true
-	}
-	u := strings.ToUpper(s)
-	if !strings.HasPrefix(u, "SIG") {
-		u = "SIG" + u
-	}
-	if unix.SignalNum(u) == 0 {
-		return "", false
-	}
-	return strings.TrimPrefix(u, "SIG"), true
 }

@@ -6,10 +6,13 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -21,14 +24,18 @@ const (
 
 // Policy is a compiled Config. A nil *Policy allows everything.
 type Policy struct {
-	cfg   Config
-	rules []*rule
+	cfg       Config
+	rules     []*rule
+	unitRules bool // a rule matches units: ResolveUnits asks systemd
 }
 
 type rule struct {
 	Rule
 	tools map[string]bool
 	cmds  []*cmdPattern
+	sigs  []syscall.Signal
+	ids   []*idPattern // one per principal; nil: any id
+	paths *filepolicy.Patterns
 }
 
 // New compiles a validated config; it returns nil (allow everything
@@ -66,6 +73,28 @@ func New(c Config) (*Policy, error) {
 			}
 			cr.cmds = append(cr.cmds, cp)
 		}
+		if len(r.Paths) > 0 {
+			// files.deny's implementation: hard links included.
+			cr.paths = filepolicy.NewPatterns(r.Paths)
+		}
+		for _, m := range r.Principals {
+			var ip *idPattern
+			if m.ID != "" {
+				var err error
+				if ip, err = compileID(m.ID); err != nil {
+					return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
+				}
+			}
+			cr.ids = append(cr.ids, ip)
+		}
+		for _, s := range r.Signals {
+			sig, err := signals.Parse(s)
+			if err != nil {
+				return nil, fmt.Errorf("policy: rule %s: %w", r.ID, err)
+			}
+			cr.sigs = append(cr.sigs, sig)
+		}
+		p.unitRules = p.unitRules || len(r.Units) > 0
 		p.rules = append(p.rules, cr)
 	}
 	return p, nil
@@ -89,6 +118,10 @@ type Call struct {
 	Tool   string
 	// Args are the call's arguments as the client sent them.
 	Args json.RawMessage
+	// Units are the names the unit of a service.* call is known by, its
+	// own name (systemd's Id) first: ResolveUnits sets them. Empty: the
+	// name as sent, with the suffix systemctl adds.
+	Units []string
 }
 
 // Decision is what a call gets and why.
@@ -100,6 +133,12 @@ type Decision struct {
 	// Target is what decided within the call: the command part, the path,
 	// the unit ("" when the tool as a whole).
 	Target string `json:"target,omitempty"`
+	// Sandbox is the profile the deciding rule names ("" when none: the
+	// action's default applies, see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
+	// Parts are the parts of a shell command judged, each with its own
+	// decision, for showing the whole command to whoever approves it.
+	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
 }
 
 // Decide returns what c gets. Deny wins over ask over allow, over every
@@ -116,13 +155,19 @@ func (p *Policy) Decide(c Call) Decision {
 			cmdRules = cmdRules || len(r.cmds) > 0
 		}
 	}
-	ts := targetsOf(c.Tool, c.Args)
+	ts := targetsOf(c)
 	var out *Decision
+	var sandboxes []string
+	var parts []mcpwire.JudgedPart
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
+		if t.kind == kindCommand {
+			parts = append(parts, mcpwire.JudgedPart{Text: t.text, Action: string(d.Action), Rule: d.Rule, Reason: d.Reason})
+		}
 		if !ok {
 			continue
 		}
+		sandboxes = append(sandboxes, d.Sandbox)
 		if out == nil || d.Action.rank() > out.Action.rank() {
 			out = &d
 		}
@@ -134,17 +179,19 @@ func (p *Policy) Decide(c Call) Decision {
 		d, _ := p.judge(rules, cmdRules, target{})
 		out = &d
 	}
-	return *out
+	out.Parts = parts
+	return oneSandbox(*out, sandboxes)
 }
 
 // target is one thing a call acts on.
 type target struct {
 	kind  int // 0 the tool as a whole, else one of the kinds below
 	part  part
-	paths []string // the path as sent (clean) and as it resolves
-	unit  string
+	paths []string          // the path as sent (clean) and as it resolves
+	inode *filepolicy.Inode // what the path names, when it exists
+	units []string          // the unit's own name first, then its other names
 	pid   int
-	sig   string
+	sig   syscall.Signal // -1: one the tool refuses
 	text  string
 }
 
@@ -159,7 +206,8 @@ const (
 // tools decode them (encoding/json, so keys match case-insensitively as
 // they do there). Arguments a tool would refuse give no target: the tool
 // as a whole is judged, and the tool refuses them.
-func targetsOf(tool string, raw json.RawMessage) []target {
+func targetsOf(c Call) []target {
+	tool, raw := c.Tool, c.Args
 	switch {
 	case slices.Contains(commandTools, tool):
 		var in struct {
@@ -183,6 +231,10 @@ func targetsOf(tool string, raw json.RawMessage) []target {
 		}
 		clean := filepath.Clean(in.Path)
 		t := target{kind: kindPath, paths: []string{clean}, text: clean}
+		var st unix.Stat_t
+		if unix.Stat(clean, &st) == nil {
+			t.inode = filepolicy.InodeOf(&st)
+		}
 		if r, err := filepath.EvalSymlinks(clean); err == nil && r != clean {
 			t.paths = append(t.paths, r)
 		} else if err != nil {
@@ -193,13 +245,22 @@ func targetsOf(tool string, raw json.RawMessage) []target {
 		}
 		return []target{t}
 	case slices.Contains(unitTools, tool):
-		var in struct {
-			Unit string `json:"unit"`
-		}
-		if json.Unmarshal(raw, &in) != nil {
+		unit, ok := UnitOf(tool, raw)
+		if !ok {
 			return nil
 		}
-		return []target{{kind: kindUnit, unit: in.Unit, text: in.Unit}}
+		// What systemd acts on: the name with systemctl's suffix, its
+		// own name and its aliases as resolved.
+		t := target{kind: kindUnit, text: unit}
+		for _, n := range slices.Concat(c.Units[:min(len(c.Units), 1)], []string{mangleUnit(unit)}, c.Units) {
+			if !slices.Contains(t.units, n) {
+				t.units = append(t.units, n)
+			}
+		}
+		if t.units[0] != unit {
+			t.text = unit + " (" + t.units[0] + ")"
+		}
+		return []target{t}
 	case slices.Contains(killTools, tool):
 		var in struct {
 			PID    int `json:"pid"`
@@ -208,17 +269,15 @@ func targetsOf(tool string, raw json.RawMessage) []target {
 		if json.Unmarshal(raw, &in) != nil {
 			return nil
 		}
-		sig := "TERM"
-		switch v := in.Signal.(type) {
-		case string:
-			sig = v
-		case float64:
-			sig = strconv.FormatFloat(v, 'f', -1, 64)
+		// The tool's own parser: what a rule matches is what it sends.
+		t := target{kind: kindKill, pid: in.PID, sig: -1}
+		if sig, err := signals.Parse(in.Signal); err == nil {
+			t.sig = sig
+			t.text = fmt.Sprintf("pid %d signal %s", in.PID, strings.TrimPrefix(signals.Name(sig), "SIG"))
+		} else {
+			t.text = fmt.Sprintf("pid %d signal %q", in.PID, fmt.Sprint(in.Signal))
 		}
-		if n, ok := signalOf(sig); ok {
-			sig = n
-		}
-		return []target{{kind: kindKill, pid: in.PID, sig: sig, text: fmt.Sprintf("pid %d signal %s", in.PID, sig)}}
+		return []target{t}
 	}
 	return nil
 }
@@ -233,7 +292,7 @@ func (p *Policy) judge(rules []*rule, cmdRules bool, t target) (Decision, bool) 
 		}
 	}
 	dec := func(r *rule) Decision {
-		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text}
+		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
 	}
 	if t.kind == kindCommand && t.part.opaque != "" && cmdRules {
 		if best != nil && best.Action.rank() > p.cfg.Opaque.rank() {
@@ -258,14 +317,12 @@ func (r *rule) principalMatches(c Call) bool {
 	if len(r.Principals) == 0 {
 		return true
 	}
-	for _, m := range r.Principals {
+	for i, m := range r.Principals {
 		if m.Kind != "" && m.Kind != c.PrincipalKind {
 			continue
 		}
-		if m.ID != "" {
-			if ok, _ := path.Match(m.ID, c.PrincipalID); !ok {
-				continue
-			}
+		if r.ids[i] != nil && !r.ids[i].match(c.PrincipalID) {
+			continue
 		}
 		if len(m.Scopes) > 0 && (c.PrincipalKind != "oauth" || !containsAll(c.Scopes, m.Scopes)) {
 			continue
@@ -308,23 +365,32 @@ func (r *rule) matches(t target) bool {
 			}
 		}
 	case kindPath:
-		if len(r.Paths) == 0 {
+		if r.paths == nil {
 			return false
+		}
+		// A deny or ask rule covers a hard link to what it names too; an
+		// allow rule goes by the path alone.
+		st := t.inode
+		if !loose {
+			st = nil
 		}
 		matched := 0
 		for _, p := range t.paths {
-			if slices.ContainsFunc(r.Paths, func(g string) bool { return filepolicy.Match(g, p) }) {
+			if r.paths.Covers(p, st) >= 0 {
 				matched++
 			}
 		}
 		return loose && matched > 0 || matched == len(t.paths)
 	case kindUnit:
-		return slices.ContainsFunc(r.Units, func(g string) bool { ok, _ := path.Match(g, t.unit); return ok })
+		names := t.unitNames(loose)
+		return slices.ContainsFunc(r.Units, func(g string) bool {
+			return slices.ContainsFunc(names, func(n string) bool { ok, _ := path.Match(g, n); return ok })
+		})
 	case kindKill:
 		if len(r.Signals) == 0 && len(r.PIDs) == 0 {
 			return false
 		}
-		if len(r.Signals) > 0 && !slices.ContainsFunc(r.Signals, func(s string) bool { n, _ := signalOf(s); return n == t.sig }) {
+		if len(r.Signals) > 0 && !slices.Contains(r.sigs, t.sig) {
 			return false
 		}
 		if len(r.PIDs) > 0 && !slices.ContainsFunc(r.PIDs, func(s string) bool {

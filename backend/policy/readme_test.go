@@ -36,6 +36,11 @@ func TestREADMEStarterPolicy(t *testing.T) {
 	if errs := doc.Policy.Validate(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
+	for _, r := range doc.Policy.Rules {
+		if len(r.Examples.Match) == 0 || len(r.Examples.NotMatch) == 0 {
+			t.Errorf("rule %s: the starter policy tests itself: give it match and notMatch examples", r.ID)
+		}
+	}
 	p := mustNew(t, doc.Policy)
 	for _, tc := range []struct {
 		tool, cmd string
@@ -53,6 +58,10 @@ func TestREADMEStarterPolicy(t *testing.T) {
 		if d := p.Decide(Call{PrincipalKind: "oauth", PrincipalID: "x", Tool: tc.tool, Args: a}); d.Action != tc.want {
 			t.Errorf("%s %q: %s, want %s", tc.tool, tc.cmd, d.Describe(), tc.want)
 		}
+	}
+	// Its readers run in the inspect sandbox, a pipeline of them too.
+	if d := p.Decide(Call{PrincipalKind: "oauth", Tool: mcpwire.ToolShellExec, Args: json.RawMessage(`{"command":"ls -la /var/log | grep err"}`)}); d.Sandbox != "inspect" {
+		t.Errorf("the starter's readers: %s in sandbox %q, want inspect", d.Describe(), d.Sandbox)
 	}
 	if d := p.Decide(Call{PrincipalKind: "oauth", Tool: mcpwire.ToolFileRead, Args: json.RawMessage(`{"path":"/home/u/.ssh/id_rsa"}`)}); d.Action != Deny {
 		t.Errorf("file.read of a key: %s", d.Describe())

@@ -189,8 +189,8 @@ func (a *analysis) call(words []*syntax.Word, depth int) {
 			name = path.Base(full)
 			if dir := path.Dir(path.Clean(full)); path.IsAbs(full) && standardDir(dir) {
 				full = name
-			} else {
-				full = path.Clean(full)
+			} else if full = path.Clean(full); !strings.Contains(full, "/") {
+				full = "./" + full // ./ls is not the ls an allow rule names
 			}
 		}
 		p := part{name: name, path: full, args: args[1:], text: text}
@@ -202,6 +202,16 @@ func (a *analysis) call(words []*syntax.Word, depth int) {
 		if isShell(name) {
 			a.shell(p, depth)
 			return
+		}
+		if rest, why, runs := runner(name, args[1:]); why != "" {
+			p.opaque = why
+			a.add(p)
+			return
+		} else if runs {
+			p.wrapper = true
+			a.add(p)
+			args = rest
+			continue
 		}
 		rest, known, isWrapper := unwrap(name, args[1:])
 		if !isWrapper {
@@ -282,6 +292,11 @@ func opaqueCommand(name string, args []arg) string {
 			switch x.text {
 			case "-exec", "-execdir", "-ok", "-okdir":
 				return "find " + x.text + " runs a command for each file"
+			case "-fprint", "-fprint0", "-fprintf", "-fls":
+				return "find " + x.text + " writes to a file, which command rules do not judge"
+			}
+			if x.dynamic {
+				return "find with a computed argument may run a command (-exec)"
 			}
 		}
 	case "mapfile", "readarray":
@@ -458,10 +473,17 @@ func dangerousVar(n string) bool {
 	switch n {
 	case "PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "GLOBIGNORE", "CDPATH",
 		"PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
-		"PAGER", "EDITOR", "VISUAL", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "MANPAGER", "BROWSER", "TERMINFO", "HOSTALIASES":
+		"PAGER", "EDITOR", "VISUAL", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "MANPAGER", "BROWSER", "TERMINFO", "HOSTALIASES",
+		// Configuration read from a file the variable names, which can run
+		// commands (apt's hooks, dpkg's and debconf's, pagers and editors,
+		// OpenSSL's engines, the JVM's agents).
+		"APT_CONFIG", "SYSTEMD_EDITOR", "SYSTEMD_PAGERSECURE", "SUDO_EDITOR", "SUDO_ASKPASS", "SSH_ASKPASS", "LESSKEY", "LESSKEYIN", "LESSKEY_SYSTEM",
+		"MANOPT", "OPENSSL_CONF", "OPENSSL_ENGINES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS",
+		"WGETRC", "CURL_HOME", "TERMINFO_DIRS", "BASH_LOADABLES_PATH":
 		return true
 	}
-	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "BASH_FUNC_") || strings.HasPrefix(n, "GIT_") || strings.HasPrefix(n, "GCONV")
+	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "BASH_FUNC_") || strings.HasPrefix(n, "GIT_") || strings.HasPrefix(n, "GCONV") ||
+		strings.HasPrefix(n, "DPKG_") || strings.HasPrefix(n, "DEBCONF_") || strings.HasPrefix(n, "APT_")
 }
 
 // wordArg removes quotes from a literal word; anything the shell would

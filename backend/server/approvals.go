@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -36,6 +39,9 @@ type approvalState struct {
 	store *approvals.Store
 	cfg   policy.Approvals
 	mu    sync.Mutex // one lookup-or-create at a time (the bounds)
+	// places shares the pending places: max-min across principals, then
+	// conversations, as jobs' are (under mu).
+	places *jobs.Places
 }
 
 // approvalsDir is where pending approvals live: policy.approvals.dir, else
@@ -60,7 +66,10 @@ func openApprovals(cfg config.Config, asks bool) (*approvalState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &approvalState{store: st, cfg: cfg.Policy.Approvals}, nil
+	a := cfg.Policy.Approvals
+	places := jobs.NewPlaces("pending approvals", "policy.approvals.maxPending", "policy.approvals.maxPendingPerPrincipal",
+		"policy.approvals.maxPendingPerConversation", a.MaxPending, a.MaxPendingPerPrincipal, a.MaxPendingPerConversation)
+	return &approvalState{store: st, cfg: a, places: places}, nil
 }
 
 // approvalRun is what enforce hands back for an approved call: the request
@@ -86,17 +95,14 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and the approvals store cannot be read: %v", err)), nil
 	}
 	now := time.Now()
-	pending, pendingConv := 0, 0
+	held := map[jobs.Holder]int{}
 	for _, r := range list {
 		if now.After(r.ExpiresAt.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
 			st.store.Remove(r.ID) // long over: forget it
 			continue
 		}
 		if r.Status == mcpwire.ApprovalPending {
-			pending++
-			if r.PrincipalKind == string(cw.Principal.Kind) && r.Principal == cw.Principal.ID && r.Conversation == cw.Conversation {
-				pendingConv++
-			}
+			held[jobs.Holder{Principal: caller.Principal{Kind: caller.Kind(r.PrincipalKind), ID: r.Principal}, Conversation: r.Conversation}]++
 		}
 		if r.Digest != digest {
 			continue
@@ -120,38 +126,64 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 				te.ApprovalID, te.ApprovalStatus, te.JobID = r.ID, r.Status, r.JobID
 				return note, toolerr.Result(te), nil
 			}
+			run, te := s.approvedRun(call, r)
+			if te != nil {
+				// Not claimed: what the stored arguments would run is
+				// refused, and the approval stays for the call as it was.
+				note.answer = "invalid"
+				return note, toolerr.Result(te), nil
+			}
 			ok, err := st.store.Claim(r.ID)
+			if errors.Is(err, approvals.ErrExpired) {
+				note.answer = "expired"
+				te := policyRefusal(d, "approval "+r.ID+" expired before its call came back; the same call now makes a new one")
+				te.ApprovalID, te.ApprovalStatus = r.ID, mcpwire.ApprovalExpired
+				st.store.Remove(r.ID)
+				return note, toolerr.Result(te), nil
+			}
+			if te := toolerr.NoSpace(err, "approved, and its claim cannot be stored", approvalRoom); te != nil {
+				note.answer = "unavailable"
+				return note, toolerr.Result(te), nil
+			}
 			if err != nil || !ok {
 				note.answer = "used"
 				return note, toolerr.Result(policyRefusal(d, "approval "+r.ID+" was used already")), nil
 			}
 			note.answer = "approved"
-			return note, nil, s.approvedRun(call, r)
+			return note, nil, run
 		}
 		// expired: a new one below
 		st.store.Remove(r.ID)
 	}
-	if pendingConv >= st.cfg.MaxPendingPerConversation || pending >= st.cfg.MaxPending {
+	if why := st.places.Admit(held, cw, now); why != "" {
 		note.answer = "refused"
-		scope, n := mcpwire.ScopeConversation, st.cfg.MaxPendingPerConversation
-		if pendingConv < st.cfg.MaxPendingPerConversation {
-			scope, n = mcpwire.ScopeServer, st.cfg.MaxPending
+		// Beyond a share or the places kept for others, the principal
+		// waits; beyond the cap everyone does.
+		scope := mcpwire.ScopePrincipal
+		switch {
+		case strings.HasPrefix(why, "this conversation"):
+			scope = mcpwire.ScopeConversation
+		case strings.Contains(why, "the most this backend allows"):
+			scope = mcpwire.ScopeServer
 		}
-		te := toolerr.New(mcpwire.CodeOverloaded, "needs approval, and %d approvals are already pending (policy.approvals); wait for the operator to decide them", n)
+		te := toolerr.New(mcpwire.CodeOverloaded, "needs approval, and no approval can be made pending now: %s; wait for the operator to decide them", why)
 		te.Scope, te.RetryAfterMs = scope, 60000
 		return note, toolerr.Result(te), nil
 	}
 	r := approvals.Record{
 		Approval: mcpwire.Approval{
-			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Rule: d.Rule, Reason: d.Reason,
+			ID: approvals.NewID(), Tool: p.Name, Target: d.Target, Parts: d.Parts, Rule: d.Rule, Reason: d.Reason,
 			PrincipalKind: string(cw.Principal.Kind), Principal: cw.Principal.ID, Conversation: cw.Conversation,
-			Arguments: canonicalArgs(p.Arguments),
+			Arguments: p.Arguments,
 			CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond).UTC(),
 		},
 		Digest: digest,
 	}
 	if err := st.store.Create(r); err != nil {
 		note.answer = "unavailable"
+		if te := toolerr.NoSpace(err, "needs approval, and it cannot be stored", approvalRoom); te != nil {
+			return note, toolerr.Result(te), nil
+		}
 		return note, toolerr.Result(toolerr.New(mcpwire.CodeInternal, "needs approval, and it cannot be stored: %v", err)), nil
 	}
 	note.id, note.answer = r.ID, "pending"
@@ -159,15 +191,28 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	return note, needsApproval(r.Approval, d), nil
 }
 
-// needsApproval is the NEEDS_APPROVAL result of a pending approval.
+// approvalRoom is the free space an approval's files take: a record
+// (well under a page) written through a temporary file.
+const approvalRoom = 8 << 10
+
+// needsApproval is the NEEDS_APPROVAL result of a pending approval: what
+// the operator is asked about is the whole call.
 func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
-	te := toolerr.New(mcpwire.CodeNeedsApproval,
-		"needs the operator's approval (rule %s: %s): pending approval %s, until %s. The operator runs: mcpctl approvals approve %s. "+
-			"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
-		d.Rule, orNone(d.Reason), a.ID, a.ExpiresAt.Format(time.RFC3339), a.ID)
+	// The view goes in whole (each value already cut at shownBytes,
+	// visibly); the message is bounded as toolerr bounds any, visibly.
+	te := toolerr.New(mcpwire.CodeNeedsApproval, "%s", "")
+	te.Message = toolerr.Cut(fmt.Sprintf("needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
+		"The operator runs: mcpctl approvals approve %s. "+
+		"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
+		toolerr.Cut(d.Rule, toolerr.MaxQuoted), toolerr.Cut(orNone(d.Reason), toolerr.MaxQuoted), a.ID, a.ExpiresAt.Format(time.RFC3339),
+		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID), toolerr.MaxMessage)
 	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
 	return toolerr.Result(te)
 }
+
+// shownBytes bounds each value shown of a call asked about (the whole
+// view is bounded again by toolerr's and the form's limits, visibly).
+const shownBytes = 512
 
 func orNone(s string) string {
 	if s == "" {
@@ -179,21 +224,21 @@ func orNone(s string) string {
 // approvedRun is how an approved call runs: a shell.exec as the job.start
 // of the same command (answered NEEDS_APPROVAL with status approved and
 // the job's id, since its result is a job's), anything else as itself.
-func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *approvalRun {
+func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) (*approvalRun, *toolerr.Error) {
 	if call.Params.Name != mcpwire.ToolShellExec {
-		return &approvalRun{}
+		// The call itself, whose arguments tools.Args made canonical: the
+		// digest says they are the stored ones.
+		return &approvalRun{}, nil
 	}
-	var in struct {
-		Command   string            `json:"command"`
-		Cwd       string            `json:"cwd,omitempty"`
-		TimeoutMs *int64            `json:"timeoutMs,omitempty"`
-		Env       map[string]string `json:"env,omitempty"`
+	// Re-validated as job.start's before anything is claimed.
+	if _, te := s.tools.Args(mcpwire.ToolJobStart, r.Arguments); te != nil {
+		return nil, te
 	}
-	_ = json.Unmarshal(call.Params.Arguments, &in)
-	args, _ := json.Marshal(in)
+	// The stored arguments, as approved, run: job.start takes every
+	// argument shell.exec does, and decodes them itself.
 	nreq := *call
 	np := *call.Params
-	np.Name, np.Arguments = mcpwire.ToolJobStart, args
+	np.Name, np.Arguments = mcpwire.ToolJobStart, r.Arguments
 	nreq.Params = &np
 	id := r.ID
 	return &approvalRun{req: &nreq, post: func(res mcp.Result) mcp.Result {
@@ -210,10 +255,10 @@ func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) *app
 		te := toolerr.New(mcpwire.CodeNeedsApproval, "approved by the operator (approval %s): running as job %s; read its output with job.output or job.wait", id, st.Job.ID)
 		te.ApprovalID, te.ApprovalStatus, te.JobID = id, mcpwire.ApprovalApproved, st.Job.ID
 		return toolerr.Result(te)
-	}}
+	}}, nil
 }
 
 // approvalAnswers are the notes of an ask that ended without running.
-var refusedAnswers = []string{"declined", "cancelled", "denied", "invalid", "missing", "used", "unavailable", "refused"}
+var refusedAnswers = []string{"declined", "cancelled", "denied", "invalid", "missing", "used", "unavailable", "refused", "expired"}
 
 func refusedAnswer(a string) bool { return slices.Contains(refusedAnswers, a) }

@@ -146,8 +146,11 @@ func TestExpiredApprovalRunsNothing(t *testing.T) {
 // TestNeedsApprovalGolden pins the NEEDS_APPROVAL envelope.
 func TestNeedsApprovalGolden(t *testing.T) {
 	at := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
-	res := needsApproval(mcpwire.Approval{ID: "a0123456789abcdef", Status: mcpwire.ApprovalPending, ExpiresAt: at},
-		policyDecisionForGolden())
+	d := policyDecisionForGolden()
+	parts := []mcpwire.JudgedPart{{Text: "apt-get upgrade -y", Action: "ask", Rule: "ask-upgrades", Reason: "package changes"},
+		{Text: "touch /tmp/x", Action: "allow", Rule: "policy.default", Reason: "no rule matches"}}
+	res := needsApproval(mcpwire.Approval{ID: "a0123456789abcdef", Status: mcpwire.ApprovalPending, ExpiresAt: at, Tool: mcpwire.ToolShellExec, Parts: parts,
+		Arguments: json.RawMessage(`{"command":"apt-get upgrade -y; touch /tmp/x","cwd":"/srv","env":{"DEBIAN_FRONTEND":"noninteractive"}}`)}, d)
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		t.Fatal(err)

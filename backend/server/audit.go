@@ -24,6 +24,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -46,6 +47,7 @@ const startWait = 20 * time.Millisecond
 type auditState struct {
 	log    *audit.Log
 	sink   string // journal, file or off: what auto chose
+	refuse bool   // audit.onFailure refuse: no normal work while records are lost
 	role   string
 	prefix string
 	next   atomic.Uint64
@@ -55,7 +57,7 @@ type auditState struct {
 // the process runs under systemd and the journal's socket answers, else
 // the file when one is set, else off.
 func openAudit(cfg config.Audit, log *slog.Logger) (*auditState, error) {
-	st := &auditState{role: os.Getenv(audit.RoleEnv)}
+	st := &auditState{role: os.Getenv(audit.RoleEnv), refuse: cfg.OnFailure == config.AuditRefuse}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	st.prefix = hex.EncodeToString(b[:])
@@ -90,6 +92,24 @@ func openAudit(cfg config.Audit, log *slog.Logger) (*auditState, error) {
 	return st, nil
 }
 
+// auditRefusalPrefix starts the message of a call refused for the audit
+// trail (refusalReason tells it from a restart by it).
+const auditRefusalPrefix = "audit records cannot be written"
+
+// auditRefusal is the refusal of normal work while the audit trail loses
+// records under audit.onFailure refuse, nil otherwise. The refusals are
+// themselves counted into refusal records: the first one the sink takes
+// again ends it.
+func (s *Server) auditRefusal() *toolerr.Error {
+	if !s.audit.refuse || !s.audit.log.Failing() {
+		return nil
+	}
+	te := toolerr.New(mcpwire.CodeUnavailable, auditRefusalPrefix+" (audit.onFailure is refuse; %d lost so far): normal work is refused until the %s takes records again; control tools still run",
+		s.audit.log.Dropped(), s.audit.sink)
+	te.RetryAfterMs = 1000
+	return te
+}
+
 // Audit is the server's audit log (nil when off), for the process's start
 // and stop records.
 func (s *Server) Audit() *audit.Log { return s.audit.log }
@@ -99,10 +119,11 @@ func (s *Server) AuditSink() string { return s.audit.sink }
 
 // callAudit is one admitted call between its start and end records.
 type callAudit struct {
-	log  *audit.Log
-	id   string
-	tool string
-	who  []audit.Field
+	log   *audit.Log
+	id    string
+	tool  string
+	who   []audit.Field
+	start time.Time // the call's own time, on each of its records
 }
 
 // flowFields are who a call acts for and what it came through.
@@ -136,17 +157,21 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	}
 	who, _ := caller.From(ctx)
 	host, transport := transportOf(call)
-	c := &callAudit{log: l, tool: call.Params.Name, id: s.audit.prefix + "-" + strconv.FormatUint(s.audit.next.Add(1), 36)}
+	c := &callAudit{log: l, tool: call.Params.Name, id: s.audit.prefix + "-" + strconv.FormatUint(s.audit.next.Add(1), 36), start: time.Now()}
 	c.who = s.flowFields(who, host, transport)
-	r := audit.Record{Event: audit.EventCallStart}
+	r := audit.Record{Time: c.start, Event: audit.EventCallStart}
 	r.Message = fmt.Sprintf("tool call %s start: %s by %s", c.id, c.tool, who.Principal.Key())
 	r.Add(audit.FieldCallID, c.id)
+	r.Add(audit.FieldCallTime, audit.FormatTime(c.start))
 	r.Fields = append(r.Fields, c.who...)
 	r.Add(audit.FieldTool, c.tool)
 	r.Add(audit.FieldClass, string(mcpwire.ClassOf(c.tool)))
 	r.AddInt(audit.FieldQueuedMs, wait.Milliseconds())
 	if d, note, ok := decisionOf(ctx); ok {
 		r.Fields = append(r.Fields, policyFields(d, note)...)
+	}
+	if sb, ok := sandbox.From(ctx); ok {
+		r.Add(audit.FieldSandbox, sb.Name)
 	}
 	args := audit.Arguments(c.tool, call.Params.Arguments)
 	r.Fields = append(r.Fields, args...)
@@ -172,6 +197,7 @@ func (c *callAudit) end(res mcp.Result, err error, abandoned bool, dur time.Dura
 	}
 	r := audit.Record{Event: audit.EventCallEnd}
 	r.Add(audit.FieldCallID, c.id)
+	r.Add(audit.FieldCallTime, audit.FormatTime(c.start))
 	r.Fields = append(r.Fields, c.who...)
 	r.Add(audit.FieldTool, c.tool)
 	out := "ok"
@@ -294,6 +320,8 @@ func (s *Server) auditShed(r *http.Request, who *caller.Caller, tool string, she
 func refusalReason(te *toolerr.Error) string {
 	m := te.Message
 	switch {
+	case te.Code == mcpwire.CodeUnavailable && strings.HasPrefix(m, auditRefusalPrefix):
+		return "audit"
 	case te.Code == mcpwire.CodeUnavailable:
 		return "restarting"
 	case te.Code == mcpwire.CodeCancelled:

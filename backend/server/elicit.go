@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/approvals"
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
@@ -59,30 +60,19 @@ func newAsker() *asker {
 // until old ones expire (each lives elicitTTL at most).
 const maxSpent = 1 << 16
 
-// callDigest binds a state to one call.
+// callDigest binds a state, or an approval, to one call: its principal,
+// tool and arguments in the canonical form tools.Args made of them (key
+// order and spacing do not make the same call look different; a number
+// written otherwise does).
 func callDigest(cw caller.Caller, tool string, args json.RawMessage) [32]byte {
 	h := sha256.New()
 	for _, s := range []string{cw.Principal.Key(), "\x00", tool, "\x00"} {
 		h.Write([]byte(s))
 	}
-	h.Write(canonicalArgs(args))
+	h.Write(args)
 	var d [32]byte
 	copy(d[:], h.Sum(nil))
 	return d
-}
-
-// canonicalArgs re-encodes arguments so that key order and spacing do not
-// make the same call look different (encoding/json sorts map keys).
-func canonicalArgs(raw json.RawMessage) []byte {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return raw
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
 }
 
 // state is nonce(16) | expiry unix ms(8) | mac(32) over nonce, expiry and
@@ -161,7 +151,7 @@ func (s *Server) elicit(ctx context.Context, call *mcp.CallToolRequest, d policy
 	note := approvalNote{via: "elicitation"}
 	q := &mcp.ElicitParams{
 		Mode:    "form",
-		Message: elicitMessage(p.Name, d),
+		Message: elicitMessage(p.Name, p.Arguments, d),
 		RequestedSchema: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -217,18 +207,20 @@ func (s *Server) answer(note approvalNote, r *mcp.ElicitResult, d policy.Decisio
 	return note, toolerr.Result(policyRefusal(d, "the user did not approve")), true
 }
 
-// elicitMessage shows the user the exact call and the rule.
-func elicitMessage(tool string, d policy.Decision) string {
-	target := d.Target
-	if target == "" {
-		target = "(the tool as a whole)"
-	}
+// elicitMessage shows the user the whole call (every part of a command,
+// env, cwd, each part with the rule that judged it) and the rule that
+// asks.
+func elicitMessage(tool string, args json.RawMessage, d policy.Decision) string {
 	reason := d.Reason
 	if reason == "" {
 		reason = "no reason given"
 	}
-	return fmt.Sprintf("Allow %s to run this once?\n\n%s\n\nPolicy rule %s asks first: %s", tool, toolerr.Cut(target, toolerr.MaxQuoted), d.Rule, reason)
+	view := approvals.ViewOf(tool, args, d.Parts).Text(shownBytes)
+	return toolerr.Cut(fmt.Sprintf("Allow %s to run this once?\n\n%s\n\nPolicy rule %s asks first: %s", tool, view, d.Rule, reason), elicitBytes)
 }
+
+// elicitBytes bounds the consent form's text; a cut says so.
+const elicitBytes = 8192
 
 // inputRequired builds the input_required result. The SDK sets the result
 // type only on results its tool handlers return; the middleware answers

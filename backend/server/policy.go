@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/systemd"
 )
 
 // policyState is the compiled policy and its counts for /metrics.
@@ -45,6 +48,20 @@ func callOf(who *oauth.Identity, cw caller.Caller, call *mcp.CallToolRequest) po
 	return c
 }
 
+// systemdUnitNames asks the system's systemd what a unit name resolves to
+// (its Id and Names), bounded.
+func systemdUnitNames(log *slog.Logger) policy.UnitResolver {
+	return func(ctx context.Context, unit string) (string, []string, error) {
+		ctx, cancel := context.WithTimeout(ctx, unitResolveTimeout)
+		defer cancel()
+		return systemd.ResolveUnit(ctx, systemd.Options{Logger: log}, unit)
+	}
+}
+
+// unitResolveTimeout bounds asking systemd about a unit's names: a local
+// systemd answers in milliseconds (service.* bound theirs the same).
+const unitResolveTimeout = 10 * time.Second
+
 type decisionKey struct{}
 
 // decisionOf returns the policy decision a call ran under, if a policy
@@ -75,7 +92,11 @@ func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Cal
 	if ps.p == nil {
 		return ctx, nil, nil
 	}
-	d := ps.p.Decide(callOf(who, cw, call))
+	c := callOf(who, cw, call)
+	if err := ps.p.ResolveUnits(ctx, &c, s.unitNames); err != nil {
+		s.log.Warn("policy: systemd did not resolve the unit: the unit files' names decide", "tool", c.Tool, "err", err)
+	}
+	d := ps.p.Decide(c)
 	switch d.Action {
 	case policy.Allow:
 		ps.allow.Add(1)

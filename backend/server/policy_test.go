@@ -98,6 +98,56 @@ var bypasses = []bypass{
 	{"PATH in env", "PATH=/usr/bin:$PATH touch @M@", ""},
 	{"redirection write", "echo > @M@", ""},
 	{"exec redirection", "exec 3>@M@", ""},
+	// Runners that run the command on their command line, and programs
+	// whose options run one.
+	{"ip netns exec", "ip netns exec mcp-no-such-ns touch @M@", ""},
+	{"ip -n netns exec", "ip -n mcp-no-such-ns netns exec mcp-no-such-ns touch @M@", ""},
+	{"ip -all netns exec", "ip -all netns exec touch @M@", ""},
+	{"ip netns exec behind nice", "nice ip -all netns exec touch @M@", ""},
+	{"ip netns exec behind timeout", "timeout 5 ip -4 -all netns exec touch @M@", ""},
+	{"ip vrf exec", "ip vrf exec mcp-no-such-vrf touch @M@", ""},
+	{"prlimit", "prlimit --nofile=1024 touch @M@", ""},
+	{"setarch", "setarch x86_64 -R touch @M@", ""},
+	{"linux32", "linux32 touch @M@", ""},
+	{"linux64", "linux64 touch @M@", ""},
+	{"dynamic loader", "/lib64/ld-linux-x86-64.so.2 /usr/bin/touch @M@", ""},
+	{"systemd-cat", "systemd-cat -t mcp touch @M@", ""},
+	{"systemd-inhibit", "systemd-inhibit --what=idle touch @M@", ""},
+	{"busctl call", "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager StartUnit ss mcp-no-such.service replace", ""},
+	{"dbus-send", "dbus-send --system --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus.ListNames", ""},
+	{"tar checkpoint-action", "tar -cf @M@.tar --checkpoint=1 --checkpoint-action=exec='touch @M@' /etc/hostname", ""},
+	{"tar -I", "tar -I 'touch @M@' -cf @M@.tar /etc/hostname", ""},
+	{"tar to-command", "tar -cf @M@.tar /etc/hostname && tar -xf @M@.tar --to-command='touch @M@'", ""},
+	{"rsync -e", `rsync -e 'sh -c "touch @M@" sh' h:/x @M@.d`, "rsync"},
+	{"tcpdump -z", "tcpdump -i lo -c 1 -w @M@.pcap -z /bin/true", ""},
+	{"sort compress-program", "sort --compress-program=/bin/true -S 1K /etc/hostname", ""},
+	{"sort -o", "sort -o @M@ /etc/hostname", ""},
+	{"find -fprint", "find /etc/hostname -fprint @M@", ""},
+	{"git -c alias", "git -c alias.x='!touch @M@' x", "git"},
+	{"git -c pager", "git -c core.pager='touch @M@' -p log", ""},
+	{"GIT_PAGER", "GIT_PAGER='touch @M@' git -p log", ""},
+}
+
+// noRun names the attempts that must never run on this machine (they make
+// namespaces, ask another service to act, or capture traffic), and why:
+// each is sent only once the policy, asked first, denies it, and has no
+// negative control here (TestRunnersJudged decides them, and
+// TestIPNetnsExecInSystemd runs ip netns exec in a container).
+var noRun = map[string]string{
+	"ip netns exec":                "ip netns exec makes a mount namespace",
+	"ip -n netns exec":             "ip netns exec makes a mount namespace",
+	"ip -all netns exec":           "ip netns exec makes a mount namespace",
+	"ip netns exec behind nice":    "ip netns exec makes a mount namespace",
+	"ip netns exec behind timeout": "ip netns exec makes a mount namespace",
+	"ip vrf exec":                  "ip vrf exec binds a cgroup to a VRF",
+	"systemd-cat":                  "systemd-cat writes to the journal",
+	"systemd-inhibit":              "systemd-inhibit takes a lock from logind",
+	"busctl call":                  "busctl call asks systemd to act",
+	"dbus-send":                    "dbus-send asks a service to act",
+	"tcpdump -z":                   "tcpdump captures traffic",
+	"sort compress-program":        "it runs only a program without arguments",
+	"git -c pager":                 "a pager runs only on a terminal",
+	"GIT_PAGER":                    "a pager runs only on a terminal",
 }
 
 // bypassPolicy denies touch (and rm); what the parser cannot see through
@@ -118,11 +168,28 @@ func TestPolicyBypassesRunNothing(t *testing.T) {
 	if len(bypasses) < 40 {
 		t.Fatalf("only %d attempts", len(bypasses))
 	}
+	cfg := config.Default()
+	bypassPolicy(&cfg)
+	pol, err := policy.New(cfg.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := func(t *testing.T, b *backend, dir string, tool string, wantRefused bool) {
 		for _, c := range bypasses {
 			marker := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+"-"+strings.ReplaceAll(tool, ".", "-"))
 			cmd := strings.ReplaceAll(c.cmd, "@M@", marker)
 			args := map[string]any{"command": cmd}
+			if why := noRun[c.name]; why != "" {
+				if !wantRefused {
+					continue // never run here: the policy tests decide it
+				}
+				// Asked first, so that a policy that lets it through fails
+				// the test without running it on this machine.
+				if d := pol.Decide(policy.Call{PrincipalKind: "anonymous", Tool: tool, Args: argsJSON(t, args)}); d.Action != policy.Deny {
+					t.Errorf("%s: the policy does not deny it (%s), so it was not sent (%s)", c.name, d.Describe(), why)
+					continue
+				}
+			}
 			if tool == mcpwire.ToolJobStart {
 				args["waitMs"] = 30000
 			}
@@ -171,6 +238,15 @@ func TestPolicyBypassesRunNothing(t *testing.T) {
 	open := startBackend(t, func(c *config.Config) { c.Jobs.Mode = config.JobsProcess })
 	ctl := t.TempDir()
 	t.Run("without policy", func(t *testing.T) { run(t, open, ctl, mcpwire.ToolShellExec, false) })
+}
+
+func argsJSON(t testing.TB, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func has(prog string) bool { _, err := exec.LookPath(prog); return err == nil }

@@ -85,7 +85,9 @@ type Server struct {
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
 	approvals *approvalState
-	ids       *caller.Keys // the pseudonyms callers are shown by
+	sandboxes *sandboxState       // the profiles shell commands run in (sandbox.go)
+	ids       *caller.Keys        // the pseudonyms callers are shown by
+	unitNames policy.UnitResolver // what systemd resolves a unit name to (policy units rules)
 }
 
 // Option adjusts a Server at construction.
@@ -166,6 +168,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		return nil, err
 	}
 	s.policy = &policyState{p: pol}
+	s.unitNames = systemdUnitNames(log)
 	s.ask = newAsker()
 	if s.approvals, err = openApprovals(cfg, pol != nil); err != nil {
 		return nil, err
@@ -177,7 +180,12 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		return nil, err
 	}
 	s.jobs = js
+	if s.sandboxes, err = openSandboxes(cfg, fileOptions(cfg, osGetenv, js.dir), log); err != nil {
+		js.close()
+		return nil, err
+	}
 	s.tools = tools.New(tools.Options{
+		SandboxExe:     s.sandboxes.exe,
 		Jobs:           js.mgr,
 		JobsOffReason:  js.off,
 		JobLimits:      jobLimits(cfg.Jobs),
@@ -212,6 +220,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.shareLimits(osGetenv("RUNTIME_DIRECTORY"))
 	s.refusals = newRefusalLog(log)
 	go s.refusals.run(s.down)
 	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
@@ -233,6 +242,9 @@ func (s *Server) Close() {
 	s.shutdown()
 	s.tools.Close()
 	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
+	}
 }
 
 // admit is the MCP middleware every tools/call passes through, whatever the
@@ -271,12 +283,25 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, te, nil)
 			return toolerr.Result(te), nil
 		}
+		// The one decode of the arguments: what the tool would refuse is
+		// refused before the policy judges it, and the policy, the
+		// approvals, the audit and the tool all read the same canonical
+		// bytes.
+		args, te := s.tools.Args(tool, call.Params.Arguments)
+		if te != nil {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
+		}
+		call = withArguments(call, args)
+		req = call
 		// The policy, after who may call what and before anything queues
 		// or runs: a refusal or an ask never takes a slot.
 		ctx, refused, approved := s.enforce(ctx, who, cw, call)
 		if refused != nil {
 			return refused, nil
 		}
+		ctx = s.sandboxes.choose(ctx, tool)
 		var post func(mcp.Result) mcp.Result
 		if approved != nil {
 			if approved.req != nil {
@@ -297,6 +322,11 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, memoryError(), nil)
 			return toolerr.Result(s.serverOverloaded(memoryError(), kind)), nil
 		}
+		if te := s.auditRefusal(); te != nil && kind != admission.Control {
+			s.refusals.add(cw, tool, string(te.Code))
+			s.auditAdmissionRefusal(ctx, call, te, nil)
+			return toolerr.Result(te), nil
+		}
 		start := time.Now()
 		// Shutdown takes queued calls out of the queue at once.
 		acqCtx, stopAcq := context.WithCancel(ctx)
@@ -313,6 +343,7 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, te, err)
 			return toolerr.Result(te), nil
 		}
+		s.sandboxes.count(ctx)
 		ca := s.auditStart(ctx, call, wait)
 		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
 			// The slot covers trimming the result too, so that work is
@@ -347,6 +378,16 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// withArguments is call with other arguments (a copy: the SDK's request
+// is left as it came).
+func withArguments(call *mcp.CallToolRequest, args json.RawMessage) *mcp.CallToolRequest {
+	nc := *call
+	np := *call.Params
+	np.Arguments = args
+	nc.Params = &np
+	return &nc
 }
 
 // mayRun enforces, where the tool actually runs and with the name the SDK

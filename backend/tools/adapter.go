@@ -23,6 +23,8 @@ import (
 type toolDef struct {
 	tool    *mcp.Tool
 	handler mcp.ToolHandler
+	// args is the tool's one decode of its arguments (see Tools.Args).
+	args func(json.RawMessage) (json.RawMessage, *toolerr.Error)
 }
 
 // schemaTweaker lets an input type adjust its derived schema (enums, unions,
@@ -92,7 +94,113 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 			Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
 		}, nil
 	}
-	return toolDef{tool: tool, handler: handler}
+	args := func(raw json.RawMessage) (json.RawMessage, *toolerr.Error) {
+		if _, terr := decodeArgs[In](raw, resolved, emptyErr); terr != nil {
+			return nil, terr
+		}
+		return canonicalArgs(raw)
+	}
+	return toolDef{tool: tool, handler: handler, args: args}
+}
+
+// Args is the one decode of a call's arguments that everything after it
+// reads: the policy, the approval digest, the audit record and the run.
+// It refuses what the tool would refuse (the tool's schema and its Go
+// type: an unknown key, a key in another case, a duplicate key, a number
+// that does not fit) and returns the arguments in canonical form: keys
+// sorted, no spaces, numbers as written, so that the bytes the policy
+// judged are the bytes that run.
+func (t *Tools) Args(name string, raw json.RawMessage) (json.RawMessage, *toolerr.Error) {
+	for _, d := range t.defs {
+		if d.tool.Name == name {
+			return d.args(raw)
+		}
+	}
+	return nil, toolerr.New(mcpwire.CodeInvalidArgument, "unknown tool %q", name)
+}
+
+// canonicalArgs re-encodes valid arguments: encoding/json sorts map keys,
+// and json.Number keeps each number's text (a float64 would turn 60000.0
+// into 60000 and round large integers).
+func canonicalArgs(raw json.RawMessage) (json.RawMessage, *toolerr.Error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
+		return json.RawMessage("{}"), nil // the most frequent calls take no arguments
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, toolerr.New(mcpwire.CodeInvalidArgument, "arguments: %v", err)
+	}
+	return json.RawMessage(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// checkKeys refuses an argument object with a key twice, at any depth,
+// or two argument names that differ only in case: encoding/json matches
+// names case-insensitively and keeps the last, so either would let one
+// reading of the arguments differ from another.
+func checkKeys(raw []byte) *toolerr.Error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var walk func(path string, depth int) *toolerr.Error
+	walk = func(path string, depth int) *toolerr.Error {
+		tok, err := dec.Token()
+		if err != nil {
+			return toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]string{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
+				}
+				k, _ := kt.(string)
+				name := k
+				if path != "" {
+					name = path + "." + k
+				}
+				fold := k
+				if depth == 0 {
+					fold = strings.ToLower(k)
+				}
+				if prev, dup := seen[fold]; dup {
+					if prev == k {
+						return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: given twice", truncate(name, maxErrorMessageLength/2))
+					}
+					return toolerr.New(mcpwire.CodeInvalidArgument, "argument %q: given twice, also as %q (argument names are case-sensitive)",
+						truncate(name, maxErrorMessageLength/4), truncate(prev, maxErrorMessageLength/4))
+				}
+				seen[fold] = k
+				if terr := walk(name, depth+1); terr != nil {
+					return terr
+				}
+			}
+			_, err := dec.Token() // '}'
+			if err != nil {
+				return toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
+			}
+		case json.Delim('['):
+			for dec.More() {
+				if terr := walk(path+".*", depth+1); terr != nil {
+					return terr
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return toolerr.New(mcpwire.CodeInvalidArgument, "arguments must be a JSON object: %v", err)
+			}
+		}
+		return nil
+	}
+	return walk("", 0)
 }
 
 // dropNullable makes an optional pointer argument (["null","integer"]) a
@@ -122,6 +230,11 @@ func decodeArgs[In any](raw json.RawMessage, resolved *jsonschema.Resolved, empt
 			return in, toolerr.New(mcpwire.CodeInvalidArgument, "%s", schemaMessage(emptyErr))
 		}
 		return in, nil
+	}
+	if raw[0] == '{' {
+		if terr := checkKeys(raw); terr != nil {
+			return in, terr
+		}
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {

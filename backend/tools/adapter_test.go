@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -137,4 +138,41 @@ func TestOptionalIntegersArePlainIntegers(t *testing.T) {
 	// null is no longer an accepted value; omitted still is.
 	fails(t, h, mcpwire.ToolShellExec, map[string]any{"command": "true", "timeoutMs": nil}, mcpwire.CodeInvalidArgument)
 	ok[mcpwire.ShellResult](t, h, mcpwire.ToolShellExec, map[string]any{"command": "true"})
+}
+
+// TestArgsOneStrictDecode: Args refuses what the tool would refuse
+// (naming the key) and returns the canonical form the policy, the
+// approval and the run all read; env names that differ in case are two
+// variables, not a duplicate.
+func TestArgsOneStrictDecode(t *testing.T) {
+	tl := New(testOptions())
+	defer tl.Close()
+	for _, tc := range []struct {
+		name, tool, raw string
+		want            string // canonical form, or the refusal's text
+		ok              bool
+	}{
+		{"canonical: sorted, compact, numbers as written", mcpwire.ToolShellExec, ` {"timeoutMs": 9007199254740993, "command" : "a <b> & c"} `, `{"command":"a <b> & c","timeoutMs":9007199254740993}`, true},
+		{"empty", mcpwire.ToolSystemInfo, ``, `{}`, true},
+		{"null", mcpwire.ToolSystemInfo, `null`, `{}`, true},
+		{"env names in two cases are two variables", mcpwire.ToolShellExec, `{"command":"env","env":{"a":"1","A":"2"}}`, `{"command":"env","env":{"A":"2","a":"1"}}`, true},
+		{"a key in another case", mcpwire.ToolShellExec, `{"Command":"touch x","command":"ls"}`, `"command": given twice, also as "Command"`, false},
+		{"only a key in another case", mcpwire.ToolShellExec, `{"Command":"touch x"}`, `unknown argument ["Command"]`, false},
+		{"a key twice", mcpwire.ToolShellExec, `{"command":"ls","command":"touch x"}`, `"command": given twice`, false},
+		{"a key twice in env", mcpwire.ToolShellExec, `{"command":"ls","env":{"A":"1","A":"2"}}`, `"env.A": given twice`, false},
+		{"a number its type cannot hold", mcpwire.ToolShellExec, `{"command":"ls","timeoutMs":60000.0}`, `timeoutMs`, false},
+		{"an unknown tool", "no.such", `{}`, `unknown tool`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, te := tl.Args(tc.tool, json.RawMessage(tc.raw))
+			switch {
+			case tc.ok && te != nil:
+				t.Fatalf("refused: %v", te)
+			case tc.ok && string(got) != tc.want:
+				t.Fatalf("canonical %s, want %s", got, tc.want)
+			case !tc.ok && (te == nil || te.Code != mcpwire.CodeInvalidArgument || !strings.Contains(te.Message, tc.want)):
+				t.Fatalf("got %s %v, want INVALID_ARGUMENT with %q", got, te, tc.want)
+			}
+		})
+	}
 }

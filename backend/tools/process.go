@@ -20,6 +20,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/procfs"
+	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -321,7 +322,7 @@ func (t *Tools) processKill(_ context.Context, in ProcessKillInput) (ProcessKill
 	if err := checkPID(in.PID); err != nil {
 		return res, err
 	}
-	name := signalName(sig)
+	name := signals.Name(sig)
 	// A pidfd pins the process: the checks below and the signal are about
 	// the same process even if the pid is reused meanwhile. pidfd_open also
 	// refuses thread ids, which kill(2) would turn into their whole process
@@ -390,44 +391,12 @@ func isAncestor(pid int) bool {
 	return false
 }
 
-// parseSignal accepts nil (TERM), a name with or without SIG, or a number
-// (JSON number or numeric string) from 0 to SIGRTMAX.
+// parseSignal reads process.kill's signal with the one parser the
+// policy's signals rules also use.
 func parseSignal(v any) (syscall.Signal, error) {
-	bad := func() error {
-		return toolerr.New(mcpwire.CodeInvalidArgument, "argument \"signal\": want a signal name like TERM or SIGKILL, or a number 0..64 (got %v)", v)
+	sig, err := signals.Parse(v)
+	if err != nil {
+		return 0, toolerr.New(mcpwire.CodeInvalidArgument, "argument \"signal\": %v", err)
 	}
-	switch s := v.(type) {
-	case nil:
-		return syscall.SIGTERM, nil
-	case float64:
-		if s != float64(int(s)) || s < 0 || s > 64 {
-			return 0, bad()
-		}
-		return syscall.Signal(int(s)), nil
-	case string:
-		s = strings.ToUpper(strings.TrimSpace(s))
-		if n, err := strconv.Atoi(s); err == nil {
-			if n < 0 || n > 64 {
-				return 0, bad()
-			}
-			return syscall.Signal(n), nil
-		}
-		if !strings.HasPrefix(s, "SIG") {
-			s = "SIG" + s
-		}
-		if sig := unix.SignalNum(s); sig != 0 {
-			return sig, nil
-		}
-	}
-	return 0, bad()
-}
-
-func signalName(sig syscall.Signal) string {
-	if sig == 0 {
-		return "0"
-	}
-	if n := unix.SignalName(sig); n != "" {
-		return n
-	}
-	return "SIG" + strconv.Itoa(int(sig))
+	return sig, nil
 }

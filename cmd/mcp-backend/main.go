@@ -11,8 +11,9 @@ import (
 )
 
 func main() {
+	catchSIGPIPE()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args, os.Stdin, os.Stdout, newLogSink(os.Stderr))
 	stop()
 	os.Exit(code)
 }

@@ -1,16 +1,24 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/tools"
+	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/systemd"
 )
+
+// unitResolveTimeout bounds asking systemd what a unit name resolves to.
+const unitResolveTimeout = 10 * time.Second
 
 // policyCommand is "check-policy": what a call would get from the
 // config's policy and why, for writing rules. It lives with the config's
@@ -47,6 +55,13 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 			if json.Unmarshal(args, &obj) != nil {
 				return &exitError{exitUsage, fmt.Errorf("check-policy: --args %q: want a JSON object such as {\"command\":\"ls\"}", c.String("args"))}
 			}
+			// The backend's one reading of the arguments: what it would
+			// refuse before the policy, check-policy refuses too, and the
+			// policy reads the canonical form, as in the backend.
+			args, te := tools.New(tools.Options{}).Args(c.String("tool"), args)
+			if te != nil {
+				return &exitError{exitUsage, fmt.Errorf("check-policy: --args: the backend refuses these before its policy: %s: %s", te.Code, te.Message)}
+			}
 			cfg, err := loadConfig(c.String("config"), "", false)
 			if err != nil {
 				return err
@@ -55,13 +70,36 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
-			dec := p.Decide(policy.Call{PrincipalKind: kind, PrincipalID: id, Scopes: strings.Fields(c.String("scopes")), Tool: c.String("tool"), Args: args})
+			call := policy.Call{PrincipalKind: kind, PrincipalID: id, Scopes: strings.Fields(c.String("scopes")), Tool: c.String("tool"), Args: args}
+			// A unit as systemd resolves it, as the server does.
+			resolve := func(ctx context.Context, unit string) (string, []string, error) {
+				ctx, cancel := context.WithTimeout(ctx, unitResolveTimeout)
+				defer cancel()
+				return systemd.ResolveUnit(ctx, systemd.Options{}, unit)
+			}
+			if err := p.ResolveUnits(c.Context, &call, resolve); err != nil {
+				fmt.Fprintf(d.stderr, "check-policy: systemd did not resolve the unit (%v): the unit files' names decide\n", err)
+			}
+			dec := p.Decide(call)
+			// The sandbox its command runs in: allowed, or once approved.
+			tool := call.Tool
+			runs := (tool == mcpwire.ToolShellExec || tool == mcpwire.ToolJobStart) && dec.Action != policy.Deny
+			if runs {
+				dec.Sandbox = cfg.Sandbox.For(dec.Sandbox, dec.Action == policy.Ask)
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(d.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(dec)
 			}
-			fmt.Fprintln(d.stdout, dec.Describe())
+			line := dec.Describe()
+			switch {
+			case runs && dec.Action == policy.Ask:
+				line += " [sandbox once approved: " + dec.Sandbox + "]"
+			case runs:
+				line += " [sandbox: " + dec.Sandbox + "]"
+			}
+			fmt.Fprintln(d.stdout, line)
 			return nil
 		},
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -41,9 +40,10 @@ func approvalsCommand(d *deps) *cli.Command {
 			"(principal, tool, arguments) and expires (policy.approvals.expireMs).",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list approvals, oldest first", Flags: []cli.Flag{dirFlag(),
-				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending only)"}},
+				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending only)"},
+				&cli.BoolFlag{Name: "wide", Usage: "every call whole, every part judged (default: each line cut to 80 columns, visibly)"}},
 				Action: func(c *cli.Context) error { return approvalsList(c, d) }},
-			{Name: "show", Usage: "show one approval: the exact call and the rule", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+			{Name: "show", Usage: "show one approval: the whole call (command, env, cwd, every argument), each part judged and the rule", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: func(c *cli.Context) error { return approvalsShow(c, d) }},
 			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: decide(true)},
@@ -100,26 +100,41 @@ func approvalsList(c *cli.Context, d *deps) error {
 	}
 	d.out.printText(struct {
 		Approvals []approvals.Record `json:"approvals"`
-	}{shown}, func(w io.Writer) { renderApprovals(w, shown, time.Now()) })
+	}{shown}, func(w io.Writer) { renderApprovals(w, shown, time.Now(), d.out.width()) })
 	return nil
 }
 
-func renderApprovals(w io.Writer, rs []approvals.Record, now time.Time) {
+// renderApprovals lists approvals for the operator: a line of facts,
+// then the whole call (command, env, cwd, every other argument) and each
+// part of a command with the rule that judged it, indented below it.
+// width bounds every line (0: --wide, nothing cut); a cut says so.
+func renderApprovals(w io.Writer, rs []approvals.Record, now time.Time, width int) {
 	if len(rs) == 0 {
 		fmt.Fprintln(w, "no approvals")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tAGE\tTOOL\tRULE\tWHO\tTARGET")
+	line := func(s string) { fmt.Fprintln(w, approvals.Fit(s, width)) }
+	line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", "ID", "STATUS", "AGE", "TOOL", "RULE / WHO"))
 	for _, r := range rs {
-		target := r.Target
-		if len(target) > 60 {
-			target = target[:57] + "..."
+		line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", r.ID, r.Status, age(now.Sub(r.CreatedAt)), r.Tool,
+			approvals.Visible(r.Rule+" / "+r.PrincipalKind+":"+r.Principal, false)))
+		for _, l := range approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Lines(width - 4) {
+			line("    " + l)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s:%s\t%s\n", r.ID, r.Status, now.Sub(r.CreatedAt).Round(time.Second), r.Tool, r.Rule,
-			r.PrincipalKind, r.Principal, strings.ReplaceAll(target, "\n", " "))
 	}
-	tw.Flush()
+}
+
+// age is a duration in its largest unit: 12s, 5m, 3h, 131d.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func approvalsShow(c *cli.Context, d *deps) error {
@@ -139,17 +154,22 @@ func approvalsShow(c *cli.Context, d *deps) error {
 	return nil
 }
 
+// renderApproval shows one approval in full: nothing of the call is cut.
 func renderApproval(w io.Writer, r approvals.Record) {
 	fmt.Fprintf(w, "approval %s: %s\n", r.ID, r.Status)
-	fmt.Fprintf(w, "  tool:      %s\n  arguments: %s\n", r.Tool, r.Arguments)
-	fmt.Fprintf(w, "  rule:      %s (%s)\n  target:    %s\n", r.Rule, r.Reason, r.Target)
-	fmt.Fprintf(w, "  who:       %s:%s, conversation %s\n", r.PrincipalKind, r.Principal, r.Conversation)
+	fmt.Fprintf(w, "  tool:      %s\n", r.Tool)
+	fmt.Fprintf(w, "  rule:      %s (%s)\n  asked of:  %s\n", approvals.Visible(r.Rule, false), approvals.Visible(r.Reason, false), approvals.Visible(r.Target, false))
+	fmt.Fprintf(w, "  who:       %s:%s, conversation %s\n", r.PrincipalKind, approvals.Visible(r.Principal, false), r.Conversation)
 	fmt.Fprintf(w, "  created:   %s\n  expires:   %s\n", r.CreatedAt.Format(time.RFC3339), r.ExpiresAt.Format(time.RFC3339))
 	if r.DecidedAt != nil {
 		fmt.Fprintf(w, "  decided:   %s by %s\n", r.DecidedAt.Format(time.RFC3339), r.DecidedBy)
 	}
 	if r.JobID != "" {
 		fmt.Fprintf(w, "  job:       %s\n", r.JobID)
+	}
+	fmt.Fprintln(w, "the whole call, as it will run:")
+	for _, l := range strings.Split(approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Text(0), "\n") {
+		fmt.Fprintf(w, "  %s\n", l)
 	}
 }
 

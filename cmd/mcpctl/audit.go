@@ -64,7 +64,8 @@ func auditCommand(d *deps) *cli.Command {
 		Name:  "audit",
 		Usage: "recent tool calls from the journal: who, what, what came of it (journalctl -o json underneath)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "since", Value: "1h", Usage: "window: a duration (`1h`, 30m) or a journalctl time"},
+			&cli.StringFlag{Name: "since", Value: "1h", Usage: "calls that started since: a duration back from now (`1h`, 30m), an RFC 3339 time, YYYY-MM-DD[ HH:MM[:SS]] or @UNIX-SECONDS (on the call's own time), or another journalctl time (on when the journal received the records)"},
+			&cli.StringFlag{Name: "until", Usage: "calls that started until `TIME`: the forms --since takes"},
 			&cli.StringFlag{Name: "principal", Usage: "only this principal: `ID` or KIND:ID (operator, oauth, asserted, anonymous)"},
 			&cli.StringFlag{Name: "conversation", Usage: "only this conversation (the hashed `ID` the records show)"},
 			&cli.StringFlag{Name: "tool", Usage: "only this `TOOL`, e.g. shell.exec"},
@@ -80,19 +81,24 @@ func auditCommand(d *deps) *cli.Command {
 			if c.Int("limit") < 0 {
 				return usageError("--limit %d: want 0 (all) or more", c.Int("limit"))
 			}
-			q := audit.Query{Since: c.String("since"), Principal: c.String("principal"), Conversation: c.String("conversation"),
+			q := audit.Query{Since: c.String("since"), Until: c.String("until"), Principal: c.String("principal"), Conversation: c.String("conversation"),
 				Tool: c.String("tool"), Outcome: c.String("outcome"), Directory: c.String("directory"), Limit: c.Int("limit")}
-			args, err := q.JournalArgs(time.Now())
+			now := time.Now()
+			args, err := q.JournalArgs(now)
 			if errors.Is(err, audit.ErrSinceNotPositive) {
-				return usageError("--since %s: %v", q.Since, err)
+				return usageError("--since %s --until %s: %v", q.Since, q.Until, err)
 			} else if err != nil {
 				return err
+			}
+			w, err := q.Window(now)
+			if err != nil {
+				return usageError("--since %s --until %s: %v", q.Since, q.Until, err)
 			}
 			recs, err := audit.ReadJournal(c.Context, args)
 			if err != nil {
 				return err
 			}
-			calls, sums := audit.JoinCalls(recs, q.Outcome)
+			calls, sums := audit.JoinCalls(w.Select(recs), q.Outcome)
 			if c.Bool("summary") {
 				d.out.printText(struct {
 					Principals []audit.Summary `json:"principals"`

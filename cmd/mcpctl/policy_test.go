@@ -69,6 +69,16 @@ func TestPolicyCheck(t *testing.T) {
 			}
 		})
 	}
+
+	// A rule whose example does not hold: the production config is
+	// refused, naming the rule and the example, with the backend's code.
+	writeFile(t, backendCfg, `{"policy": {"default": "allow", "rules": [
+		{"id": "no-rm", "action": "deny", "commands": ["rm"], "examples": {"notMatch": [{"command": "ip netns exec a rm -rf /"}]}}]}}`)
+	code, out, errb := runCtl(t, "--config", ctlCfg, "policy", "check", "--tool", "shell.exec", "--args", `{"command":"ls"}`)
+	want := `policy.rules[0].examples.notMatch[0] = {"command":"ip netns exec a rm -rf /"}: rule no-rm must not decide it, but it does`
+	if code != deploy.CodeUsage || !strings.Contains(errb, want) {
+		t.Fatalf("a failing example: exit %d (want %d)\nstdout: %s\nstderr: %s", code, deploy.CodeUsage, out, errb)
+	}
 }
 
 func writeFile(t testing.TB, path, body string) {

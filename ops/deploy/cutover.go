@@ -351,6 +351,9 @@ func (c *cutover) swap(ctx context.Context) (why []string) {
 		}
 		return nil
 	})
+	if c.rep.Takeover != nil {
+		c.rep.Warnings = append(c.rep.Warnings, c.rep.Takeover.Warnings...)
+	}
 	if why == nil {
 		env.log().Info("backend took over", "version", v, "unit", c.rep.Takeover.Unit, "from", c.rep.Takeover.From)
 	}

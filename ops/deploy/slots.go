@@ -347,6 +347,9 @@ type Takeover struct {
 	// Parked are the units that handed off and wait, able to take over
 	// again at once, until the cutover is confirmed (then stopped).
 	Parked []string `json:"parked,omitempty"`
+	// Warnings name the old slots that exited in the handoff instead of
+	// parking: their calls may have been cut (the report's warnings).
+	Warnings []string `json:"-"`
 }
 
 // handoffWait bounds the wait for the old slot to park (or, a build before
@@ -402,7 +405,10 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 	}
 	// The new slot accepts: the old ones stop accepting and finish.
 	for _, o := range plan.Old {
-		parked, err := e.handOff(ctx, o, keepParked)
+		parked, warn, err := e.handOff(ctx, o, keepParked)
+		if warn != "" {
+			tk.Warnings = append(tk.Warnings, warn)
+		}
 		if err != nil {
 			return tk, []string{err.Error()}
 		}
@@ -547,12 +553,13 @@ func (e *Env) stopParked(ctx context.Context, parked []string) error {
 // nothing (an older build, to which SIGUSR2 is fatal) is stopped, which
 // drains its running calls but answers its next ones UNAVAILABLE. A parked
 // o is left running when keep is set, and stopped otherwise. It reports
-// whether o was left parked.
-func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, err error) {
+// whether o was left parked, and a warning when it exited or never parked
+// instead: it did not finish its drain as a handoff does.
+func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, warn string, err error) {
 	sd := e.Systemd
 	if o.StatusText == mcpwire.SlotAccepting {
 		if err := sd.Kill(ctx, o.Unit, syscall.SIGUSR2); err != nil {
-			return false, err
+			return false, "", err
 		}
 		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, handoffWait)
@@ -561,7 +568,7 @@ func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, 
 		for wctx.Err() == nil {
 			st, err := sd.Unit(wctx, o.Unit)
 			if err == nil && !active(st) {
-				state = "exited"
+				state = fmt.Sprintf("exited (result %s, status %d)", st.Result, st.ExecMainStatus)
 				break
 			}
 			if err == nil && st.StatusText == mcpwire.SlotParked {
@@ -570,18 +577,24 @@ func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, 
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		e.log().Info("handed off", "unit", o.Unit, "state", state, "after", time.Since(start).Round(time.Millisecond))
+		after := time.Since(start).Round(time.Millisecond)
+		if !parked {
+			warn = fmt.Sprintf("%s did not park after the handoff: %s after %s; calls it was running may have been cut", o.Unit, state, after)
+			e.log().Warn("handed off", "unit", o.Unit, "state", state, "after", after)
+		} else {
+			e.log().Info("handed off", "unit", o.Unit, "state", state, "after", after)
+		}
 		if parked && keep {
-			return true, nil
+			return true, "", nil
 		}
 	} else {
 		e.log().Info("stopping; its build knows no handoff", "unit", o.Unit)
 	}
 	if err := sd.Stop(ctx, o.Unit); err != nil {
-		return false, fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
+		return false, warn, fmt.Errorf("stop %s after the takeover: %w", o.Unit, err)
 	}
 	_ = sd.ResetFailed(ctx, o.Unit)
-	return false, nil
+	return false, warn, nil
 }
 
 // settleSlots points every slot's link at version once it alone serves:
