@@ -160,11 +160,20 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
-	if d.out.json {
-		return writeJSON(d.stdout, rep)
+	// Units in place say nothing about production: with it down, say so
+	// instead of a success that would look like "all is well".
+	o, oerr := deploy.ObserveOutage(ctx, sd, cfg.Backend.Unit)
+	if oerr != nil {
+		d.logger.Warn("unit install: read production's units", "err", oerr)
 	}
-	printUnitInstall(d.out, rep)
-	return nil
+	if d.out.json {
+		if err := writeJSON(d.stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printUnitInstall(d.out, rep)
+	}
+	return deploy.DownError(o, "unit install starts nothing")
 }
 
 func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {
