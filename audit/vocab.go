@@ -101,6 +101,10 @@ const (
 	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, granted, denied, expired, unavailable
 	FieldApprovalID   = "MCP_APPROVAL_ID"   // a pending approval's id
 	FieldGrantID      = "MCP_GRANT_ID"      // the grant (an approval approved for a while) a call ran under
+	// FieldSandbox is on every call.start record: the sandbox profile the
+	// call's command runs in (inspect, root, a custom one), none when no
+	// sandbox, "" for a tool that runs no command.
+	FieldSandbox = "MCP_SANDBOX"
 
 	// Admission and outcome.
 	FieldQueuedMs    = "MCP_QUEUED_MS"

@@ -97,8 +97,13 @@ func CallBodyIn(id uint64, tool string, args any, conversation string) ([]byte, 
 // CallTool POSTs a tools/call of tool to baseURL/mcp and classifies the
 // answer. It never returns an error: every failure is a Result kind.
 func (c *Client) CallTool(ctx context.Context, baseURL, tool string, args any) Result {
+	return c.CallToolIn(ctx, baseURL, tool, args, "")
+}
+
+// CallToolIn is CallTool in a conversation of the caller's (none: "").
+func (c *Client) CallToolIn(ctx context.Context, baseURL, tool string, args any, conversation string) Result {
 	id := NextID()
-	body, err := CallBody(id, tool, args)
+	body, err := CallBodyIn(id, tool, args, conversation)
 	if err != nil {
 		return Result{Kind: KindTransport, Detail: err.Error()}
 	}

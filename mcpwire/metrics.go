@@ -9,6 +9,9 @@ type Metrics struct {
 	Queued   Queued   `json:"queued"`
 	Peak     Peak     `json:"peak"`
 	Counters Counters `json:"counters"`
+	// Service is what the service holds while its limits are shared
+	// between processes (absent when they are not).
+	Service *ServiceMetrics `json:"service,omitempty"`
 	// Flows is the fair-share state: which callers hold and wait for slots.
 	Flows *Flows `json:"flows,omitempty"`
 	// Jobs is the jobs manager's state (absent from the admission
@@ -135,6 +138,13 @@ type AuditMetrics struct {
 	Pending int64  `json:"pending"`
 }
 
+// SandboxMetrics is the "sandbox" object of GET /metrics: the shell
+// commands (shell.exec, job.start) that started since the process
+// started, per sandbox profile they ran in ("none": no sandbox).
+type SandboxMetrics struct {
+	Calls map[string]int64 `json:"calls"`
+}
+
 // PolicyMetrics is the "policy" object of GET /metrics: whether a policy
 // is configured, and its decisions since the process started, per action
 // (every call it looked at is counted once in allow, ask or deny), and
@@ -148,4 +158,20 @@ type PolicyMetrics struct {
 	Deny     int64 `json:"deny"`
 	Approved int64 `json:"approved"`
 	Refused  int64 `json:"refused"`
+}
+
+// ServiceMetrics is the "service" object of /metrics, present when the
+// process holds its limits together with the other processes serving the
+// same socket (the production slots): the limits are the service's, and
+// these are its holdings, this process's included.
+type ServiceMetrics struct {
+	// Processes with a record in the service's ledger, this one included.
+	Processes int `json:"processes"`
+	// Shared: more than one, so every decision counts the others' holdings.
+	Shared bool   `json:"shared"`
+	Active Active `json:"active"`
+	Queued Queued `json:"queued"`
+	// Reclaimed counts records of processes that died holding a share,
+	// freed by this one.
+	Reclaimed int64 `json:"reclaimed"`
 }

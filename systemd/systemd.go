@@ -356,6 +356,14 @@ func (c *Client) Unit(ctx context.Context, unit string) (*unitstate.State, error
 	if us := u64(props["ActiveEnterTimestamp"]); us > 0 {
 		st.ActiveEnterTimestamp = time.UnixMicro(int64(us))
 	}
+	if strings.HasSuffix(unit, ".socket") && st.LoadState == "loaded" {
+		// Why a socket failed (service-start-limit-hit: its service's
+		// crash loop took it down).
+		if sp, err := c.conn.GetUnitTypePropertiesContext(ctx, unit, "Socket"); err == nil {
+			st.Result = str(sp["Result"])
+		}
+		return st, nil
+	}
 	if !strings.HasSuffix(unit, ".service") || st.LoadState != "loaded" {
 		return st, nil
 	}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -117,6 +118,15 @@ func SlotLink(installRoot, slot string) string {
 func Socket(service string) string {
 	return strings.TrimSuffix(service, ".service") + ".socket"
 }
+
+// The backend units' start limit: more than StartLimitBurst starts within
+// StartLimitInterval (a crash loop) and systemd fails the unit, and with a
+// production slot its socket, and starts neither again; mcpctl watchdog
+// (or mcpctl recover) does, with a backoff.
+const (
+	StartLimitInterval = 60 * time.Second
+	StartLimitBurst    = 5
+)
 
 // WatchdogSec is the backend's systemd watchdog interval: it must send
 // WATCHDOG=1 at least this often while its /healthz self-probe answers.
@@ -274,6 +284,7 @@ func Render(p Params) ([]Unit, error) {
 	}
 	type backendData struct {
 		Header, Description, After, Exec, WatchdogSec, Socket string
+		StartLimitIntervalSec, StartLimitBurst                int
 		G                                                     Guardrails
 		GoMemLimit                                            string
 		Install                                               bool
@@ -323,6 +334,8 @@ func Render(p Params) ([]Unit, error) {
 	slotExec := strings.Replace(serve(filepath.Join(SlotLink(cfg.InstallRoot, slotWord), "mcp-backend"), cfg.Backend), "/"+slotWord+"/", "/%i/", 1)
 	type slotData struct {
 		Header, After, Socket, Slice, StandbyDir, Exec, WatchdogSec string
+		StartLimitIntervalSec, StartLimitBurst                      int
+		Watchdog                                                    string
 		G                                                           Guardrails
 		GoMemLimit, LogRateLimitIntervalSec                         string
 		LogRateLimitBurst                                           int
@@ -331,6 +344,7 @@ func Render(p Params) ([]Unit, error) {
 	if err := add(SlotTemplate(cfg.Backend.Unit), "slot.service.tmpl", true, slotData{
 		Header: header, After: PendingRollbackService, Socket: Socket(cfg.Backend.Unit), Slice: BackendSlice(cfg.Backend.Unit),
 		StandbyDir: DefaultStandbyDir, Exec: slotExec, WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
+		StartLimitIntervalSec: int(StartLimitInterval / time.Second), StartLimitBurst: StartLimitBurst, Watchdog: WatchdogService,
 		LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
 		StateDirectory: StateDirectory(cfg.Backend.Unit), BootSlot: BootSlot,
 	}); err != nil {
@@ -354,6 +368,7 @@ func Render(p Params) ([]Unit, error) {
 			Header: header, Description: "MCP backend (canary)", Socket: Socket(cfg.Canary.Unit),
 			Exec: serve(p.CanaryBinary, cfg.Canary), WatchdogSec: WatchdogSec, G: cfg.Guardrails, GoMemLimit: goMemLimit,
 			Role: "canary", LogRateLimitIntervalSec: LogRateLimitInterval, LogRateLimitBurst: LogRateLimitBurst,
+			StartLimitIntervalSec: int(StartLimitInterval / time.Second), StartLimitBurst: StartLimitBurst,
 		}); err != nil {
 			return nil, err
 		}

@@ -165,6 +165,7 @@ func TestRenderContents(t *testing.T) {
 			"Service.Slice":           "mcp-backend.slice",
 			"Service.EnvironmentFile": "-/run/mcpctl/slots/%i.env",
 			"Unit.StartLimitBurst":    "5",
+			"Unit.OnFailure":          "mcp-watchdog.service",
 			"Install.WantedBy":        "multi-user.target",
 			"Install.DefaultInstance": "blue",
 			"Unit.After":              "network.target mcp-backend.socket mcpctl-pending-rollback.service",

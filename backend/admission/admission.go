@@ -13,7 +13,9 @@
 // are made by a pure dispatcher (fair.go) under the controller's lock.
 //
 // One Controller must serve every request of a process: a limit is only a
-// limit if every path shares it.
+// limit if every path shares it. Where several processes serve one socket
+// (the production slots during a cutover), their controllers hold one set
+// of limits through a Ledger (ledger.go, service.go).
 package admission
 
 import (
@@ -233,6 +235,8 @@ type Controller struct {
 	acceptedQueued, rejected, timedOut, cancelled atomic.Int64
 	preempted, displaced                          atomic.Int64
 	stopped                                       atomic.Bool // set under mu
+
+	sh sharedState // the limits held with other processes (service.go)
 }
 
 // Option adjusts a Controller at construction.
@@ -269,6 +273,9 @@ const tick = time.Millisecond
 func (c *Controller) lock() instant {
 	if c.coarse {
 		c.mu.Lock()
+		if c.sh.together {
+			c.enterShared()
+		}
 		if !c.fresh {
 			c.freshen()
 		}
@@ -285,6 +292,9 @@ func (c *Controller) lock() instant {
 func (c *Controller) lockExact() instant {
 	now := c.now()
 	c.mu.Lock()
+	if c.sh.together {
+		c.enterShared()
+	}
 	c.last = max(c.last, now)
 	c.flows.expire(c.last)
 	return c.last
@@ -347,7 +357,7 @@ func (p *Permit) Release() {
 	now := c.lock()
 	// Checked under mu, where the permit is handed out again: no atomic.
 	if p.released {
-		c.mu.Unlock()
+		c.unlock()
 		panic("admission: permit released twice")
 	}
 	p.released = true
@@ -357,7 +367,7 @@ func (p *Permit) Release() {
 	c.drain.note(p.kind, now)
 	c.dispatch(now)
 	c.recycle(p)
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // canStart reports whether an operation of kind k fits in state s.
@@ -385,7 +395,7 @@ func (c *Controller) dispatch(now instant) {
 		return // nothing to grant, nor a redo to arm (armRedo wants waiters)
 	}
 	for queuedTotal(c.state.Load()) > 0 {
-		w := c.flows.pick(usageOf(c.state.Load()), now)
+		w := c.flows.pick(c.usage(), now)
 		if w == nil {
 			break
 		}
@@ -427,7 +437,7 @@ func (c *Controller) armRedo(now instant) {
 
 func (c *Controller) redispatch() {
 	now := c.lockExact() // the lapse it was set for has come
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.redoOn = false
 	c.dispatch(now)
 }
@@ -436,7 +446,7 @@ func (c *Controller) redispatch() {
 // counted, fits the caps and its flow's shares as things stand. Caller
 // holds mu.
 func (c *Controller) mayStartNow(conv *flowState, k Kind) bool {
-	u := usageOf(c.state.Load())
+	u := c.usage()
 	return c.flows.fits(u, k) && c.flows.mayStart(u, conv, k)
 }
 
@@ -482,7 +492,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 	}
 	now := c.lock()
 	if c.stopped.Load() {
-		c.mu.Unlock()
+		c.unlock()
 		c.cancelled.Add(1)
 		return nil, ErrStopped
 	}
@@ -498,7 +508,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 		c.flows.start(conv, k, now)
 		p := c.permit(k, conv)
 		c.accepted++
-		c.mu.Unlock()
+		c.unlock()
 		return p, nil
 	}
 	return c.wait(ctx, k, conv, now)
@@ -511,7 +521,7 @@ func (c *Controller) AcquireFlow(ctx context.Context, k Kind, f Flow) (*Permit, 
 func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now instant) (*Permit, error) {
 	w := &waiter{kind: k, conv: conv, ready: make(chan struct{})}
 	s := c.state.Load()
-	if queuedTotal(s) >= c.lim.MaxQueue {
+	if queuedTotal(uint64(c.usage())) >= c.lim.MaxQueue {
 		victim, scope := c.flows.victim(conv, k)
 		if victim == nil && k == Control {
 			// Control work is never refused because normal work filled
@@ -530,7 +540,7 @@ func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now inst
 			c.flows.dequeue(w, now)
 			r := c.refusal(ErrQueueFull, scope, conv, k, now)
 			c.dispatch(now) // the arrival's demand is gone again
-			c.mu.Unlock()
+			c.unlock()
 			c.rejected.Add(1)
 			return nil, r
 		}
@@ -549,7 +559,7 @@ func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now inst
 	c.peakQueued = max(c.peakQueued, int64(queuedTotal(n)))
 	c.flows.queue(w)
 	c.dispatch(now) // a place given up may have raised another flow's share
-	c.mu.Unlock()
+	c.unlock()
 
 	timer, expired := c.clock.NewTimer(c.lim.QueueWait)
 	defer timer.Stop()
@@ -575,10 +585,10 @@ func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now inst
 	case w.evicted != nil:
 		// The eviction raced the cancellation or timeout: it already left
 		// the queue and was counted rejected.
-		c.mu.Unlock()
+		c.unlock()
 		return nil, c.evictedError(w)
 	case w.stopped:
-		c.mu.Unlock()
+		c.unlock()
 		return nil, ErrStopped
 	case w.permit != nil:
 		// The grant raced the cancellation or timeout: hand the slot on
@@ -595,7 +605,7 @@ func (c *Controller) wait(ctx context.Context, k Kind, conv *flowState, now inst
 		r = c.refusal(ErrQueueTimeout, ScopeServer, conv, k, now)
 	}
 	c.dispatch(now)
-	c.mu.Unlock()
+	c.unlock()
 	if failure == ErrCancelled {
 		c.cancelled.Add(1)
 		return nil, ErrCancelled
@@ -626,7 +636,7 @@ func (c *Controller) refusal(err error, scope Scope, conv *flowState, k Kind, no
 func (c *Controller) retryAfter(k Kind, recentRefusals int, now instant) time.Duration {
 	const lo, hi = 50 * time.Millisecond, 32 * time.Second
 	rate := c.drain.rate(k, now) // completions per second
-	ahead := float64(queuedTotal(c.state.Load()) + 1)
+	ahead := float64(queuedTotal(uint64(c.usage())) + 1)
 	est := hi
 	if rate > 0 {
 		est = time.Duration(ahead / rate * float64(time.Second))
@@ -644,12 +654,9 @@ func (c *Controller) retryAfter(k Kind, recentRefusals int, now instant) time.Du
 // call from starting in the slot of a call that the shutdown just ended.
 // Stop is idempotent.
 func (c *Controller) Stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	now := c.lockExact()
+	defer c.unlock()
 	c.stopped.Store(true)
-	c.last = max(c.last, c.now())
-	now := c.last
-	c.flows.expire(now)
 	for _, w := range c.flows.allWaiters() {
 		c.state.Add(-queuedDelta(w.kind))
 		c.flows.dequeue(w, now)
@@ -672,12 +679,12 @@ func (c *Controller) Shed(k Kind) bool { return c.ShedFlow(k, Flow{}) != nil }
 // rest. It decides with the caller's flow, so a polite caller is not shed
 // for a greedy one's queue.
 func (c *Controller) ShedFlow(k Kind, f Flow) *Refusal {
-	s := c.state.Load()
+	s := addUsage(c.state.Load(), c.sh.outside.Load())
 	if queuedTotal(s) < c.lim.MaxQueue || c.stopped.Load() {
 		return nil // Acquire decides (and answers a stop itself)
 	}
 	now := c.lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	conv := c.flows.get(f, now)
 	c.flows.arrive(conv, k, now)
 	defer c.flows.leave(conv, k, now)
@@ -705,6 +712,9 @@ func (c *Controller) Occupancy() (active, queued int) {
 // new normal work would be refused, so /readyz is not 503 forever.
 func (c *Controller) Full() bool {
 	s := c.state.Load()
+	if o := c.sh.outside.Load(); o != 0 {
+		s = addUsage(s, o)
+	}
 	if c.lim.MaxQueue == 0 {
 		return !c.canStart(s, Normal)
 	}

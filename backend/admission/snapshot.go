@@ -23,6 +23,7 @@ func (c *Controller) Gauges() mcpwire.Metrics {
 	completed, accepted := c.completed, c.accepted
 	peak := mcpwire.Peak{Active: c.peakActive, NonControl: c.peakNonControl, Shell: c.peakShell, Queued: c.peakQueued}
 	st := c.state.Load()
+	svc := c.serviceMetrics(st)
 	c.mu.Unlock()
 	// A waiter counts itself after its grant and before its release:
 	// read after completed, so the view never shows more completed than
@@ -45,8 +46,9 @@ func (c *Controller) Gauges() mcpwire.Metrics {
 			NonControl: nonControl,
 			Shell:      int64(field(st, shShell)),
 		},
-		Queued: mcpwire.Queued{Total: qc + qn, Control: qc, NonControl: qn},
-		Peak:   peak,
+		Queued:  mcpwire.Queued{Total: qc + qn, Control: qc, NonControl: qn},
+		Peak:    peak,
+		Service: svc,
 		Counters: mcpwire.Counters{
 			Accepted:  accepted,
 			Completed: completed,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/internal/strictjson"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	// Policy decides, before a tool runs, which calls are allowed, asked
 	// about or refused (backend/policy). Default: no rules, allow.
 	Policy policy.Config `json:"policy"`
+	// Sandbox names the profiles shell commands run in (backend/sandbox)
+	// and each action's default. Default: no sandbox.
+	Sandbox sandbox.Config `json:"sandbox"`
 
 	// Path is the file the config was loaded from (absolute; "" when
 	// parsed from elsewhere): one of the backend's own secrets, which the
@@ -142,12 +146,13 @@ func Default() Config {
 			MaxFlows:        1024,
 			FlowIdleMs:      300000,
 		},
-		Limits: Limits{OutputBytes: 4 << 20, ResponseBytes: 6 << 20},
-		Shell:  Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
-		Files:  Files{Roots: []string{"/"}, Deny: DefaultDeny()},
-		Audit:  DefaultAudit(),
-		Jobs:   DefaultJobs(),
-		Policy: policy.Default(),
+		Limits:  Limits{OutputBytes: 4 << 20, ResponseBytes: 6 << 20},
+		Shell:   Shell{Path: "/bin/bash", DefaultTimeoutMs: 60000, MaxTimeoutMs: 600000},
+		Files:   Files{Roots: []string{"/"}, Deny: DefaultDeny()},
+		Audit:   DefaultAudit(),
+		Jobs:    DefaultJobs(),
+		Policy:  policy.Default(),
+		Sandbox: sandbox.Default(),
 	}
 }
 
@@ -176,6 +181,9 @@ func Parse(r io.Reader) (Config, error) {
 	}
 	if c.Policy.Rules == nil {
 		c.Policy.Rules = []policy.Rule{}
+	}
+	if c.Sandbox.Profiles == nil {
+		c.Sandbox.Profiles = map[string]sandbox.Profile{}
 	}
 	if o := c.Auth.OAuth; o != nil && o.Scopes == nil {
 		o.Scopes = DefaultScopes()
@@ -339,6 +347,7 @@ func (c Config) Validate() error {
 		// An OAuth principal's id begins with the issuer.
 		errs = append(errs, c.Policy.ValidateIssuer(c.Auth.OAuth.Issuer)...)
 	}
+	errs = append(errs, c.validateSandbox()...)
 	return errors.Join(errs...)
 }
 

@@ -4,7 +4,9 @@
 // the jobs slice whose main process is the backend's own supervisor
 // (`mcp-backend job-exec`), so a job has its own cgroup and limits, goes on
 // through a cutover, a rollback or a crash of the backend, and records its
-// own end; any later backend finds it in the state directory. Without
+// own end; any later backend finds it in the state directory, which is
+// the jobs' one source of truth for every backend process that opens it
+// (both slots of a cutover: shared.go). Without
 // systemd the same supervisor runs inside the backend and jobs end with it.
 // Jobs are bounded: running jobs process-wide, shared fairly among
 // principals and their conversations (share.go), kept jobs in count and
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/caller"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -103,6 +106,8 @@ type Manager struct {
 	waiters map[flow]int  // job.wait calls waiting, per flow
 	running *pool         // the shares of running jobs
 	waiting *pool         // the shares of job.wait places
+	// unreadable names job directories already warned about.
+	unreadable map[string]bool
 
 	started, refused atomic.Int64
 
@@ -138,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts: opts, lim: opts.Limits, log: opts.Logger, dir: root(opts.Dir),
-		jobs: map[string]*job{}, changed: make(chan struct{}), waiters: map[flow]int{},
+		jobs: map[string]*job{}, changed: make(chan struct{}), waiters: map[flow]int{}, unreadable: map[string]bool{},
 		running: newPool("running jobs", "jobs.maxRunning", "jobs.maxRunningPerPrincipal", "jobs.maxRunningPerConversation",
 			opts.Limits.MaxRunning, opts.Limits.MaxRunningPerPrincipal, opts.Limits.MaxRunningPerConversation),
 		waiting: newPool("job.wait calls waiting", "jobs.maxWaiters", "jobs.maxWaitersPerPrincipal", "",
@@ -148,22 +153,10 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs: state directory: %w", err)
 	}
-	ents, err := os.ReadDir(m.dir)
-	if err != nil {
+	if _, err := os.ReadDir(m.dir); err != nil {
 		return nil, fmt.Errorf("jobs: state directory: %w", err)
 	}
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		d := filepath.Join(m.dir, e.Name())
-		spec, _, err := ReadSpec(d)
-		if err != nil {
-			m.log.Warn("jobs: unreadable job left alone", "job", e.Name(), "err", err)
-			continue
-		}
-		m.jobs[spec.ID] = &job{spec: spec, dir: d}
-	}
+	m.scanLocked()
 	// A record on disk is believed only once the runner says the job's
 	// supervisor is gone: a job may have written one itself.
 	for _, j := range m.jobs {
@@ -226,6 +219,10 @@ func (m *Manager) loop() {
 		}
 		n++
 		m.mu.Lock()
+		if n%5 == 0 {
+			// Jobs another process (the other slot) started or dropped.
+			m.scanLocked()
+		}
 		var running []*job
 		for _, j := range m.jobs {
 			if j.running() && !j.starting {
@@ -254,7 +251,7 @@ func (m *Manager) refreshCtx(ctx context.Context, j *job, poll bool) bool {
 	if ended {
 		return true
 	}
-	if starting {
+	if starting || startingElsewhere(j.dir, time.Now()) {
 		return false // its runner is not started yet: nobody may judge it gone
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -297,6 +294,8 @@ type StartRequest struct {
 	MemoryMax int64
 	TasksMax  int64
 	IdemKey   string
+	// Sandbox is the profile the job's shell runs in (nil: none).
+	Sandbox *sandbox.Spec
 }
 
 // Start starts a job for c, or returns the job an earlier start with the
@@ -318,8 +317,22 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		r.TasksMax = m.lim.TasksMax
 	}
 	owner := c.Principal.Key()
+	// The key and the caps are decided over every process's jobs, and the
+	// new job is on disk before another process may decide again.
+	unlock, err := m.lockDir()
+	if err != nil {
+		m.refused.Add(1)
+		return mcpwire.JobStatus{}, false, toolerr.New(mcpwire.CodeUnavailable, "%v", err)
+	}
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	// Jobs that ended since the last poll must not count against the caps.
 	m.mu.Lock()
+	m.scanLocked()
 	var running []*job
 	for _, j := range m.jobs {
 		if j.running() {
@@ -361,9 +374,14 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		Command: r.Command, Shell: m.opts.Shell, Cwd: r.Cwd,
 		TimeoutMs: r.Timeout.Milliseconds(), OutputBytes: m.lim.OutputBytes,
 		MemoryMax: r.MemoryMax, TasksMax: r.TasksMax,
-		Mode: m.Mode(), Created: m.opts.Now().UTC(),
+		Mode: m.Mode(), Created: m.opts.Now().UTC(), Sandbox: r.Sandbox,
 	}
 	spec.Unit = m.opts.Runner.Unit(spec.ID)
+	if spec.Mode == mcpwire.JobModeProcess {
+		// Another process sharing the directory tells by it whether the
+		// job still runs.
+		spec.Process = selfProcess()
+	}
 	j := &job{spec: spec, dir: filepath.Join(m.dir, spec.ID), starting: true}
 	// Placed before it starts, so the caps count it while it starts.
 	m.jobs[spec.ID] = j
@@ -377,18 +395,21 @@ func (m *Manager) Start(ctx context.Context, c caller.Caller, r StartRequest) (m
 		m.refused.Add(1)
 		return mcpwire.JobStatus{}, false, err
 	}
-	if err := m.opts.Runner.Check(ctx); err != nil {
-		return fail(err)
-	}
 	if err := writeSpec(j.dir, spec, r.Env); err != nil {
 		if te := toolerr.NoSpace(err, "jobs: write the job's state", startRoom(r.Env)); te != nil {
 			return fail(te)
 		}
 		return fail(toolerr.New(mcpwire.CodeUnavailable, "jobs: write the job's state: %v", err))
 	}
+	unlock()
+	locked = false
+	if err := m.opts.Runner.Check(ctx); err != nil {
+		return fail(err)
+	}
 	if err := m.opts.Runner.Start(ctx, j.dir, spec); err != nil {
 		return fail(err)
 	}
+	_ = os.Remove(filepath.Join(j.dir, startingFile))
 	m.started.Add(1)
 	m.log.Info("jobs: started", "job", spec.ID, "mode", spec.Mode, "unit", spec.Unit, "timeoutMs", spec.TimeoutMs)
 	m.mu.Lock()
@@ -451,6 +472,11 @@ func (m *Manager) prune() {
 // anything else is NOT_FOUND, as if there were no such job.
 func (m *Manager) lookupLocked(c caller.Caller, id string) (*job, error) {
 	j, ok := m.jobs[id]
+	if !ok {
+		// Started by another process (the other slot) since the last scan.
+		j = m.loadLocked(id)
+		ok = j != nil
+	}
 	if !validID(id) || !ok || (c.Principal.Kind != caller.Operator && j.spec.Owner != c.Principal.Key()) {
 		return nil, toolerr.New(mcpwire.CodeNotFound, "argument \"id\": no job %q of yours (job.list shows your jobs)", truncID(id))
 	}
@@ -502,6 +528,7 @@ func (m *Manager) status(j *job) mcpwire.JobStatus {
 // List is c's jobs (every job for the operator), newest first.
 func (m *Manager) List(c caller.Caller) []mcpwire.JobStatus {
 	m.mu.Lock()
+	m.scanLocked()
 	var js []*job
 	for _, j := range m.jobs {
 		if c.Principal.Kind == caller.Operator || j.spec.Owner == c.Principal.Key() {

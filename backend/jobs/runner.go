@@ -91,8 +91,11 @@ func (r *ProcessRunner) Stop(_ context.Context, spec Spec) error {
 
 // Ended: a job of this process has ended once its supervisor returned,
 // with what it reaped; one of an earlier process died with it, and its
-// record is the one that process wrote, if any.
-func (r *ProcessRunner) Ended(_ context.Context, jobDir string, spec Spec, _ bool) (Exit, bool, bool, error) {
+// record is the one that process wrote, if any. One of another process
+// that still runs (the other slot, sharing the directory) runs until that
+// process wrote its record; a job.cancel asked there (its cancel file) is
+// carried out here, where the job's supervisor is.
+func (r *ProcessRunner) Ended(ctx context.Context, jobDir string, spec Spec, _ bool) (Exit, bool, bool, error) {
 	r.mu.Lock()
 	ex, done := r.results[spec.ID]
 	_, running := r.cancels[spec.ID]
@@ -104,9 +107,16 @@ func (r *ProcessRunner) Ended(_ context.Context, jobDir string, spec Spec, _ boo
 	case done:
 		return ex, true, true, nil
 	case running:
+		if _, err := os.Stat(filepath.Join(jobDir, cancelFile)); err == nil {
+			_ = r.Stop(ctx, spec)
+		}
 		return Exit{}, false, false, nil
 	}
 	ex, ok, err := readExit(jobDir)
+	if spec.Process != "" && spec.Process != selfProcess() && processAlive(spec.Process) {
+		// That process writes the record once its supervisor returned.
+		return ex, ok && err == nil, ok && err == nil, nil
+	}
 	return ex, ok && err == nil, true, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/randid"
 )
@@ -21,10 +22,12 @@ import (
 // tree is dead, or by a backend that found the supervisor gone without
 // one; read only once the supervisor is known to be gone), cancel (a
 // job.cancel was asked), end-told (the audit trail was told of the
-// end) and exit.reserve (room for exit.json, taken when the job is
+// end), exit.reserve (room for exit.json, taken when the job is
 // written and given back to write the record: a job that ends while the
-// state directory's filesystem is full keeps its result). A later layout gets a new directory; a backend
-// never reads a version it does not know.
+// state directory's filesystem is full keeps its result) and starting
+// (its runner is being started: written first, removed once it runs).
+// <dir>/v1/lock is the flock a start takes (shared.go). A later layout
+// gets a new directory; a backend never reads a version it does not know.
 const FormatVersion = 1
 
 const (
@@ -44,21 +47,28 @@ const reserveBytes = 16 << 10
 
 // Spec is what a job runs and who owns it.
 type Spec struct {
-	Version      int       `json:"version"`
-	ID           string    `json:"id"`
-	Owner        string    `json:"owner"` // caller.Principal.Key()
-	Conversation string    `json:"conversation"`
-	IdemKey      string    `json:"idempotencyKey,omitempty"`
-	Command      string    `json:"command"`
-	Shell        string    `json:"shell"`
-	Cwd          string    `json:"cwd,omitempty"`
-	TimeoutMs    int64     `json:"timeoutMs"`
-	OutputBytes  int64     `json:"outputBytes"`
-	MemoryMax    int64     `json:"memoryMax,omitempty"`
-	TasksMax     int64     `json:"tasksMax,omitempty"`
-	Mode         string    `json:"mode"`
-	Unit         string    `json:"unit,omitempty"`
-	Created      time.Time `json:"created"`
+	Version      int    `json:"version"`
+	ID           string `json:"id"`
+	Owner        string `json:"owner"` // caller.Principal.Key()
+	Conversation string `json:"conversation"`
+	IdemKey      string `json:"idempotencyKey,omitempty"`
+	Command      string `json:"command"`
+	Shell        string `json:"shell"`
+	Cwd          string `json:"cwd,omitempty"`
+	TimeoutMs    int64  `json:"timeoutMs"`
+	OutputBytes  int64  `json:"outputBytes"`
+	MemoryMax    int64  `json:"memoryMax,omitempty"`
+	TasksMax     int64  `json:"tasksMax,omitempty"`
+	Mode         string `json:"mode"`
+	Unit         string `json:"unit,omitempty"`
+	// Process names the backend process whose goroutine supervises a
+	// process-mode job (boot id/pid/start time): another process sharing
+	// the directory takes the job for running while that one lives.
+	Process string    `json:"process,omitempty"`
+	Created time.Time `json:"created"`
+	// Sandbox is the profile its shell runs in, through the sandbox-exec
+	// helper (absent: none).
+	Sandbox *sandbox.Spec `json:"sandbox,omitempty"`
 }
 
 // Exit is how a job ended.
@@ -95,6 +105,10 @@ func startRoom(env []string) int64 {
 
 func writeSpec(jobDir string, s Spec, env []string) error {
 	if err := os.MkdirAll(jobDir, 0o700); err != nil {
+		return err
+	}
+	// The marker goes first: once spec.json is there, the job is seen.
+	if err := os.WriteFile(filepath.Join(jobDir, startingFile), nil, 0o600); err != nil {
 		return err
 	}
 	if err := atomicfs.WriteFile(filepath.Join(jobDir, envFile), []byte(strings.Join(env, "\x00")), 0o600); err != nil {

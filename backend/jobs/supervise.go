@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/backend/procgroup"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -53,14 +54,22 @@ func Supervise(ctx context.Context, jobDir string, stopped func() string, hide H
 		out.files[i] = f
 	}
 	cmd := exec.Command(spec.Shell, "-c", spec.Command)
-	if hide.Self != "" {
+	cmd.Env = ownUnitEnv(env)
+	if spec.Sandbox != nil {
+		// The profile's helper covers the state directory with the
+		// other masks; the environment is the clean one the job was
+		// started with.
+		if cmd, err = sandboxed(spec, jobDir, hide); err != nil {
+			return rec(Exit{State: mcpwire.JobExited, ExitCode: new(125), Message: "sandbox: " + err.Error()})
+		}
+		cmd.Env = env
+	} else if hide.Self != "" {
 		// The shell starts in a mount namespace of its own, where
 		// HideAndExec covers the state directory before it runs.
 		cmd = exec.Command(hide.Self, "job-shell", "--hide", hide.Dir, "--", spec.Shell, "-c", spec.Command)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	}
 	cmd.Dir = spec.Cwd
-	cmd.Env = ownUnitEnv(env)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = stream{out, 0}
 	cmd.Stderr = stream{out, 1}
@@ -190,6 +199,30 @@ func ownUnitEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// sandboxed is the job's shell through the sandbox helper (hide.Self,
+// else this executable), with the jobs' state directory among the masks.
+func sandboxed(spec Spec, jobDir string, hide Hide) (*exec.Cmd, error) {
+	self := hide.Self
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		self = exe
+	}
+	s := *spec.Sandbox
+	state := hide.Dir
+	if state == "" {
+		abs, err := filepath.Abs(jobDir)
+		if err != nil {
+			return nil, err
+		}
+		state = filepath.Dir(filepath.Dir(abs)) // <stateDir>/v1/<id>
+	}
+	s.Mask = append(slices.Clone(s.Mask), state)
+	return sandbox.Command(self, &s, []string{spec.Shell, "-c", spec.Command})
 }
 
 // Hide runs a job's shell through `Self job-shell --hide Dir`, in a mount

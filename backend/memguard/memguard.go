@@ -2,7 +2,11 @@
 // process's own cgroup v2 memory (memory.current, the anon line of
 // memory.stat, memory.high and memory.max) on a ticker and says when new
 // normal work must be refused, with hysteresis, so the process sheds load
-// before the kernel throttles or kills it.
+// before the kernel throttles or kills it. While other processes of the
+// service run beside it (the production slots during a cutover), it also
+// reads the cgroup that holds them all (the parent of its own: the slots'
+// slice), and each process sheds when the service is above its mark, so
+// they refuse together.
 package memguard
 
 import (
@@ -53,6 +57,21 @@ type Sample struct {
 	LowWater  int64  `json:"lowWater"`  // recover below
 	Sheds     int64  `json:"sheds"`     // times shedding started
 	Error     string `json:"error,omitempty"`
+	// Service is the reading of the cgroup holding every process of the
+	// service, taken while others run beside this one; absent otherwise.
+	Service *Reading `json:"service,omitempty"`
+}
+
+// Reading is one cgroup's figures and marks.
+type Reading struct {
+	Cgroup    string `json:"cgroup"`
+	Current   int64  `json:"current"`
+	Anon      int64  `json:"anon"`
+	Limit     int64  `json:"limit"`
+	LimitFrom string `json:"limitFrom"`
+	HighWater int64  `json:"highWater"`
+	LowWater  int64  `json:"lowWater"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Guard samples one cgroup. Shedding is read on the hot path as one atomic
@@ -63,6 +82,47 @@ type Guard struct {
 	shedding  atomic.Bool
 	sheds     atomic.Int64
 	last      atomic.Pointer[Sample]
+	shared    atomic.Pointer[func() bool]
+}
+
+// MeasureService makes the guard read, whenever shared reports that other
+// processes of the service run beside this one, the cgroup above its own
+// too, and shed when either is above its high mark (and recover only when
+// both are below their low marks).
+func (g *Guard) MeasureService(shared func() bool) {
+	if g != nil {
+		g.shared.Store(&shared)
+	}
+}
+
+// serviceShared reports whether the service's cgroup is to be read now.
+func (g *Guard) serviceShared() bool {
+	f := g.shared.Load()
+	return f != nil && (*f)()
+}
+
+// read reads one cgroup's figures and sets its marks.
+func (g *Guard) read(dir string) (Reading, error) {
+	r := Reading{Cgroup: dir}
+	cur, err := readInt(filepath.Join(dir, "memory.current"))
+	if err != nil {
+		return r, err
+	}
+	r.Current, r.Anon = cur, cur
+	if anon, err := statField(filepath.Join(dir, "memory.stat"), "anon"); err == nil {
+		r.Anon = anon
+	}
+	for _, f := range []string{"memory.high", "memory.max"} {
+		if v, err := readInt(filepath.Join(dir, f)); err == nil && v > 0 {
+			r.Limit, r.LimitFrom = v, f
+			break
+		}
+	}
+	if r.Limit > 0 {
+		r.HighWater = r.Limit / 100 * int64(g.high)
+		r.LowWater = r.Limit / 100 * int64(g.low)
+	}
+	return r, nil
 }
 
 // New finds the process's cgroup v2 directory. It returns ErrNoCgroup
@@ -148,11 +208,13 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Sample reads the cgroup once and updates the state. A read error keeps
-// the previous state (a guard that cannot see must not flap) and is shown.
+// Sample reads the cgroup once (and the service's, while shared) and
+// updates the state. A read error of its own cgroup keeps the previous
+// state (a guard that cannot see must not flap) and is shown; one of the
+// service's leaves the decision to its own.
 func (g *Guard) Sample() Sample {
 	s := Sample{Enabled: true}
-	cur, err := readInt(filepath.Join(g.dir, "memory.current"))
+	r, err := g.read(g.dir)
 	if err != nil {
 		s.Error = err.Error()
 		s.Shedding = g.shedding.Load()
@@ -160,30 +222,26 @@ func (g *Guard) Sample() Sample {
 		g.last.Store(&s)
 		return s
 	}
-	s.Current = cur
-	s.Anon = cur
-	if anon, err := statField(filepath.Join(g.dir, "memory.stat"), "anon"); err == nil {
-		s.Anon = anon
-	}
-	for _, f := range []string{"memory.high", "memory.max"} {
-		if v, err := readInt(filepath.Join(g.dir, f)); err == nil && v > 0 {
-			s.Limit, s.LimitFrom = v, f
-			break
+	s.Current, s.Anon, s.Limit, s.LimitFrom, s.HighWater, s.LowWater = r.Current, r.Anon, r.Limit, r.LimitFrom, r.HighWater, r.LowWater
+	// Page cache is reclaimable and would make a file-heavy load shed for
+	// nothing: anon memory decides.
+	above := r.Limit > 0 && r.Anon >= r.HighWater
+	below := r.Limit == 0 || r.Anon < r.LowWater
+	if g.serviceShared() {
+		sr, err := g.read(filepath.Dir(g.dir))
+		if err != nil {
+			sr.Error = err.Error()
+		} else if sr.Limit > 0 {
+			above = above || sr.Anon >= sr.HighWater
+			below = below && sr.Anon < sr.LowWater
 		}
+		s.Service = &sr
 	}
-	if s.Limit > 0 {
-		s.HighWater = s.Limit / 100 * int64(g.high)
-		s.LowWater = s.Limit / 100 * int64(g.low)
-		// Page cache is reclaimable and would make a file-heavy load shed
-		// for nothing: the process's own anon memory decides.
-		switch {
-		case s.Anon >= s.HighWater && !g.shedding.Load():
-			g.shedding.Store(true)
-			g.sheds.Add(1)
-		case s.Anon < s.LowWater:
-			g.shedding.Store(false)
-		}
-	} else {
+	switch {
+	case above && !g.shedding.Load():
+		g.shedding.Store(true)
+		g.sheds.Add(1)
+	case below:
 		g.shedding.Store(false)
 	}
 	s.Shedding = g.shedding.Load()

@@ -134,3 +134,81 @@ func TestRealCgroupV2(t *testing.T) {
 		t.Fatalf("sample of %s: %+v", g.Dir(), s)
 	}
 }
+
+// serviceCgroup writes a slice holding two slots, each with its own
+// limits, and returns a guard per slot, both measuring the service while
+// shared says so.
+func serviceCgroup(t testing.TB, slice map[string]string, shared *bool) (blue, green *Guard, sliceDir string) {
+	t.Helper()
+	root := t.TempDir()
+	sliceDir = filepath.Join(root, "mcp-backend.slice")
+	guards := make([]*Guard, 2)
+	for i, slot := range []string{"mcp-backend@blue.service", "mcp-backend@green.service"} {
+		dir := filepath.Join(sliceDir, slot)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Each slot alone is far from its own limit.
+		for name, body := range map[string]string{"memory.current": "1\n", "memory.stat": stat(gib / 10), "memory.high": "6442450944\n", "memory.max": "9663676416\n"} {
+			writeFile(t, filepath.Join(dir, name), body)
+		}
+		pc := filepath.Join(root, "cgroup-"+slot)
+		writeFile(t, pc, "0::/mcp-backend.slice/"+slot+"\n")
+		g, err := New(Options{Root: root, ProcCgroup: pc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.MeasureService(func() bool { return *shared })
+		guards[i] = g
+	}
+	for name, body := range slice {
+		writeFile(t, filepath.Join(sliceDir, name), body)
+	}
+	return guards[0], guards[1], sliceDir
+}
+
+func TestTwoSlotsRefuseTogetherAboveTheSlicesMark(t *testing.T) {
+	tests := []struct {
+		name      string
+		shared    bool
+		high, max string
+		anon      []int64 // the slice's anon, successive samples
+		want      []bool  // both slots shedding after each
+		limitFrom string
+	}{
+		{"shared, slice below its high mark", true, "6442450944", "9663676416", []int64{3 * gib}, []bool{false}, "memory.high"},
+		{"shared, slice at 85 % of memory.high: both shed", true, "6442450944", "9663676416", []int64{6 * gib / 100 * 86}, []bool{true}, "memory.high"},
+		{"shared, slice's memory.max when its memory.high is max", true, "max", "9663676416", []int64{9 * gib / 100 * 90}, []bool{true}, "memory.max"},
+		{"shared, hysteresis on the slice", true, "6442450944", "max",
+			[]int64{6 * gib / 100 * 90, 6 * gib / 100 * 80, 6 * gib / 100 * 70},
+			[]bool{true, true, false}, "memory.high"},
+		// Alone, as before: the slot's own cgroup decides, far below its mark.
+		{"alone, the slice is not read", false, "6442450944", "9663676416", []int64{6 * gib / 100 * 95}, []bool{false}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			shared := tc.shared
+			blue, green, sliceDir := serviceCgroup(t, map[string]string{
+				"memory.current": "1\n", "memory.stat": stat(0), "memory.high": tc.high + "\n", "memory.max": tc.max + "\n",
+			}, &shared)
+			for i, anon := range tc.anon {
+				writeFile(t, filepath.Join(sliceDir, "memory.stat"), stat(anon))
+				for _, g := range []*Guard{blue, green} {
+					s := g.Sample()
+					if s.Shedding != tc.want[i] || g.Shedding() != tc.want[i] {
+						t.Fatalf("sample %d (slice anon %d) of %s: shedding %v, want %v", i, anon, g.Dir(), s.Shedding, tc.want[i])
+					}
+					if !tc.shared {
+						if s.Service != nil {
+							t.Fatalf("alone: service reading %+v, want none", s.Service)
+						}
+						continue
+					}
+					if s.Service == nil || s.Service.Cgroup != sliceDir || s.Service.Anon != anon || s.Service.LimitFrom != tc.limitFrom {
+						t.Fatalf("service reading %+v, want %s anon %d from %s", s.Service, sliceDir, anon, tc.limitFrom)
+					}
+				}
+			}
+		})
+	}
+}

@@ -109,6 +109,10 @@ type Rule struct {
 	PIDs []string `json:"pids"`
 	// Examples are calls the rule must and must not decide (examples.go).
 	Examples Examples `json:"examples"`
+	// Sandbox names the profile (the backend's "sandbox") the commands
+	// this rule allows, or approves after an ask, run in; empty: the
+	// action's default (sandbox.allow, sandbox.approved).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Who may approve an ask (Rule.Approver).
@@ -217,6 +221,7 @@ func (c Config) Validate() []error {
 			}
 		}
 		errs = append(errs, r.validateMatchers(k)...)
+		errs = append(errs, r.validateSandbox(k)...)
 	}
 	return append(errs, c.checkExamples(len(errs) == 0)...)
 }

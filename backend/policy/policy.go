@@ -133,6 +133,9 @@ type Decision struct {
 	// Target is what decided within the call: the command part, the path,
 	// the unit ("" when the tool as a whole).
 	Target string `json:"target,omitempty"`
+	// Sandbox is the profile the deciding rule names ("" when none: the
+	// action's default applies, see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
 	// Parts are the parts of a shell command judged, each with its own
 	// decision, for showing the whole command to whoever approves it.
 	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
@@ -157,6 +160,7 @@ func (p *Policy) Decide(c Call) Decision {
 	}
 	ts := targetsOf(c)
 	var out *Decision
+	var sandboxes []string
 	var parts []mcpwire.JudgedPart
 	operator := false // some part asks of the operator only
 	for _, t := range ts {
@@ -168,6 +172,7 @@ func (p *Policy) Decide(c Call) Decision {
 		if !ok {
 			continue
 		}
+		sandboxes = append(sandboxes, d.Sandbox)
 		if out == nil || d.Action.rank() > out.Action.rank() {
 			out = &d
 		}
@@ -183,7 +188,7 @@ func (p *Policy) Decide(c Call) Decision {
 	if out.Action == Ask && operator {
 		out.Approver = ApproverOperator
 	}
-	return *out
+	return oneSandbox(*out, sandboxes)
 }
 
 // target is one thing a call acts on.
@@ -295,7 +300,7 @@ func (p *Policy) judge(rules []*rule, cmdRules bool, t target) (Decision, bool) 
 		}
 	}
 	dec := func(r *rule) Decision {
-		d := Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text}
+		d := Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
 		if r.Approver == ApproverOperator {
 			d.Approver = ApproverOperator
 		}

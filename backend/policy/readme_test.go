@@ -59,6 +59,10 @@ func TestREADMEStarterPolicy(t *testing.T) {
 			t.Errorf("%s %q: %s, want %s", tc.tool, tc.cmd, d.Describe(), tc.want)
 		}
 	}
+	// Its readers run in the inspect sandbox, a pipeline of them too.
+	if d := p.Decide(Call{PrincipalKind: "oauth", Tool: mcpwire.ToolShellExec, Args: json.RawMessage(`{"command":"ls -la /var/log | grep err"}`)}); d.Sandbox != "inspect" {
+		t.Errorf("the starter's readers: %s in sandbox %q, want inspect", d.Describe(), d.Sandbox)
+	}
 	if d := p.Decide(Call{PrincipalKind: "oauth", Tool: mcpwire.ToolFileRead, Args: json.RawMessage(`{"path":"/home/u/.ssh/id_rsa"}`)}); d.Action != Deny {
 		t.Errorf("file.read of a key: %s", d.Describe())
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -168,6 +169,9 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	r.AddInt(audit.FieldQueuedMs, wait.Milliseconds())
 	if d, note, ok := decisionOf(ctx); ok {
 		r.Fields = append(r.Fields, policyFields(d, note)...)
+	}
+	if sb, ok := sandbox.From(ctx); ok {
+		r.Add(audit.FieldSandbox, sb.Name)
 	}
 	args := audit.Arguments(c.tool, call.Params.Arguments)
 	r.Fields = append(r.Fields, args...)

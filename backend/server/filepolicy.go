@@ -26,6 +26,12 @@ const mcpctlFleetDir = "/var/lib/mcpctl-fleet"
 // state directory in use ("" when jobs are off), the temporary one of
 // process mode included.
 func filePolicy(cfg config.Config, getenv func(string) string, jobsDir string) *filepolicy.Policy {
+	return filepolicy.New(fileOptions(cfg, getenv, jobsDir))
+}
+
+// fileOptions are filePolicy's options: the sandbox masks the same
+// secrets in every command's mount namespace.
+func fileOptions(cfg config.Config, getenv func(string) string, jobsDir string) filepolicy.Options {
 	o := filepolicy.Options{Roots: cfg.Files.Roots, Deny: cfg.Files.Deny}
 	if f := cfg.Auth.BearerTokenFile; f != "" {
 		o.SecretFiles = append(o.SecretFiles, filepolicy.Secret{Path: f, Rule: "auth.bearerTokenFile"})
@@ -65,7 +71,7 @@ func filePolicy(cfg config.Config, getenv func(string) string, jobsDir string) *
 	for _, p := range []string{"/proc/*/mem", "/proc/*/task/*/mem", "/proc/kcore"} {
 		o.SecretPatterns = append(o.SecretPatterns, filepolicy.Secret{Path: p, Rule: "process memory"})
 	}
-	return filepolicy.New(o)
+	return o
 }
 
 // osGetenv is the environment filePolicy reads in production.

@@ -48,10 +48,11 @@ type intakeJSON struct {
 // metricsJSON is the pinned admission snapshot with our fields beside it.
 type metricsJSON struct {
 	mcpwire.Metrics
-	Memory memguard.Sample       `json:"memory"`
-	Intake intakeJSON            `json:"intake"`
-	Audit  mcpwire.AuditMetrics  `json:"audit"`
-	Policy mcpwire.PolicyMetrics `json:"policy"`
+	Memory  memguard.Sample        `json:"memory"`
+	Intake  intakeJSON             `json:"intake"`
+	Audit   mcpwire.AuditMetrics   `json:"audit"`
+	Policy  mcpwire.PolicyMetrics  `json:"policy"`
+	Sandbox mcpwire.SandboxMetrics `json:"sandbox"`
 }
 
 func (s *Server) metricsSnapshot() metricsJSON {
@@ -70,5 +71,5 @@ func (s *Server) metricsSnapshot() metricsJSON {
 	}
 	m := s.adm.Snapshot()
 	m.Jobs = s.jobs.metrics()
-	return metricsJSON{Metrics: m, Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics(), Policy: s.policy.metrics()}
+	return metricsJSON{Metrics: m, Memory: s.mem.Load().Last(), Intake: in, Audit: s.auditMetrics(), Policy: s.policy.metrics(), Sandbox: s.sandboxes.metrics()}
 }

@@ -23,6 +23,9 @@ func Preflight(cfg config.Config) error {
 			return err
 		}
 	}
+	if _, err := resolveSandboxes(cfg, fileOptions(cfg, osGetenv, cfg.Jobs.StateDir)); err != nil {
+		return err
+	}
 	return nil
 }
 

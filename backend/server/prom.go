@@ -37,7 +37,7 @@ func wantsText(accept string) bool {
 // promHandWritten are the sections of /metrics whose Prometheus names are
 // written by hand below (admission) and by writeSessionsPrometheus; every
 // other section, present or added later, is written by writePromGeneric.
-var promHandWritten = map[string]bool{"limits": true, "active": true, "queued": true, "peak": true, "counters": true, "sessions": true, "flows": true}
+var promHandWritten = map[string]bool{"limits": true, "active": true, "queued": true, "peak": true, "counters": true, "sessions": true, "flows": true, "sandbox": true}
 
 // writePrometheus renders the /metrics snapshot in the Prometheus text
 // format: the admission figures with their labels, every numeric field of
@@ -55,7 +55,18 @@ func writePrometheus(w io.Writer, snap metricsJSON) {
 	if err == nil {
 		writePromGeneric(w, doc)
 	}
+	writeSandboxPrometheus(w, snap.Sandbox)
 	writeBuildInfo(w)
+}
+
+// writeSandboxPrometheus writes sandbox.calls with the profile as a label:
+// custom profile names are not metric names.
+func writeSandboxPrometheus(w io.Writer, m mcpwire.SandboxMetrics) {
+	const name = "mcp_sandbox_calls_total"
+	fmt.Fprintf(w, "# HELP %s /metrics sandbox.calls: shell commands started per sandbox profile.\n# TYPE %s counter\n", name, name)
+	for _, p := range slices.Sorted(maps.Keys(m.Calls)) {
+		fmt.Fprintf(w, "%s{profile=%q} %d\n", name, p, m.Calls[p])
+	}
 }
 
 // writePromGeneric writes every numeric (and boolean, as 0/1) leaf of the

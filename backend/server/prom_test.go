@@ -20,6 +20,7 @@ import (
 // /metrics appears in the Prometheus text. A field added to one of these
 // sections and not written there fails TestPrometheusCarriesEveryField.
 var promHandNames = map[string]string{
+	"sandbox.calls.none":           `mcp_sandbox_calls_total{profile="none"}`,
 	"limits.maxActive":             `mcp_admission_limit{limit="maxActive"}`,
 	"limits.reservedControl":       `mcp_admission_limit{limit="reservedControl"}`,
 	"limits.maxNonControl":         `mcp_admission_limit{limit="maxNonControl"}`,
@@ -272,6 +273,9 @@ func jsonLeaves(prefix string, v any, out map[string]bool) {
 // the JSON, and nothing it does not have. Before, preempted, maxNonControl,
 // bodyBytesPeak and untracked were nowhere in the README.
 func TestREADMEMetricsTable(t *testing.T) {
+	// A runtime directory, as a production slot has: the service's
+	// figures are there too.
+	t.Setenv("RUNTIME_DIRECTORY", t.TempDir())
 	b := startBackend(t, nil)
 	var doc map[string]any
 	if err := json.Unmarshal(fetch(t, b.url+"/metrics", "application/json"), &doc); err != nil {

@@ -85,6 +85,7 @@ type Server struct {
 	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
 	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
 	approvals *approvalState
+	sandboxes *sandboxState       // the profiles shell commands run in (sandbox.go)
 	ids       *caller.Keys        // the pseudonyms callers are shown by
 	unitNames policy.UnitResolver // what systemd resolves a unit name to (policy units rules)
 }
@@ -179,7 +180,12 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		return nil, err
 	}
 	s.jobs = js
+	if s.sandboxes, err = openSandboxes(cfg, fileOptions(cfg, osGetenv, js.dir), log); err != nil {
+		js.close()
+		return nil, err
+	}
 	s.tools = tools.New(tools.Options{
+		SandboxExe:     s.sandboxes.exe,
 		Jobs:           js.mgr,
 		JobsOffReason:  js.off,
 		JobLimits:      jobLimits(cfg.Jobs),
@@ -214,6 +220,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		s.UseMemGuard(g, 0)
 		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
 	}
+	s.shareLimits(osGetenv("RUNTIME_DIRECTORY"))
 	s.refusals = newRefusalLog(log)
 	go s.refusals.run(s.down)
 	s.cancels = newCancelScope(2*(cfg.Concurrency.MaxActive+cfg.Concurrency.MaxQueue) + 64)
@@ -235,6 +242,9 @@ func (s *Server) Close() {
 	s.shutdown()
 	s.tools.Close()
 	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
+	}
 }
 
 // admit is the MCP middleware every tools/call passes through, whatever the
@@ -291,6 +301,7 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 		if refused != nil {
 			return refused, nil
 		}
+		ctx = s.sandboxes.choose(ctx, tool)
 		var post func(mcp.Result) mcp.Result
 		if approved != nil {
 			if approved.req != nil {
@@ -332,6 +343,7 @@ func (s *Server) admit(next mcp.MethodHandler) mcp.MethodHandler {
 			s.auditAdmissionRefusal(ctx, call, te, err)
 			return toolerr.Result(te), nil
 		}
+		s.sandboxes.count(ctx)
 		ca := s.auditStart(ctx, call, wait)
 		res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
 			// The slot covers trimming the result too, so that work is

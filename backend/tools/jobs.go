@@ -10,6 +10,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/jobs"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -156,6 +157,10 @@ func (t *Tools) jobStart(ctx context.Context, in JobStartInput) (mcpwire.JobStar
 		return res, err
 	}
 	req.Env = env
+	if sb, ok := sandbox.From(ctx); ok && sb.Spec != nil {
+		// The job starts from the clean environment, in the profile.
+		req.Sandbox, req.Env = sb.Spec, sandbox.Env(sb.Spec, in.Env)
+	}
 	if in.Cwd != "" {
 		if err := checkDir("cwd", in.Cwd); err != nil {
 			return res, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/jsonsize"
 	"github.com/overdeck/mcp-backend/backend/procgroup"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/mcpwire"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -82,7 +83,10 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	}
 
 	out := newCapture(t.opts.OutputBytes, t.encodedBudget())
-	cmd := exec.Command(t.opts.ShellPath, "-c", in.Command)
+	cmd, env, err := t.sandboxed(ctx, exec.Command(t.opts.ShellPath, "-c", in.Command), env, in.Env)
+	if err != nil {
+		return res, err
+	}
 	cmd.Dir = in.Cwd
 	cmd.Env = env
 	cmd.Stdin = nil // /dev/null
@@ -154,6 +158,24 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	res.Stdout, res.Stderr, res.OutputLimited = out.result()
 	res.OutputLimited = res.OutputLimited || reason == endOutputLimit
 	return res, nil
+}
+
+// sandboxed returns cmd run through the sandbox helper when the call
+// carries a profile, with the clean environment plus the call's
+// variables instead of the backend's; else cmd and env unchanged.
+func (t *Tools) sandboxed(ctx context.Context, cmd *exec.Cmd, env []string, extra map[string]string) (*exec.Cmd, []string, error) {
+	sb, ok := sandbox.From(ctx)
+	if !ok || sb.Spec == nil {
+		return cmd, env, nil
+	}
+	if t.opts.SandboxExe == "" {
+		return nil, nil, toolerr.New(mcpwire.CodeInternal, "sandbox %s: no helper configured: the command was not run", sb.Name)
+	}
+	c, err := sandbox.Command(t.opts.SandboxExe, sb.Spec, cmd.Args)
+	if err != nil {
+		return nil, nil, toolerr.New(mcpwire.CodeInternal, "sandbox %s: %v", sb.Name, err)
+	}
+	return c, sandbox.Env(sb.Spec, extra), nil
 }
 
 // beginExec registers a running call unless Close has run.

@@ -61,6 +61,9 @@ type Options struct {
 	Jobs           *jobs.Manager                                      // nil: jobs are off (JobsOffReason says why)
 	JobsOffReason  string
 	JobLimits      jobs.Limits // what the job tools describe and enforce per call
+	// SandboxExe is the helper (mcp-backend's sandbox-exec) a command runs
+	// through when its call carries a sandbox (sandbox.From).
+	SandboxExe string
 }
 
 // Tools is the set of tools with their shared state: the registry of running

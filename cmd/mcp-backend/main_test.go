@@ -77,6 +77,14 @@ func TestCheckConfig(t *testing.T) {
 		{"policy notMatch example decided", `{"policy":{"default":"ask","rules":[{"id":"inspect","action":"allow","commands":["journalctl *"],
 			"examples":{"notMatch":[{"command":"journalctl --vacuum-time=1s"}]}}]}}`, 2, `policy.rules[0].examples.notMatch[0] = {"command":"journalctl --vacuum-time=1s"}: rule inspect must not decide it, but it does`},
 		{"policy example unknown key", `{"policy":{"rules":[{"id":"x","action":"deny","commands":["rm"],"examples":{"match":[{"cmd":"rm"}]}}]}}`, 2, `unknown key "cmd"`},
+		{"sandbox default unknown", `{"sandbox":{"allow":"jail"}}`, 2, `sandbox.allow = "jail": must be none or a profile: inspect, root`},
+		{"rule names an unknown sandbox", `{"policy":{"rules":[{"id":"r","action":"allow","commands":["ls"],"sandbox":"jail"}]}}`, 2, `policy.rules[0].sandbox = "jail": no such profile`},
+		{"deny rule names a sandbox", `{"policy":{"rules":[{"id":"r","action":"deny","commands":["rm"],"sandbox":"inspect"}]}}`, 2, `policy.rules[0].sandbox = "inspect": a deny rule runs nothing`},
+		{"custom profile shadows a built-in", `{"sandbox":{"profiles":{"root":{}}}}`, 2, `sandbox.profiles.root = "root": is built in`},
+		{"custom profile bad capability", `{"sandbox":{"profiles":{"web":{"capabilities":["CAP_FLY"]}}}}`, 2, `sandbox.profiles.web.capabilities[0] = "CAP_FLY"`},
+		{"custom profile writable without readOnly", `{"sandbox":{"profiles":{"web":{"writable":["/srv"]}}}}`, 2, `sandbox.profiles.web.writable = [/srv]: only means something with readOnly: true`},
+		{"custom profile user this host lacks", `{"sandbox":{"allow":"web","profiles":{"web":{"user":"no-such-user-h36"}}}}`, 2, `sandbox.allow = "web": this host cannot enforce the profile: user "no-such-user-h36"`},
+		{"deny path the sandbox cannot cover", `{"sandbox":{"allow":"root"},"policy":{"rules":[{"id":"keys","action":"deny","paths":["/**/id_rsa"]}]}}`, 2, `policy.rules[0].paths[0] = "/**/id_rsa": the sandbox cannot cover a pattern that starts with a wildcard`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
 	"github.com/overdeck/mcp-backend/backend/tools"
+	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/systemd"
 )
 
@@ -80,12 +81,25 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 				fmt.Fprintf(d.stderr, "check-policy: systemd did not resolve the unit (%v): the unit files' names decide\n", err)
 			}
 			dec := p.Decide(call)
+			// The sandbox its command runs in: allowed, or once approved.
+			tool := call.Tool
+			runs := (tool == mcpwire.ToolShellExec || tool == mcpwire.ToolJobStart) && dec.Action != policy.Deny
+			if runs {
+				dec.Sandbox = cfg.Sandbox.For(dec.Sandbox, dec.Action == policy.Ask)
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(d.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(dec)
 			}
-			fmt.Fprintln(d.stdout, dec.Describe())
+			line := dec.Describe()
+			switch {
+			case runs && dec.Action == policy.Ask:
+				line += " [sandbox once approved: " + dec.Sandbox + "]"
+			case runs:
+				line += " [sandbox: " + dec.Sandbox + "]"
+			}
+			fmt.Fprintln(d.stdout, line)
 			return nil
 		},
 	}

@@ -30,10 +30,12 @@ func TestPolicyCheck(t *testing.T) {
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "no-bus"))
 	cfg := writeConfig(t, `{"policy":{"default":"ask","rules":[
 		{"id":"no-rm","action":"deny","reason":"no deleting","commands":["rm"]},
-		{"id":"inspect","action":"allow","commands":["ls *"]},
+		{"id":"inspect","action":"allow","commands":["ls *"],"sandbox":"inspect"},
+		{"id":"restart","action":"allow","commands":["systemctl restart *"]},
 		{"id":"bob-reads","action":"allow","tools":["file.read"],"principals":[{"kind":"asserted","id":"bob"}]},
 		{"id":"keep-host","action":"deny","units":["ssh.service","getty@.service"],"signals":["KILL"]},
-		{"id":"ci","action":"allow","tools":["system.info"],"principals":[{"kind":"oauth","id":"https://auth.example.com *"}]}]}}`)
+		{"id":"ci","action":"allow","tools":["system.info"],"principals":[{"kind":"oauth","id":"https://auth.example.com *"}]}]},
+		"sandbox":{"allow":"root","approved":"root"}}`)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -43,6 +45,11 @@ func TestPolicyCheck(t *testing.T) {
 		{"deny wins in a list", []string{"--tool", "shell.exec", "--args", `{"command":"ls && /bin/rm -rf /x"}`}, 0, "deny by rule no-rm (no deleting): /bin/rm -rf /x"},
 		{"allow", []string{"--tool", "shell.exec", "--args", `{"command":"ls /"}`, "--json"}, 0, `"rule": "inspect"`},
 		{"default", []string{"--tool", "shell.exec", "--args", `{"command":"make"}`}, 0, "ask by rule policy.default"},
+		{"the rule's sandbox", []string{"--tool", "shell.exec", "--args", `{"command":"ls /"}`}, 0, "allow by rule inspect: ls / [sandbox: inspect]"},
+		{"the rule's sandbox as JSON", []string{"--tool", "shell.exec", "--args", `{"command":"ls /"}`, "--json"}, 0, `"sandbox": "inspect"`},
+		{"the default sandbox", []string{"--tool", "shell.exec", "--args", `{"command":"systemctl restart nginx"}`}, 0, "[sandbox: root]"},
+		{"the approved sandbox", []string{"--tool", "shell.exec", "--args", `{"command":"make"}`}, 0, "[sandbox once approved: root]"},
+		{"parts in different sandboxes ask", []string{"--tool", "shell.exec", "--args", `{"command":"ls / && systemctl restart nginx"}`}, 0, "ask by rule policy.sandbox (its parts' rules run them in different sandboxes ((default), inspect)"},
 		{"principal", []string{"--tool", "file.read", "--principal", "asserted:bob", "--args", `{"path":"/etc/hosts"}`}, 0, "allow by rule bob-reads"},
 		{"other principal", []string{"--tool", "file.read", "--principal", "asserted:eve", "--args", `{"path":"/etc/hosts"}`}, 0, "ask by rule policy.default"},
 		{"unit without its suffix", []string{"--tool", "service.control", "--args", `{"unit":"ssh","action":"stop"}`}, 0, "deny by rule keep-host: ssh (ssh.service)"},

@@ -11,6 +11,7 @@ func commands(d *deps) []*cli.Command {
 		stressCommand(d),
 		cutoverCommand(d),
 		rollbackCommand(d),
+		recoverCommand(d),
 		verifyCommand(d),
 		watchdogCommand(d),
 		installCommand(d),

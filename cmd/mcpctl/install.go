@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -26,6 +27,9 @@ func installCommand(d *deps) *cli.Command {
 			}
 			defer done()
 			rep, err := deploy.Install(c.Context, env, deploy.InstallOptions{Build: build, Version: c.String("version")})
+			if warn := status.MemoryWarning(status.CgroupControllers); warn != "" && rep != nil {
+				rep.Warnings = append(rep.Warnings, warn)
+			}
 			d.out.print(rep, func(w io.Writer, st styles) { humanInstall(w, st, rep, err) })
 			if err != nil {
 				return fmt.Errorf("install: %w", err)
@@ -61,6 +65,9 @@ func humanSteps(w io.Writer, st styles, steps []deploy.Step) {
 
 func humanInstall(w io.Writer, st styles, r *deploy.InstallReport, err error) {
 	fmt.Fprintf(w, "%s %s %s\n", st.title.Render("install"), r.Version, st.verdict(err == nil && r.OK))
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("warning:"), warn)
+	}
 	for _, reason := range r.Plan.Refusals {
 		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("refused:"), reason)
 	}

@@ -70,6 +70,45 @@ func rollbackLine(rb status.RollbackView, alarm func(...string) string) string {
 	return "none armed, no cutover pending"
 }
 
+// crashLoopLine describes production's crash loop in one line (status and
+// the watchdog's round): "crash loop: N starts in M s, next try in T";
+// alarm renders the words that need attention.
+func crashLoopLine(cl *status.CrashLoopView, alarm func(...string) string) string {
+	head := fmt.Sprintf("%d starts in %s", cl.Starts, fmtSeconds(cl.Window.D()))
+	if !cl.Down {
+		line := head + ", recovered"
+		if !cl.Recovered.IsZero() {
+			line += " at " + cl.Recovered.Local().Format("2006-01-02 15:04:05")
+		}
+		return fmt.Sprintf("%s after %d attempt(s) of the watchdog", line, cl.Attempts)
+	}
+	var failed []string
+	for _, f := range cl.Failed {
+		s := f.Unit + " failed"
+		if f.Result != "" {
+			s += " (" + f.Result + ")"
+		}
+		failed = append(failed, s)
+	}
+	next := "in the watchdog's next round (every 30 s)"
+	if cl.NextIn > 0 {
+		next = "in " + cl.NextIn.D().String()
+	}
+	line := head + ", next try " + next + ": " + alarm("DOWN") + ", " + strings.Join(failed, ", ")
+	if cl.Attempts > 0 {
+		line += fmt.Sprintf("; attempt %d %s", cl.Attempts, cl.LastOutcome)
+		if cl.LastError != "" {
+			line += ": " + cl.LastError
+		}
+	}
+	return line + "; or run `mcpctl recover` now"
+}
+
+// fmtSeconds is d in whole seconds ("75 s").
+func fmtSeconds(d time.Duration) string {
+	return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second))
+}
+
 // renderStatus writes the status screen; lines fit width columns (0: as
 // wide as they need), the time a unit is active since on its own line.
 func renderStatus(w io.Writer, st styles, r *status.Report, width int) {
@@ -132,7 +171,13 @@ func renderStatus(w io.Writer, st styles, r *status.Report, width int) {
 		fmt.Fprintln(w, wrap(fmt.Sprintf("%s systemd not reachable (%s): unit states, restarts and the rollback timer need it; the HTTP checks below ran without it",
 			st.bad.Render("degraded:"), r.SystemdErr)))
 	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, wrap(st.bad.Render("warning:")+" "+warn))
+	}
 	service("production", r.Production)
+	if cl := r.CrashLoop; cl != nil {
+		fmt.Fprintln(w, wrap("  crash loop: "+crashLoopLine(cl, st.bad.Render)))
+	}
 	for _, b := range r.Beside {
 		status := b.Status
 		if status == "" {

@@ -15,8 +15,10 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
+	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
@@ -41,6 +43,35 @@ func TestRollbackLine(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if line := rollbackLine(status.PlanRollback(tc.in, now), func(s ...string) string { return strings.Join(s, "") }); !strings.Contains(line, tc.want) {
 				t.Fatalf("line %q lacks %q", line, tc.want)
+			}
+		})
+	}
+}
+
+// TestCrashLoopLine: "crash loop: N starts in M s, next try in T", what
+// failed and what to run.
+func TestCrashLoopLine(t *testing.T) {
+	failed := []deploy.FailedUnit{{Unit: "mcp-backend@blue.service", Result: "signal"}, {Unit: "mcp-backend.socket", Result: "service-start-limit-hit"}}
+	tests := []struct {
+		name string
+		in   status.CrashLoopView
+		want []string
+	}{
+		{"down, the watchdog not yet run", status.CrashLoopView{Down: true, Failed: failed, Starts: 6, Window: millis.Duration(time.Minute)},
+			[]string{"6 starts in 60 s, next try in the watchdog's next round", "DOWN", "mcp-backend.socket failed (service-start-limit-hit)", "`mcpctl recover`"}},
+		{"down, backing off", status.CrashLoopView{Down: true, Failed: failed, Starts: 12, Window: millis.Duration(3 * time.Minute), Attempts: 2,
+			LastOutcome: state.OutcomeFailed, LastError: "not ready", NextIn: millis.Duration(time.Minute)},
+			[]string{"12 starts in 180 s, next try in 1m0s", "attempt 2 failed: not ready"}},
+		{"recovered", status.CrashLoopView{Starts: 6, Window: millis.Duration(time.Minute), Attempts: 1, Recovered: time.Date(2026, 12, 6, 3, 32, 45, 0, time.UTC)},
+			[]string{"6 starts in 60 s, recovered at ", "after 1 attempt(s) of the watchdog"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			line := crashLoopLine(&tc.in, func(s ...string) string { return strings.Join(s, "") })
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Fatalf("line %q lacks %q", line, w)
+				}
 			}
 		})
 	}

@@ -164,14 +164,23 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
+	// Units in place say nothing about production: with it down, say so
+	// instead of a success that would look like "all is well".
+	o, oerr := deploy.ObserveOutage(ctx, sd, cfg.Backend.Unit)
+	if oerr != nil {
+		d.logger.Warn("unit install: read production's units", "err", oerr)
+	}
 	if d.out.json {
-		return writeJSON(d.stdout, rep)
+		if err := writeJSON(d.stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printUnitInstall(d.out, rep)
+		if notified {
+			fmt.Fprintf(d.out.w, "approvals notifier: %s and %s started; NEEDS_APPROVAL tells clients the operator is notified\n", units.NotifyPath, units.NotifyTimer)
+		}
 	}
-	printUnitInstall(d.out, rep)
-	if notified {
-		fmt.Fprintf(d.out.w, "approvals notifier: %s and %s started; NEEDS_APPROVAL tells clients the operator is notified\n", units.NotifyPath, units.NotifyTimer)
-	}
-	return nil
+	return deploy.DownError(o, "unit install starts nothing")
 }
 
 func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
 
@@ -50,9 +51,19 @@ func verifyCommand(d *deps) *cli.Command {
 				OK        bool     `json:"ok"`
 				Failures  []string `json:"failures"`
 				Unchecked []string `json:"unchecked,omitempty"`
+				// Warnings are guardrails this host does not enforce; they
+				// do not fail the verification.
+				Warnings []string `json:"warnings,omitempty"`
+			}
+			var warnings []string
+			if warn := status.MemoryWarning(status.CgroupControllers); warn != "" && what != "tunnels" {
+				warnings = append(warnings, warn)
 			}
 			ok := len(fails) == 0 && len(unchecked) == 0
-			d.out.printText(result{what, ok, fails, unchecked}, func(w io.Writer) {
+			d.out.printText(result{what, ok, fails, unchecked, warnings}, func(w io.Writer) {
+				for _, warn := range warnings {
+					fmt.Fprintf(w, "warning: %s\n", warn)
+				}
 				switch {
 				case ok:
 					fmt.Fprintf(w, "verify %s: ok\n", what)

@@ -338,3 +338,66 @@ func TestAnsibleCollectionInContainers(t *testing.T) {
 		before = th.expect(t, before, all(v2))
 	})
 }
+
+// TestAnsibleReusedStepsCheckTheHost runs rolling_update twice under one
+// mcp_run_id on one host: a step that exited 0 earlier in the run is
+// reused only while the host's facts show it still holds. Another build
+// under the same run, and the same build after a revert of the run, are
+// cut over again (changed) and end on the build, never "ok" on the old one.
+func TestAnsibleReusedStepsCheckTheHost(t *testing.T) {
+	th := newTestHosts(t, 1)
+	h1 := th.hosts[0].Name
+	v1 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v1")
+	v2 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v2")
+	v3 := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v3")
+	const run = "r11"
+	rollout := func(t testing.TB, build string) (int, string, map[string]recap) {
+		return th.playbook(t, "rolling_update", "-e", "mcp_build="+build, "-e", "mcp_mcpctl_src="+th.ctl,
+			"-e", "mcp_stress_duration=3s", "-e", "mcp_run_id="+run)
+	}
+	code, _, _ := th.playbook(t, "install", "-e", "mcp_build="+v1, "-e", "mcp_mcpctl_src="+th.ctl)
+	if code != 0 {
+		t.Fatalf("install: exit %d, want 0", code)
+	}
+	before := th.states(t)
+	before = th.expect(t, before, map[string]string{h1: v1})
+
+	steps := []struct {
+		name      string
+		play      func(t testing.TB) (int, string, map[string]recap)
+		want      string
+		changed   bool
+		restarted bool
+	}{
+		{"the run cuts over to v2", func(t testing.TB) (int, string, map[string]recap) { return rollout(t, v2) }, v2, true, true},
+		{"the same run with v3 cuts over again", func(t testing.TB) (int, string, map[string]recap) { return rollout(t, v3) }, v3, true, true},
+		{"the same run with v3 again changes nothing", func(t testing.TB) (int, string, map[string]recap) { return rollout(t, v3) }, v3, false, false},
+		{"revert of the run", func(t testing.TB) (int, string, map[string]recap) {
+			return th.playbook(t, "revert", "-e", "mcp_run_id="+run)
+		}, v2, true, true},
+		{"the same run after its revert cuts over again", func(t testing.TB) (int, string, map[string]recap) { return rollout(t, v3) }, v3, true, true},
+	}
+	for _, s := range steps {
+		ok := t.Run(s.name, func(t *testing.T) {
+			code, out, rec := s.play(t)
+			if code != 0 {
+				t.Fatalf("exit %d, want 0", code)
+			}
+			r := rec[h1]
+			if r.Failed != 0 || (r.Changed != 0) != s.changed {
+				t.Errorf("recap %+v, want failed=0 and changed>0 = %v", r, s.changed)
+			}
+			if s.changed && strings.Contains(out, "by an earlier invocation of this run") {
+				t.Errorf("the cutover was reported from an earlier record")
+			}
+			var restarted []string
+			if s.restarted {
+				restarted = append(restarted, h1)
+			}
+			before = th.expect(t, before, map[string]string{h1: s.want}, restarted...)
+		})
+		if !ok {
+			t.FailNow()
+		}
+	}
+}

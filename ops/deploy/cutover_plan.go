@@ -101,7 +101,12 @@ func PlanPreflight(f Facts) Preflight {
 			refuse("no passing stress run on record for %s: run `mcpctl stress` or pass --skip-canary-check REASON", f.Digest)
 		}
 	}
-	if f.BackendActive != "active" {
+	switch {
+	case f.BackendActive == "failed":
+		// systemd gave up on it (a crash loop): a cutover starts from a
+		// production that serves.
+		refuse("production backend is %q, not active: run `mcpctl recover` first (the watchdog also retries by itself)", f.BackendActive)
+	case f.BackendActive != "active":
 		refuse("production backend is %q, not active", f.BackendActive)
 	}
 	if f.HealthzErr != nil {

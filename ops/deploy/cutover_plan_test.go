@@ -43,6 +43,7 @@ func TestPlanPreflight(t *testing.T) {
 		{name: "release already installed as this build", change: func(f *Facts) { f.ReleaseDigest = "sha256:aa" }},
 		{name: "pending", change: func(f *Facts) { f.Pending = &state.Pending{ToVersion: "v9", SnapshotID: "s"} }, refusals: []string{"still pending"}},
 		{name: "backend down", change: func(f *Facts) { f.BackendActive = "failed"; f.HealthzErr = boom }, refusals: []string{`"failed"`, "/healthz"}},
+		{name: "backend failed for good names recover", change: func(f *Facts) { f.BackendActive = "failed"; f.HealthzErr = boom }, refusals: []string{"run `mcpctl recover` first", "/healthz"}},
 		{name: "backend not ready", change: func(f *Facts) { f.ReadyzErr = boom }, refusals: []string{"/readyz"}},
 		{name: "tunnel inactive", change: func(f *Facts) { f.Tunnels[1].ActiveState = "inactive" }, refusals: []string{"tunnel b"}},
 		{name: "tunnel unready", change: func(f *Facts) { f.Tunnels[0].ReadyErr = boom }, refusals: []string{"tunnel a: boom"}},

@@ -50,7 +50,12 @@ func PlanInstall(f InstallFacts) InstallPlan {
 		p.Refusals = append(p.Refusals, "reading the current link: "+f.CurrentErr.Error())
 	}
 	if f.Current != "" {
-		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: current points to %q (use mcpctl cutover)", f.Current))
+		next := "use mcpctl cutover"
+		if f.Backend != nil && f.Backend.ActiveState == "failed" {
+			// A crash loop left it failed: install is not what brings it back.
+			next = "it is failed: use mcpctl recover, then mcpctl cutover"
+		}
+		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: current points to %q (%s)", f.Current, next))
 	}
 	if active(f.Backend) {
 		p.Refusals = append(p.Refusals, fmt.Sprintf("production exists: %s is %s (use mcpctl cutover)", f.BackendUnit, f.Backend.ActiveState))
@@ -86,9 +91,12 @@ type InstallReport struct {
 	Tunnels       []*verify.Report `json:"tunnels,omitempty"`
 	// Undo lists what a failed install took back, newest first; UndoOK is
 	// true when every step of it succeeded (the host is as it was).
-	Undo       []Step  `json:"undo,omitempty"`
-	UndoOK     bool    `json:"undoOK,omitempty"`
-	DurationMs float64 `json:"durationMs"`
+	Undo   []Step `json:"undo,omitempty"`
+	UndoOK bool   `json:"undoOK,omitempty"`
+	// Warnings are guardrails this host does not enforce (a host without
+	// a cgroup v2 memory controller).
+	Warnings   []string `json:"warnings,omitempty"`
+	DurationMs float64  `json:"durationMs"`
 }
 
 func (r *InstallReport) step(name string, f func() error) error {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -196,6 +198,13 @@ func TestInstallAndCanaryInRealSystemd(t *testing.T) {
 	ir := sitetest.Decode[deploy.InstallReport](t, out)
 	if !ir.OK || ir.Version != "v1" || !ir.ConfigWritten || ir.Backend == nil || !ir.Backend.OK() || len(ir.Tunnels) != 2 {
 		t.Fatalf("install report: %s", out)
+	}
+	// Without a cgroup v2 memory controller the guardrails' memory half is
+	// not enforced: install says so.
+	controllers, _ := h.M.Exec(ctx, "cat", status.CgroupControllers)
+	noMemory := !slices.Contains(strings.Fields(controllers), "memory")
+	if warned := len(ir.Warnings) == 1 && strings.Contains(ir.Warnings[0], "memory guard is off"); warned != noMemory {
+		t.Fatalf("install warnings %q, want a memory-controller warning: %v (controllers %q)", ir.Warnings, noMemory, controllers)
 	}
 	if cur, err := store.Current(); err != nil || cur != "v1" {
 		t.Fatalf("current = %q, %v; want v1", cur, err)

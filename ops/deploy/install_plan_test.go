@@ -33,6 +33,9 @@ func TestPlanInstall(t *testing.T) {
 		{"clean host", func(*InstallFacts) {}, nil, true},
 		{"config exists", func(f *InstallFacts) { f.ConfigExists = true }, nil, false},
 		{"current exists", func(f *InstallFacts) { f.Current = "v1" }, []string{`current points to "v1"`}, true},
+		{"current exists, production failed", func(f *InstallFacts) {
+			f.Current, f.Backend = "v1", &unitstate.State{LoadState: "loaded", ActiveState: "failed"}
+		}, []string{"use mcpctl recover, then mcpctl cutover", "is loaded"}, true},
 		{"backend active", func(f *InstallFacts) { f.Backend = running(10, "ab"); f.PortFree = false }, []string{"is active"}, true},
 		{"backend loaded", func(f *InstallFacts) {
 			f.Backend = &unitstate.State{LoadState: "loaded", ActiveState: "inactive", FragmentPath: "/etc/systemd/system/mcp-backend.service"}

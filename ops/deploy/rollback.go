@@ -66,6 +66,20 @@ func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackRep
 	plan := PlanRollback(facts)
 	env.log().Info("rollback plan", "act", plan.Act, "snapshot", plan.SnapshotID, "reason", plan.Reason)
 	if !plan.Act {
+		// A no-op is a success only while production runs: asked to
+		// restore something with production down, say so. The boot-time
+		// check runs before the backend starts and the armed timer's stale
+		// nonce guards nothing: their no-ops stay what they are.
+		if !opts.IfPending && opts.Nonce == "" {
+			o, err := ObserveOutage(ctx, env.Systemd, env.Config.Backend.Unit)
+			if err != nil {
+				env.log().Warn("rollback: read production's units", "err", err)
+			}
+			if derr := DownError(o, plan.Reason); derr != nil {
+				_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeRefused, Reason: derr.Error(), SnapshotID: opts.SnapshotID})
+				return &RollbackReport{Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, derr
+			}
+		}
 		_ = env.state().Audit(state.Event{Action: state.ActionRolledBack, Outcome: state.OutcomeNoop, Reason: plan.Reason, SnapshotID: opts.SnapshotID})
 		return &RollbackReport{OK: true, Noop: true, Reason: plan.Reason, SnapshotID: opts.SnapshotID}, nil
 	}

@@ -29,6 +29,9 @@ const (
 	ActionRolledBack     = "rolled-back"
 	ActionRollbackFailed = "rollback-failed"
 	ActionWatchdog       = "watchdog-restart"
+	// ActionRecover is production started again after it failed for good
+	// (a crash loop hit the start limit): by the watchdog or mcpctl recover.
+	ActionRecover = "recover"
 )
 
 // Outcomes.

@@ -6,10 +6,41 @@ import (
 )
 
 // Watchdog is the watchdog's memory between timer runs: consecutive probe
-// failures per tunnel, so that one blip restarts nothing.
+// failures per tunnel, so that one blip restarts nothing, and production's
+// crash loop with the watchdog's attempts to bring it back.
 type Watchdog struct {
 	Updated time.Time                `json:"updated"`
 	Tunnels map[string]*TunnelHealth `json:"tunnels"`
+	// Recovery is the crash loop the watchdog found (nil: none since the
+	// last quiet period).
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// Recovery is one crash loop of production: systemd gave up on it (the
+// start limit failed the slot and its socket) and the watchdog starts it
+// again, with a backoff that doubles between attempts.
+type Recovery struct {
+	// Since is when the watchdog first found production failed.
+	Since time.Time `json:"since"`
+	// Starts are the starts systemd made in the loop: for each failure the
+	// watchdog found, the failed unit's first start and its automatic
+	// restarts (NRestarts + 1).
+	Starts int `json:"starts"`
+	// FirstFailure and LastFailure bound the failures found; Failure names
+	// the last (unit and invocation), so one failure is counted once.
+	FirstFailure time.Time `json:"firstFailure"`
+	LastFailure  time.Time `json:"lastFailure"`
+	Failure      string    `json:"failure,omitempty"`
+	// Attempts made so far, the last one's time and outcome, and when the
+	// next may run.
+	Attempts    int       `json:"attempts"`
+	LastAttempt time.Time `json:"lastAttempt,omitzero"`
+	LastOutcome string    `json:"lastOutcome,omitempty"`
+	LastError   string    `json:"lastError,omitempty"`
+	NextTry     time.Time `json:"nextTry,omitzero"`
+	// Recovered is when a round found production answering again after an
+	// attempt (zero while it is down).
+	Recovered time.Time `json:"recovered,omitzero"`
 }
 
 // TunnelHealth is one tunnel's record, keyed by tunnel name.

@@ -19,6 +19,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
+	"github.com/overdeck/mcp-backend/units"
 )
 
 // Events is how many cutover and rollback records a report keeps.
@@ -125,6 +126,72 @@ type Report struct {
 	// cutovers and rollbacks leave running).
 	Jobs    []deploy.JobUnit `json:"jobs"`
 	JobsErr string           `json:"jobsError,omitempty"`
+	// CrashLoop is production's last crash loop: systemd gave up on it
+	// (the start limit failed a slot and the socket) and the watchdog's
+	// attempts to start it again; nil when there was none lately.
+	CrashLoop *CrashLoopView `json:"crashLoop,omitempty"`
+	// Warnings are guardrails this host does not enforce (MemoryWarning).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// CrashLoopView is a crash loop as status shows it: "crash loop: N starts
+// in M s, next try in T".
+type CrashLoopView struct {
+	// Down: systemd has given up on production now (Failed say which
+	// units and why); false once it serves again.
+	Down   bool                `json:"down"`
+	Failed []deploy.FailedUnit `json:"failed,omitempty"`
+	// Starts is N: the starts systemd made in the loop (each failed slot's
+	// first start and automatic restarts, over every failure the watchdog
+	// found).
+	Starts int `json:"starts"`
+	// Since is when the watchdog first found production failed (zero:
+	// it has not run since).
+	Since time.Time `json:"since,omitzero"`
+	// Attempts are the watchdog's recoveries so far, the last one's
+	// outcome and error.
+	Attempts    int       `json:"attempts"`
+	LastAttempt time.Time `json:"lastAttempt,omitzero"`
+	LastOutcome string    `json:"lastOutcome,omitempty"`
+	LastError   string    `json:"lastError,omitempty"`
+	NextTry     time.Time `json:"nextTry,omitzero"`
+	Recovered   time.Time `json:"recovered,omitzero"`
+	// Window is M: systemd's start-limit window for the first failure,
+	// plus the time from the first failure found to the last.
+	Window millis.Duration `json:"windowMs"`
+	// NextIn is T, the time left until the watchdog's next attempt: 0 when
+	// it may try in its next round (every 30 s).
+	NextIn millis.Duration `json:"nextInMs"`
+}
+
+// PlanCrashLoop is the crash loop from production's outage now (nil: not
+// down) and the watchdog's record (nil: none); nil when neither has one.
+func PlanCrashLoop(o *deploy.Outage, r *state.Recovery, now time.Time) *CrashLoopView {
+	if o == nil && r == nil {
+		return nil
+	}
+	v := &CrashLoopView{Down: o != nil, Window: millis.Duration(units.StartLimitInterval)}
+	if o != nil {
+		v.Failed, v.Starts = o.Failed, o.Starts()
+	}
+	if r != nil {
+		v.Since, v.Attempts, v.LastAttempt, v.LastOutcome, v.LastError = r.Since, r.Attempts, r.LastAttempt, r.LastOutcome, r.LastError
+		v.NextTry, v.Recovered = r.NextTry, r.Recovered
+		if r.Starts > 0 {
+			v.Starts = r.Starts
+		}
+		v.Window = millis.Duration(units.StartLimitInterval + r.LastFailure.Sub(r.FirstFailure))
+		if o != nil && o.ID() != r.Failure {
+			// A failure the watchdog has not seen yet counts too, and
+			// happened by now.
+			v.Starts = r.Starts + o.Starts()
+			v.Window = millis.Duration(units.StartLimitInterval + now.Sub(r.FirstFailure))
+		}
+		if v.Down && r.NextTry.After(now) {
+			v.NextIn = millis.Duration(r.NextTry.Sub(now).Round(time.Second))
+		}
+	}
+	return v
 }
 
 // Gather observes everything status shows; each probe is bounded so one
@@ -166,6 +233,18 @@ func Gather(ctx context.Context, cfg *ctlconfig.Config, sd UnitReader, v *verify
 		rep.Rollback.TimerState = st.ActiveState
 	}
 	rep.Rollback = PlanRollback(rep.Rollback, now)
+	outage, err := deploy.ObserveOutage(ctx, sd, cfg.Backend.Unit)
+	if err != nil {
+		outage = nil
+	}
+	var rec *state.Recovery
+	if w, err := state.Dir(cfg.StateDir).LoadWatchdog(); err == nil {
+		rec = w.Recovery
+	}
+	rep.CrashLoop = PlanCrashLoop(outage, rec, now)
+	if w := MemoryWarning(CgroupControllers); w != "" {
+		rep.Warnings = append(rep.Warnings, w)
+	}
 	events, err := state.Dir(cfg.StateDir).Tail(200)
 	if err != nil {
 		rep.EventsErr = err.Error()

@@ -63,7 +63,7 @@ func round(dir, slow string) int {
 		return errors.New("connection refused")
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rep, err := Run(context.Background(), roundConfig(dir), blockingRestarts{block: slow == "restart"}, probe, log, 1)
+	rep, err := Run(context.Background(), roundConfig(dir), blockingRestarts{block: slow == "restart"}, nil, probe, log, 1)
 	if err != nil {
 		fmt.Println("error", err)
 		return 3
@@ -205,7 +205,7 @@ func TestRoundSkipsForAWaitingDeploy(t *testing.T) {
 			other.Release()
 			return errors.New("connection refused")
 		}
-		rep, err := Run(context.Background(), roundConfig(dir), &r, probe, log, 1)
+		rep, err := Run(context.Background(), roundConfig(dir), &r, nil, probe, log, 1)
 		if err != nil || rep.Skipped != SkipWanted || len(r) != 0 {
 			t.Fatalf("round: %+v, %v, restarts %v; want skipped (%s)", rep, err, r, SkipWanted)
 		}
@@ -227,12 +227,12 @@ func TestRoundSkipsForAWaitingDeploy(t *testing.T) {
 			}
 			return nil
 		}
-		rep, err := Run(context.Background(), roundConfig(dir), &r, probe, log, 1)
+		rep, err := Run(context.Background(), roundConfig(dir), &r, nil, probe, log, 1)
 		if err != nil || rep.Skipped != SkipRanMeanwhile || len(r) != 0 {
 			t.Fatalf("round: %+v, %v, restarts %v; want skipped (%s)", rep, err, r, SkipRanMeanwhile)
 		}
 		// The next round, undisturbed, acts.
-		rep, err = Run(context.Background(), roundConfig(dir), &r, probe2(), log, 1)
+		rep, err = Run(context.Background(), roundConfig(dir), &r, nil, probe2(), log, 1)
 		if err != nil || rep.Skipped != "" || len(r) != 1 {
 			t.Fatalf("next round: %+v, %v, restarts %v", rep, err, r)
 		}

@@ -1,9 +1,12 @@
-// Package watchdog keeps the tunnels alive between operator visits: it probes
-// the backend's /healthz directly and each tunnel URL's /healthz, and restarts
-// a tunnel unit only after DefaultThreshold consecutive failures of its own
-// probe while the backend itself is fine. It never restarts the backend
-// (systemd's WatchdogSec owns that) and never probes /readyz: a busy backend
-// is not a dead tunnel.
+// Package watchdog keeps production and the tunnels alive between operator
+// visits: it probes the backend's /healthz directly and each tunnel URL's
+// /healthz, and restarts a tunnel unit only after DefaultThreshold
+// consecutive failures of its own probe while the backend itself is fine.
+// It never restarts a backend that runs (systemd's Restart= and WatchdogSec
+// own that) and never probes /readyz: a busy backend is not a dead tunnel.
+// Only when systemd gave up on production (a crash loop hit the start limit
+// and failed the slot and its socket) does it start production again, with
+// a backoff that doubles between attempts up to RecoverBackoffMax.
 package watchdog
 
 import (
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/systemd"
 )
@@ -31,6 +35,77 @@ var _ Restarter = (*systemd.Client)(nil)
 
 // Probe checks url's /healthz.
 type Probe func(ctx context.Context, baseURL string) error
+
+// Production is what a round reads of production's units and how it brings
+// production back (deploy.ObserveOutage and deploy.RecoverHeld, under the
+// round's lock).
+type Production interface {
+	Outage(ctx context.Context) (*deploy.Outage, error)
+	Recover(ctx context.Context, details map[string]string) (*deploy.RecoverReport, error)
+}
+
+// The recovery's backoff: the first attempt runs in the round that finds
+// production failed, the next RecoverBackoff after it, and each later one
+// twice as long after the previous, up to RecoverBackoffMax. A crash loop
+// that comes back within RecoverQuiet of the last attempt continues the
+// same series; production answering for that long ends it.
+const (
+	RecoverBackoff    = 30 * time.Second
+	RecoverBackoffMax = 15 * time.Minute
+	RecoverQuiet      = 15 * time.Minute
+)
+
+// RecoverDelay is the wait after the attempts-th attempt: RecoverBackoff
+// doubled attempts-1 times, at most RecoverBackoffMax.
+func RecoverDelay(attempts int) time.Duration {
+	d := RecoverBackoff
+	for i := 1; i < attempts && d < RecoverBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, RecoverBackoffMax)
+}
+
+// DecideRecovery updates w's crash-loop record with one round's facts: the
+// outage (nil: systemd has not given up on production) and whether the
+// backend answered. It reports whether to attempt a recovery now.
+func DecideRecovery(w *state.Watchdog, now time.Time, o *deploy.Outage, backendOK bool) bool {
+	r := w.Recovery
+	if o == nil {
+		if r == nil {
+			return false
+		}
+		if backendOK && r.Recovered.IsZero() {
+			r.Recovered = now.UTC()
+		}
+		if !r.Recovered.IsZero() && now.Sub(r.LastAttempt) >= RecoverQuiet && now.Sub(r.LastFailure) >= RecoverQuiet {
+			w.Recovery = nil
+		}
+		return false
+	}
+	if r == nil {
+		r = &state.Recovery{Since: now.UTC(), FirstFailure: now.UTC()}
+		w.Recovery = r
+	}
+	r.Recovered = time.Time{}
+	if id := o.ID(); id != r.Failure {
+		r.Failure, r.LastFailure = id, now.UTC()
+		r.Starts += o.Starts()
+	}
+	return !now.Before(r.NextTry)
+}
+
+// Attempted records an attempt made at now and when the next may run; a
+// successful one recovered production then.
+func Attempted(r *state.Recovery, now time.Time, err error) {
+	r.Attempts++
+	r.LastAttempt = now.UTC()
+	r.NextTry = r.LastAttempt.Add(RecoverDelay(r.Attempts))
+	r.LastOutcome, r.LastError, r.Recovered = state.OutcomeOK, "", r.LastAttempt
+	if err != nil {
+		r.Recovered = time.Time{}
+		r.LastOutcome, r.LastError = state.OutcomeFailed, err.Error()
+	}
+}
 
 // Decide updates w with one round of probe results and returns the tunnels
 // to restart. tunnelErrs holds each configured tunnel's probe result by name.
@@ -61,6 +136,12 @@ type Report struct {
 	BackendOK bool              `json:"backendOK"`
 	Tunnels   map[string]string `json:"tunnels"` // name -> "ok" or the error
 	Restarted []string          `json:"restarted,omitempty"`
+	// Outage is production failed for good, as this round found it;
+	// Recovery the crash-loop record after the round, Recovered what an
+	// attempt made in this round did.
+	Outage    *deploy.Outage        `json:"outage,omitempty"`
+	Recovery  *state.Recovery       `json:"recovery,omitempty"`
+	Recovered *deploy.RecoverReport `json:"recovered,omitempty"`
 }
 
 // Skip reasons of a round.
@@ -75,7 +156,12 @@ const (
 // steps aside whenever a mutating command (cutover, rollback, ...) waits
 // for the lock or holds it: such a command restarts things on purpose, and
 // probes taken while one ran say nothing about the tunnels.
-func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, log *slog.Logger, threshold int) (*Report, error) {
+//
+// prod, when set, is read once the lock is held: a production systemd gave
+// up on is started again (or rolled back to the pending cutover's snapshot)
+// when its backoff allows, logged and audited by deploy.RecoverHeld.
+func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, prod Production, probe Probe, log *slog.Logger, threshold int) (*Report, error) {
+	begin := time.Now() // the timer's rounds are this far apart: the backoff counts from here
 	if threshold <= 0 {
 		threshold = DefaultThreshold
 	}
@@ -130,6 +216,11 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 	}
 	now := time.Now()
 	var errsOut []error
+	if prod != nil {
+		if err := recoverRound(ctx, rep, w, begin, prod, backendErr == nil, log); err != nil {
+			errsOut = append(errsOut, err)
+		}
+	}
 	for _, name := range Decide(w, now, threshold, backendErr, errs) {
 		log.Warn("restarting tunnel", "tunnel", name, "unit", units[name], "failures", w.Tunnel(name).ConsecutiveFailures)
 		err := sd.Restart(ctx, units[name])
@@ -148,4 +239,38 @@ func Run(ctx context.Context, cfg *ctlconfig.Config, sd Restarter, probe Probe, 
 		errsOut = append(errsOut, err)
 	}
 	return rep, errors.Join(errsOut...)
+}
+
+// recoverRound reads production's outage and, when DecideRecovery says so,
+// attempts a recovery; it returns the attempt's failure (the round then
+// exits non-zero; the next attempt waits for its backoff).
+func recoverRound(ctx context.Context, rep *Report, w *state.Watchdog, now time.Time, prod Production, backendOK bool, log *slog.Logger) error {
+	o, err := prod.Outage(ctx)
+	if err != nil {
+		log.Warn("read production's units", "err", err)
+		return nil
+	}
+	rep.Outage = o
+	act := DecideRecovery(w, now, o, backendOK)
+	rep.Recovery = w.Recovery
+	if o == nil {
+		return nil
+	}
+	r := w.Recovery
+	if !act {
+		log.Warn("production down; next recovery attempt after the backoff", "failed", o.String(), "attempts", r.Attempts, "next", r.NextTry)
+		return nil
+	}
+	details := map[string]string{"attempt": fmt.Sprint(r.Attempts + 1), "starts": fmt.Sprint(r.Starts),
+		"since": r.Since.Format(time.RFC3339), "backoff": RecoverDelay(r.Attempts + 1).String()}
+	log.Warn("production down: recovering", "failed", o.String(), "attempt", r.Attempts+1, "starts", r.Starts)
+	res, err := prod.Recover(ctx, details)
+	rep.Recovered = res
+	Attempted(r, now, err)
+	if err != nil {
+		log.Error("recovery failed", "attempt", r.Attempts, "err", err, "next", r.NextTry)
+		return fmt.Errorf("recover production (attempt %d, next after %s): %w", r.Attempts, r.NextTry.Format(time.RFC3339), err)
+	}
+	log.Info("production recovered", "attempt", r.Attempts, "version", res.Version)
+	return nil
 }

@@ -70,7 +70,7 @@ func TestRunAcrossProcesses(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var r restarts
 	for i := 0; i < 3; i++ {
-		if _, err := Run(context.Background(), cfg, &r, probe, log, 3); err != nil {
+		if _, err := Run(context.Background(), cfg, &r, nil, probe, log, 3); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestRunAcrossProcesses(t *testing.T) {
 	}
 	defer release()
 	for i := 0; i < 5; i++ {
-		rep, err := Run(context.Background(), cfg, &r, probe, log, 3)
+		rep, err := Run(context.Background(), cfg, &r, nil, probe, log, 3)
 		if err != nil || rep.Skipped == "" {
 			t.Fatalf("run under a held lock: %+v, %v", rep, err)
 		}

@@ -24,9 +24,11 @@ type State struct {
 	ActiveEnterTimestamp time.Time // zero when never active
 	UnitFileState        string    // enabled, disabled, static, "" ...
 
+	// Result is why a service or socket last failed (or "success").
+	Result string
+
 	// Service properties.
 	Type           string
-	Result         string
 	MainPID        uint32
 	NRestarts      uint32
 	ExecMainStatus int32

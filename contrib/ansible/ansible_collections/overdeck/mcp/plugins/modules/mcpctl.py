@@ -168,9 +168,14 @@ status:
   returned: for status
   type: dict
 step:
-  description: The detached step (id, state, exitCode, started, ended, reused - an earlier outcome of the same id).
+  description: The detached step (id, state, exitCode, started, ended, reused - an earlier outcome of the same id, reused only once the host's facts show it still holds).
   returned: for detached steps
   type: dict
+superseded:
+  description: Earlier attempts of the step that exited 0 but that the host no longer shows (a cutover after a revert or a rollback, a canary of another build under the same run); the step ran again.
+  returned: when there were any
+  type: list
+  elements: str
 snapshot:
   description: The snapshot a cutover took (cutover), or the one a revert restores.
   returned: for cutover and revert when known
@@ -182,6 +187,7 @@ runs:
   elements: dict
 """
 
+import calendar
 import glob
 import hashlib
 import json
@@ -208,6 +214,24 @@ MEANINGS = {
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,119}$")
 STEP_FILE_RE = re.compile(r"^(?P<run>[a-z0-9][a-z0-9_-]*?)-cutover(-(?P<n>[0-9]+))?\.json$")
+
+
+STAMP_RE = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+def stamp(text):
+    """Seconds since the epoch of an RFC 3339 time (Go's, nanoseconds
+    included); None sorts first (float("-inf"))."""
+    m = STAMP_RE.match(text or "")
+    if not m:
+        return float("-inf")
+    g = [int(x) for x in m.groups()[:6]]
+    t = calendar.timegm((g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, 0)) + float(m.group(7) or 0)
+    z = m.group(8)
+    if z != "Z":
+        off = int(z[1:3]) * 3600 + int(z[4:6]) * 60
+        t -= off if z[0] == "+" else -off
+    return t
 
 
 def parse_doc(text):
@@ -311,17 +335,22 @@ class Mcpctl(object):
             if doc.get("state") != "running" or time.time() >= deadline:
                 return doc
 
-    def step(self, name, args):
+    def step(self, name, args, holds=None):
         """Runs mcpctl ARGS as step RUN-NAME, or reads that step's outcome
         when an earlier invocation of the run started it. A step that ended
-        in failure is run again under RUN-NAME-2, -3, ..."""
+        in failure is run again under RUN-NAME-2, -3, ..., and so is one
+        that succeeded but whose outcome the host no longer shows:
+        holds(out, doc) says whether it does (None: any success holds). An
+        earlier record is never taken for what the host runs now."""
         base = "%s-%s" % (self.run_id(), name)
         sid, n = base, 1
         deadline = time.time() + self.p["step_timeout"]
         while os.path.exists(self.step_file(sid)):
             out = self.wait(sid, deadline)
             if out.get("exitCode") == 0:
-                return self.step_result(sid, out, reused=True)
+                if holds is None or holds(out, parse_doc(out.get("stdout")) or {}):
+                    return self.step_result(sid, out, reused=True)
+                self.res.setdefault("superseded", []).append(sid)
             n += 1
             sid = "%s-%d" % (base, n)
         argv = ["fleet-agent", "start", "--fleet-dir", self.p["step_dir"], "--id", sid, "--"] + self.ctl_args(*args)
@@ -376,10 +405,13 @@ class Mcpctl(object):
     # --- commands
 
     def on_build(self, facts):
-        want = bare_hex(self.p["build_sha256"])
-        on = bool(want) and facts.get("digest") == "sha256:" + want and not facts.get("pending") and bool(facts.get("healthy"))
+        on = self.runs_build(facts)
         self.res["on_build"] = on
         return on
+
+    def runs_build(self, facts):
+        want = bare_hex(self.p["build_sha256"])
+        return bool(want) and facts.get("digest") == "sha256:" + want and not facts.get("pending") and bool(facts.get("healthy"))
 
     def need(self, *names):
         for n in names:
@@ -409,7 +441,30 @@ class Mcpctl(object):
         self.judge("install", rc, doc, err)
         self.done(changed=True)
 
-    def prove(self, name, args, needs_build):
+    def latest_step(self, name):
+        """The record of the newest attempt of this run's step NAME, or None."""
+        base = "%s-%s" % (self.run_id(), name)
+        sid, n, rec = base, 1, None
+        while os.path.exists(self.step_file(sid)):
+            try:
+                with open(self.step_file(sid)) as f:
+                    rec = json.load(f)
+            except (IOError, OSError, ValueError):
+                rec = {}
+            n += 1
+            sid = "%s-%d" % (base, n)
+        return rec
+
+    def of_build(self, out, doc):
+        """A step's document names this build."""
+        return doc.get("digest") == "sha256:" + bare_hex(self.p["build_sha256"])
+
+    def after_canary(self, out, doc):
+        """A step ran after the newest canary of this run had started."""
+        c = self.latest_step("canary")
+        return c is not None and stamp(out.get("started")) >= stamp(c.get("started"))
+
+    def prove(self, name, args, needs_build, holds):
         f = self.res["facts"] = self.facts()
         if self.on_build(f):
             self.done(msg="already on the build, verified: %s skipped" % name)
@@ -417,7 +472,7 @@ class Mcpctl(object):
             self.done(changed=True, outcome="planned", msg="would run %s" % name)
         if needs_build:
             self.verify_file(self.p["build"], self.p["build_sha256"], "build")
-        rc, doc, err, reused = self.step(name, args)
+        rc, doc, err, reused = self.step(name, args, holds)
         self.judge(" ".join(args[:2]) if args[0] == "canary" else args[0], rc, doc, err)
         # The canary and stress change no production; they are reported as
         # changes only when they ran now (a verdict recorded).
@@ -425,17 +480,19 @@ class Mcpctl(object):
 
     def cmd_canary_start(self):
         self.need("build")
-        self.prove("canary", ["canary", "start"] + self.build_args(), True)
+        # Another build under the same run gets a canary of its own.
+        self.prove("canary", ["canary", "start"] + self.build_args(), True, self.of_build)
 
     def cmd_stress(self):
         p = self.p
         self.prove("stress", ["stress", "--profile", p["stress_profile"], "--duration", p["stress_duration"],
-                              "--shell-sleep", p["stress_shell_sleep"], "--control-p99", p["stress_control_p99"]], False)
+                              "--shell-sleep", p["stress_shell_sleep"], "--control-p99", p["stress_control_p99"]], False, self.after_canary)
 
     def cmd_canary_stop(self):
         if self.m.check_mode:
             self.done(outcome="planned", msg="would stop the canary")
-        rc, doc, err, reused = self.step("canary-stop", ["canary", "stop"])
+        # A stop recorded before the newest canary started stopped another.
+        rc, doc, err, reused = self.step("canary-stop", ["canary", "stop"], self.after_canary)
         self.judge("canary stop", rc, doc, err)
         doc = doc or {}
         self.done(changed=not reused and bool(doc.get("wasActive") or doc.get("unitRemoved") or doc.get("releaseRemoved")))
@@ -457,7 +514,10 @@ class Mcpctl(object):
             args += ["--deadline", self.p["deadline"]]
         if self.p["skip_canary_check"]:
             args += ["--skip-canary-check", self.p["skip_canary_check"]]
-        rc, doc, err, reused = self.step("cutover", args)
+        # A cutover this run recorded holds only while the host runs the
+        # build: after a revert or a rollback, or for another build under
+        # the same run, it is run again.
+        rc, doc, err, reused = self.step("cutover", args, lambda out, doc: self.runs_build(self.facts()))
         if doc and doc.get("snapshotId"):
             self.res["snapshot"] = doc["snapshotId"]
         self.judge("cutover", rc, doc, err)
