@@ -6,7 +6,9 @@
 // approval (ID.json), its decision (ID.decision) and its run (ID.claim,
 // ID.job), each decision and each claim created exclusively (O_EXCL), so
 // a call is decided once and runs at most once, whichever process (two
-// backends during a cutover, two operators) gets there first.
+// backends during a cutover, two operators) gets there first. An approval
+// approved for a while (Grant) is a grant: its exact call runs, unclaimed,
+// as often as it is sent until the grant ends or is revoked (ID.revoked).
 package approvals
 
 import (
@@ -38,12 +40,45 @@ type Record struct {
 	mcpwire.Approval
 	// Digest is the call's digest (principal, tool, canonical arguments).
 	Digest string `json:"digest"`
+	// Grant is set when the approval was approved for a while.
+	Grant *GrantInfo `json:"grant,omitempty"`
+	// Ran is set once its call was taken to run (claimed).
+	Ran bool `json:"ran,omitempty"`
 }
+
+// GrantInfo is a grant's span: its call runs until Until, unless revoked.
+type GrantInfo struct {
+	Until     time.Time  `json:"until"`
+	Live      bool       `json:"live"`
+	RevokedBy string     `json:"revokedBy,omitempty"`
+	RevokedAt *time.Time `json:"revokedAt,omitempty"`
+}
+
+// MaxGrant bounds a grant: a yes for the same call lasts a day at most.
+const MaxGrant = 24 * time.Hour
+
+// ErrNotGrant is Revoke's error for an approval that is no live grant.
+var ErrNotGrant = errors.New("not a live grant")
 
 type decision struct {
 	Approve bool      `json:"approve"`
 	By      string    `json:"by"`
 	At      time.Time `json:"at"`
+	// Until is a grant's end (zero: the call runs once).
+	Until time.Time `json:"until,omitzero"`
+}
+
+type revocation struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+// End is when the approval stops mattering: its expiry, or its grant's end.
+func (r Record) End() time.Time {
+	if r.Grant != nil && r.Grant.Until.After(r.ExpiresAt) {
+		return r.Grant.Until
+	}
+	return r.ExpiresAt
 }
 
 // Store is a directory of approvals.
@@ -115,10 +150,25 @@ func (s *Store) Get(id string) (Record, error) {
 	if b, err := os.ReadFile(s.path(id, ".job")); err == nil {
 		r.JobID = strings.TrimSpace(string(b))
 	}
-	expired := s.now().After(r.ExpiresAt)
+	r.Ran = r.JobID != "" || s.Claimed(id)
+	now := s.now()
+	expired := now.After(r.ExpiresAt)
 	if d, ok := s.decision(id); ok {
 		r.Status = mcpwire.ApprovalDenied
-		if d.Approve {
+		if d.Approve && !d.Until.IsZero() {
+			// A grant: live until its end (never beyond MaxGrant from its
+			// decision, whatever the file says) or its revocation.
+			g := &GrantInfo{Until: d.Until}
+			var rv revocation
+			if b, err := os.ReadFile(s.path(id, ".revoked")); err == nil && json.Unmarshal(b, &rv) == nil {
+				g.RevokedBy, g.RevokedAt = rv.By, &rv.At
+			}
+			g.Live = g.RevokedAt == nil && now.Before(d.Until) && !d.Until.After(d.At.Add(MaxGrant))
+			r.Grant, r.Status = g, mcpwire.ApprovalApproved
+			if !g.Live {
+				r.Status = mcpwire.ApprovalExpired
+			}
+		} else if d.Approve {
 			r.Status = mcpwire.ApprovalApproved
 			// The expiry is the expiry: an approval whose call did not
 			// come back in time runs nothing.
@@ -170,6 +220,10 @@ func (s *Store) List() ([]Record, error) {
 // Decide approves or denies a pending approval, once: a second decision,
 // or one after it expired, is refused.
 func (s *Store) Decide(id string, approve bool, by string) (Record, error) {
+	return s.decide(id, decision{Approve: approve, By: by, At: s.now().UTC()})
+}
+
+func (s *Store) decide(id string, dec decision) (Record, error) {
 	r, err := s.Get(id)
 	if err != nil {
 		return r, err
@@ -180,8 +234,8 @@ func (s *Store) Decide(id string, approve bool, by string) (Record, error) {
 	case mcpwire.ApprovalApproved, mcpwire.ApprovalDenied:
 		return r, fmt.Errorf("%s: %w (%s by %s)", id, ErrDecided, r.Status, r.DecidedBy)
 	}
-	b, _ := json.Marshal(decision{Approve: approve, By: by, At: s.now().UTC()})
-	f, err := os.OpenFile(s.path(id, ".decision"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	b, _ := json.Marshal(dec)
+	err = writeExclusive(s.path(id, ".decision"), b)
 	if errors.Is(err, fs.ErrExist) {
 		r, _ = s.Get(id)
 		return r, fmt.Errorf("%s: %w (%s by %s)", id, ErrDecided, r.Status, r.DecidedBy)
@@ -189,11 +243,43 @@ func (s *Store) Decide(id string, approve bool, by string) (Record, error) {
 	if err != nil {
 		return r, fmt.Errorf("approvals: %w", err)
 	}
-	_, werr := f.Write(b)
-	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+	return s.Get(id)
+}
+
+// Grant approves a pending approval for d (at most MaxGrant): until it
+// ends, the same call (principal, tool, arguments) runs each time it is
+// sent, without asking.
+func (s *Store) Grant(id string, d time.Duration, by string) (Record, error) {
+	if d <= 0 || d > MaxGrant {
+		return Record{}, fmt.Errorf("approvals: a grant lasts more than 0 and at most %s, not %s", MaxGrant, d)
+	}
+	return s.decide(id, decision{Approve: true, By: by, At: s.now().UTC(), Until: s.now().Add(d).UTC()})
+}
+
+// Revoke ends a live grant now.
+func (s *Store) Revoke(id, by string) (Record, error) {
+	r, err := s.Get(id)
+	if err != nil {
+		return r, err
+	}
+	if r.Grant == nil || !r.Grant.Live {
+		return r, fmt.Errorf("%s: %w (status %s)", id, ErrNotGrant, r.Status)
+	}
+	b, _ := json.Marshal(revocation{By: by, At: s.now().UTC()})
+	if err := writeExclusive(s.path(id, ".revoked"), b); err != nil && !errors.Is(err, fs.ErrExist) {
 		return r, fmt.Errorf("approvals: %w", err)
 	}
 	return s.Get(id)
+}
+
+// writeExclusive creates name with b, durably, failing if it exists.
+func writeExclusive(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(b)
+	return errors.Join(werr, f.Sync(), f.Close())
 }
 
 // Claim takes an approved approval to run it: true for exactly one caller
@@ -231,9 +317,43 @@ func (s *Store) SetJob(id, job string) error {
 	return atomicfs.WriteFile(s.path(id, ".job"), []byte(job+"\n"), 0o600)
 }
 
+// NotifierFile, in the store's directory, says the operator is told of
+// each new pending approval (mcpctl unit install writes it when
+// approvals.notify is configured, and removes it when not): the backend's
+// NEEDS_APPROVAL then says the operator has been notified.
+const NotifierFile = ".notifier"
+
+// SetNotifier writes NotifierFile naming what notifies (a command), or
+// removes it when what is empty.
+func (s *Store) SetNotifier(what string) error {
+	p := filepath.Join(s.dir, NotifierFile)
+	if what == "" {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("approvals: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	b, _ := json.Marshal(struct {
+		Command string `json:"command"`
+	}{what})
+	if err := atomicfs.WriteFile(p, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	return nil
+}
+
+// Notified reports whether a notifier is configured (NotifierFile).
+func (s *Store) Notified() bool {
+	_, err := os.Stat(filepath.Join(s.dir, NotifierFile))
+	return err == nil
+}
+
 // Remove deletes an approval and its files.
 func (s *Store) Remove(id string) {
-	for _, ext := range []string{".json", ".decision", ".claim", ".job"} {
+	for _, ext := range []string{".json", ".decision", ".claim", ".job", ".revoked"} {
 		_ = os.Remove(s.path(id, ext))
 	}
 }

@@ -97,9 +97,10 @@ const (
 	FieldPolicyReason = "MCP_POLICY_REASON" // the rule's reason, or why a command is opaque
 	FieldPolicyTarget = "MCP_POLICY_TARGET" // the command part, path or unit that decided
 	FieldApprovedBy   = "MCP_APPROVED_BY"   // an ask's answer: user (elicitation), operator (mcpctl approvals)
-	FieldApprovalVia  = "MCP_APPROVAL_VIA"  // elicitation, approval
-	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, denied, expired, unavailable
+	FieldApprovalVia  = "MCP_APPROVAL_VIA"  // elicitation, approval, grant
+	FieldApproval     = "MCP_APPROVAL"      // accepted, declined, cancelled, pending, approved, granted, denied, expired, unavailable
 	FieldApprovalID   = "MCP_APPROVAL_ID"   // a pending approval's id
+	FieldGrantID      = "MCP_GRANT_ID"      // the grant (an approval approved for a while) a call ran under
 	// FieldSandbox is on every call.start record: the sandbox profile the
 	// call's command runs in (inspect, root, a custom one), none when no
 	// sandbox, "" for a tool that runs no command.

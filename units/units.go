@@ -29,6 +29,10 @@ const (
 	WatchdogService        = "mcp-watchdog.service"
 	WatchdogTimer          = "mcp-watchdog.timer"
 	PendingRollbackService = "mcpctl-pending-rollback.service"
+	// The approvals notifier (rendered only when one is configured).
+	NotifyPath    = "mcp-approvals-notify.path"
+	NotifyService = "mcp-approvals-notify.service"
+	NotifyTimer   = "mcp-approvals-notify.timer"
 	// JobsSlice holds the backend's jobs, each a transient unit of its own
 	// named JobUnitPrefix + the job's id + ".service".
 	JobsSlice     = "mcp-jobs.slice"
@@ -159,6 +163,18 @@ type Spec struct {
 	InstallRoot string
 	Tunnels     []Tunnel
 	Guardrails  Guardrails
+	// Notify, when set, renders the approvals notifier's units.
+	Notify *Notify
+}
+
+// Notify is the approvals notifier: a path unit on Dir starting a oneshot
+// service that runs mcpctl approvals notify, and a timer that runs it at
+// boot and a minute after each run.
+type Notify struct {
+	// Dir is the backend's approvals directory.
+	Dir string
+	// RunSec bounds one run of the service (TimeoutStartSec=).
+	RunSec int
 }
 
 // Service is one backend instance: its unit, listen address and config file.
@@ -232,7 +248,8 @@ func goMemLimit(memoryHigh string) string {
 // production slots' slice and template service, the jobs' slice, the
 // canary's socket and service (when p.CanaryBinary is set), the
 // tunnels in config order, the watchdog service
-// and timer, and the boot-time pending-rollback check.
+// and timer, the boot-time pending-rollback check, and the approvals
+// notifier's service, path and timer when one is configured.
 func Render(p Params) ([]Unit, error) {
 	if p.Spec == nil {
 		return nil, errors.New("render units: no config")
@@ -383,6 +400,26 @@ func Render(p Params) ([]Unit, error) {
 		header, strings.Join(append([]string{cfg.Backend.Unit}, slotUnits(cfg.Backend.Unit)...), " "), mcpctlCmd,
 	}); err != nil {
 		return nil, err
+	}
+	if n := cfg.Notify; n != nil {
+		if err := checkExecPath("approvals dir", n.Dir); err != nil {
+			return nil, err
+		}
+		if n.RunSec < 1 {
+			return nil, fmt.Errorf("render %s: a run bound of %d s", NotifyService, n.RunSec)
+		}
+		if err := add(NotifyService, "approvals-notify.service.tmpl", false, struct {
+			Header, MCPCtl  string
+			TimeoutStartSec int
+		}{header, mcpctlCmd, n.RunSec}); err != nil {
+			return nil, err
+		}
+		if err := add(NotifyPath, "approvals-notify.path.tmpl", true, struct{ Header, Dir, Service string }{header, escape(n.Dir), NotifyService}); err != nil {
+			return nil, err
+		}
+		if err := add(NotifyTimer, "approvals-notify.timer.tmpl", true, struct{ Header, Service string }{header, NotifyService}); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

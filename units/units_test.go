@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,42 @@ func TestRenderGolden(t *testing.T) {
 	}
 	for _, u := range us {
 		golden.Check(t, filepath.Join("golden", u.Name), u.Content)
+	}
+}
+
+// TestRenderNotifyGolden: the approvals notifier's units are rendered only
+// when approvals.notify is configured, after the others.
+func TestRenderNotifyGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		notify bool
+		want   []string
+	}{
+		{"not configured", false, nil},
+		{"configured", true, []string{units.NotifyService, units.NotifyPath, units.NotifyTimer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := goldenConfig(t)
+			if tc.notify {
+				cfg.Approvals.Notify.Command = "/usr/local/bin/notify-approval"
+			}
+			us, err := render(params{Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := names(us)[len(names(us))-len(tc.want):]
+			if tc.want == nil {
+				got = slices.DeleteFunc(names(us), func(n string) bool { return !strings.HasPrefix(n, "mcp-approvals-") })
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("notifier units = %v, want %v", got, tc.want)
+			}
+			for _, u := range us {
+				if slices.Contains(tc.want, u.Name) {
+					golden.Check(t, filepath.Join("golden", u.Name), u.Content)
+				}
+			}
+		})
 	}
 }
 

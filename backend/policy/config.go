@@ -87,6 +87,11 @@ type Rule struct {
 	Action Action `json:"action"`
 	// Reason is shown with a refusal or an approval request.
 	Reason string `json:"reason"`
+	// Approver is who may say yes to an ask rule: ApproverUser (the
+	// client's user through elicitation, or the operator; the default) or
+	// ApproverOperator (always a pending approval: a token holder whose
+	// client answers its own questions cannot approve it).
+	Approver string `json:"approver"`
 	// Principals the rule applies to (any of them); empty: everyone.
 	Principals []Principal `json:"principals"`
 	// Tools the rule applies to: names or globs ("service.*"). Empty: the
@@ -109,6 +114,12 @@ type Rule struct {
 	// action's default (sandbox.allow, sandbox.approved).
 	Sandbox string `json:"sandbox,omitempty"`
 }
+
+// Who may approve an ask (Rule.Approver).
+const (
+	ApproverUser     = "user"
+	ApproverOperator = "operator"
+)
 
 // Principal matches callers: kind (operator, oauth, asserted, anonymous;
 // empty any), id glob (empty any) and scopes the token must all hold
@@ -182,6 +193,12 @@ func (c Config) Validate() []error {
 		}
 		if r.Action != Allow && r.Action != Ask && r.Action != Deny {
 			bad(k+".action", fmt.Sprintf("%q", r.Action), "must be allow, ask or deny")
+		}
+		switch {
+		case r.Approver != "" && r.Approver != ApproverUser && r.Approver != ApproverOperator:
+			bad(k+".approver", fmt.Sprintf("%q", r.Approver), "must be user (the client's user or the operator), operator (the operator only) or empty (user)")
+		case r.Approver != "" && r.Action != Ask:
+			bad(k+".approver", fmt.Sprintf("%q", r.Approver), "only an ask rule has an approver (this rule's action is "+string(r.Action)+")")
 		}
 		if len(r.Reason) > 256 || strings.ContainsFunc(r.Reason, isControl) {
 			bad(k+".reason", fmt.Sprintf("%q", r.Reason), "must be at most 256 characters without control characters")

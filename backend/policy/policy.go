@@ -139,6 +139,9 @@ type Decision struct {
 	// Parts are the parts of a shell command judged, each with its own
 	// decision, for showing the whole command to whoever approves it.
 	Parts []mcpwire.JudgedPart `json:"parts,omitempty"`
+	// Approver is ApproverOperator when an ask comes from a rule (of any
+	// part that asks) only the operator may approve; else empty (user).
+	Approver string `json:"approver,omitempty"`
 }
 
 // Decide returns what c gets. Deny wins over ask over allow, over every
@@ -159,8 +162,10 @@ func (p *Policy) Decide(c Call) Decision {
 	var out *Decision
 	var sandboxes []string
 	var parts []mcpwire.JudgedPart
+	operator := false // some part asks of the operator only
 	for _, t := range ts {
 		d, ok := p.judge(rules, cmdRules, t)
+		operator = operator || ok && d.Action == Ask && d.Approver == ApproverOperator
 		if t.kind == kindCommand {
 			parts = append(parts, mcpwire.JudgedPart{Text: t.text, Action: string(d.Action), Rule: d.Rule, Reason: d.Reason})
 		}
@@ -180,6 +185,9 @@ func (p *Policy) Decide(c Call) Decision {
 		out = &d
 	}
 	out.Parts = parts
+	if out.Action == Ask && operator {
+		out.Approver = ApproverOperator
+	}
 	return oneSandbox(*out, sandboxes)
 }
 
@@ -292,7 +300,11 @@ func (p *Policy) judge(rules []*rule, cmdRules bool, t target) (Decision, bool) 
 		}
 	}
 	dec := func(r *rule) Decision {
-		return Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
+		d := Decision{Action: r.Action, Rule: r.ID, Reason: r.Reason, Target: t.text, Sandbox: r.Sandbox}
+		if r.Approver == ApproverOperator {
+			d.Approver = ApproverOperator
+		}
+		return d
 	}
 	if t.kind == kindCommand && t.part.opaque != "" && cmdRules {
 		if best != nil && best.Action.rank() > p.cfg.Opaque.rank() {

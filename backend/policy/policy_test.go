@@ -55,6 +55,9 @@ func TestValidateNamesFieldAndRejectsNeverMatching(t *testing.T) {
 		{"bad pids", cfgOf(Allow, Rule{ID: "a", Action: Deny, PIDs: []string{"9-3"}}), `policy.rules[0].pids[0] = "9-3"`},
 		{"scopes on operator", cfgOf(Allow, Rule{ID: "a", Action: Deny, Principals: []Principal{{Kind: "operator", Scopes: []string{"mcp:exec"}}}}), `policy.rules[0].principals[0].scopes`},
 		{"bad kind", cfgOf(Allow, Rule{ID: "a", Action: Deny, Principals: []Principal{{Kind: "root"}}}), `policy.rules[0].principals[0].kind = "root"`},
+		{"bad approver", cfgOf(Allow, Rule{ID: "a", Action: Ask, Approver: "admin", Commands: []string{"rm"}}), `policy.rules[0].approver = "admin": must be user`},
+		{"approver on deny", cfgOf(Allow, Rule{ID: "a", Action: Deny, Approver: "operator", Commands: []string{"rm"}}), `policy.rules[0].approver = "operator": only an ask rule has an approver`},
+		{"approver operator ok", cfgOf(Allow, Rule{ID: "a", Action: Ask, Approver: "operator", Commands: []string{"rm"}}), ""},
 		{"service glob ok", cfgOf(Ask, Rule{ID: "a", Action: Allow, Tools: []string{"service.*"}, Units: []string{"nginx.service"}}), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +72,40 @@ func TestValidateNamesFieldAndRejectsNeverMatching(t *testing.T) {
 			}
 			if tc.want != "" && !strings.Contains(all, tc.want) {
 				t.Fatalf("want an error containing %q, got %q", tc.want, all)
+			}
+		})
+	}
+}
+
+// TestDecideApprover: an ask is the operator's alone when any part that
+// asks comes from a rule whose approver is the operator.
+func TestDecideApprover(t *testing.T) {
+	p := mustNew(t, cfgOf(Allow,
+		Rule{ID: "upgrades", Action: Ask, Approver: ApproverOperator, Commands: []string{"apt-get *"}},
+		Rule{ID: "restart", Action: Ask, Approver: ApproverUser, Commands: []string{"systemctl restart *"}},
+		Rule{ID: "touch", Action: Ask, Commands: []string{"touch *"}},
+		Rule{ID: "writes", Action: Ask, Approver: ApproverOperator, Tools: []string{"file.write"}},
+	))
+	for _, tc := range []struct {
+		name, tool, command string
+		want                Action
+		approver            string
+	}{
+		{"operator rule", "shell.exec", "apt-get upgrade -y", Ask, ApproverOperator},
+		{"user rule", "shell.exec", "systemctl restart nginx", Ask, ""},
+		{"approver unset is user", "shell.exec", "touch /tmp/x", Ask, ""},
+		{"one operator part makes it the operator's", "shell.exec", "systemctl restart nginx && apt-get install vim", Ask, ApproverOperator},
+		{"allowed stays allowed", "shell.exec", "ls", Allow, ""},
+		{"the tool as a whole", "file.write", "", Ask, ApproverOperator},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := map[string]any{"command": tc.command}
+			if tc.tool == "file.write" {
+				a = map[string]any{"path": "/tmp/x", "content": "x"}
+			}
+			d := p.Decide(Call{PrincipalKind: "oauth", Tool: tc.tool, Args: args(t, a)})
+			if d.Action != tc.want || d.Approver != tc.approver {
+				t.Fatalf("got %s approver %q (rule %s), want %s approver %q", d.Action, d.Approver, d.Rule, tc.want, tc.approver)
 			}
 		})
 	}

@@ -97,7 +97,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	now := time.Now()
 	held := map[jobs.Holder]int{}
 	for _, r := range list {
-		if now.After(r.ExpiresAt.Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
+		if now.After(r.End().Add(time.Duration(st.cfg.ExpireMs) * time.Millisecond)) {
 			st.store.Remove(r.ID) // long over: forget it
 			continue
 		}
@@ -111,7 +111,7 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 		switch r.Status {
 		case mcpwire.ApprovalPending:
 			note.answer = "pending"
-			return note, needsApproval(r.Approval, d), nil
+			return note, needsApproval(r.Approval, d, st.store.Notified()), nil
 		case mcpwire.ApprovalDenied:
 			note.answer, note.by = "denied", "operator"
 			st.store.Remove(r.ID)
@@ -120,6 +120,11 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 			return note, toolerr.Result(te), nil
 		case mcpwire.ApprovalApproved:
 			note.by = "operator"
+			if r.Grant != nil {
+				// Granted since askFor looked: run it as a grant does.
+				note.via, note.answer, note.grant = "grant", "granted", r.ID
+				return note, nil, &approvalRun{}
+			}
 			if r.JobID != "" || st.store.Claimed(r.ID) {
 				note.answer = "used"
 				te := policyRefusal(d, "approval "+r.ID+" was used already (an approval runs its call once)")
@@ -152,8 +157,11 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 			note.answer = "approved"
 			return note, nil, run
 		}
-		// expired: a new one below
-		st.store.Remove(r.ID)
+		// expired: a new one below. An ended grant stays for mcpctl
+		// approvals show (until its end and the expiry after it).
+		if r.Grant == nil {
+			st.store.Remove(r.ID)
+		}
 	}
 	if why := st.places.Admit(held, cw, now); why != "" {
 		note.answer = "refused"
@@ -188,7 +196,28 @@ func (s *Server) pendApproval(ctx context.Context, cw caller.Caller, call *mcp.C
 	}
 	note.id, note.answer = r.ID, "pending"
 	r.Status = mcpwire.ApprovalPending
-	return note, needsApproval(r.Approval, d), nil
+	return note, needsApproval(r.Approval, d, st.store.Notified()), nil
+}
+
+// granted looks for a live grant of exactly this call (same principal,
+// tool and arguments: the digest): ok means run it, as itself, without
+// asking; the note names the grant for the audit records.
+func (s *Server) granted(cw caller.Caller, call *mcp.CallToolRequest) (approvalNote, bool) {
+	st := s.approvals
+	dg := callDigest(cw, call.Params.Name, call.Params.Arguments)
+	digest := hex.EncodeToString(dg[:])
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	list, err := st.store.List()
+	if err != nil {
+		return approvalNote{}, false // the pending path says why
+	}
+	for _, r := range list {
+		if r.Digest == digest && r.Grant != nil && r.Grant.Live {
+			return approvalNote{via: "grant", by: "operator", answer: "granted", id: r.ID, grant: r.ID}, true
+		}
+	}
+	return approvalNote{}, false
 }
 
 // approvalRoom is the free space an approval's files take: a record
@@ -197,15 +226,21 @@ const approvalRoom = 8 << 10
 
 // needsApproval is the NEEDS_APPROVAL result of a pending approval: what
 // the operator is asked about is the whole call.
-func needsApproval(a mcpwire.Approval, d policy.Decision) *mcp.CallToolResult {
+// notified says the operator is told of it (a notifier is configured):
+// the text says so, and what to do once they approve.
+func needsApproval(a mcpwire.Approval, d policy.Decision, notified bool) *mcp.CallToolResult {
 	// The view goes in whole (each value already cut at shownBytes,
 	// visibly); the message is bounded as toolerr bounds any, visibly.
 	te := toolerr.New(mcpwire.CodeNeedsApproval, "%s", "")
+	told := ""
+	if notified {
+		told = fmt.Sprintf("The operator has been notified of approval %s (it expires at %s). ", a.ID, a.ExpiresAt.Format(time.RFC3339))
+	}
 	te.Message = toolerr.Cut(fmt.Sprintf("needs the operator's approval (rule %s: %s): pending approval %s, until %s, for the whole call:\n%s\n"+
-		"The operator runs: mcpctl approvals approve %s. "+
+		"%sThe operator runs: mcpctl approvals approve %s. "+
 		"Then send this same call again: a command then starts as a job whose output job.output and job.wait read.",
 		toolerr.Cut(d.Rule, toolerr.MaxQuoted), toolerr.Cut(orNone(d.Reason), toolerr.MaxQuoted), a.ID, a.ExpiresAt.Format(time.RFC3339),
-		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), a.ID), toolerr.MaxMessage)
+		approvals.ViewOf(a.Tool, a.Arguments, a.Parts).Text(shownBytes), told, a.ID), toolerr.MaxMessage)
 	te.ApprovalID, te.ApprovalStatus = a.ID, a.Status
 	return toolerr.Result(te)
 }

@@ -149,13 +149,20 @@ func TestNeedsApprovalGolden(t *testing.T) {
 	d := policyDecisionForGolden()
 	parts := []mcpwire.JudgedPart{{Text: "apt-get upgrade -y", Action: "ask", Rule: "ask-upgrades", Reason: "package changes"},
 		{Text: "touch /tmp/x", Action: "allow", Rule: "policy.default", Reason: "no rule matches"}}
-	res := needsApproval(mcpwire.Approval{ID: "a0123456789abcdef", Status: mcpwire.ApprovalPending, ExpiresAt: at, Tool: mcpwire.ToolShellExec, Parts: parts,
-		Arguments: json.RawMessage(`{"command":"apt-get upgrade -y; touch /tmp/x","cwd":"/srv","env":{"DEBIAN_FRONTEND":"noninteractive"}}`)}, d)
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name     string
+		notified bool
+	}{{"needs-approval.json", false}, {"needs-approval-notified.json", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := needsApproval(mcpwire.Approval{ID: "a0123456789abcdef", Status: mcpwire.ApprovalPending, ExpiresAt: at, Tool: mcpwire.ToolShellExec, Parts: parts,
+				Arguments: json.RawMessage(`{"command":"apt-get upgrade -y; touch /tmp/x","cwd":"/srv","env":{"DEBIAN_FRONTEND":"noninteractive"}}`)}, d, tc.notified)
+			b, err := json.MarshalIndent(res, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, tc.name, append(b, '\n'))
+		})
 	}
-	golden.Check(t, "needs-approval.json", append(b, '\n'))
 }
 
 func policyDecisionForGolden() policy.Decision {

@@ -79,6 +79,7 @@ type decided struct {
 // approvalNote says who answered an ask and how ("" when none was asked).
 type approvalNote struct {
 	by, via, answer, id string
+	grant               string // the grant a call runs under
 }
 
 // enforce decides a call that passed authentication and the scope check,
@@ -121,10 +122,19 @@ func (s *Server) enforce(ctx context.Context, who *oauth.Identity, cw caller.Cal
 
 // askFor puts an ask decision to whoever can answer it: the user through
 // the client (elicitation) when the client can be asked, else the
-// operator (a pending approval). A nil result means approved: run it.
+// operator (a pending approval). A rule whose approver is the operator is
+// never put to the client: its user's yes, or a script's, is not enough.
+// A nil result means approved: run it.
 func (s *Server) askFor(ctx context.Context, cw caller.Caller, call *mcp.CallToolRequest, d policy.Decision) (approvalNote, *mcp.CallToolResult, *approvalRun) {
-	if note, res, asked := s.elicit(ctx, call, d); asked {
-		return note, res, nil
+	// The operator said yes to exactly this call for a while: no one is
+	// asked again until the grant ends.
+	if note, ok := s.granted(cw, call); ok {
+		return note, nil, &approvalRun{}
+	}
+	if d.Approver != policy.ApproverOperator {
+		if note, res, asked := s.elicit(ctx, call, d); asked {
+			return note, res, nil
+		}
 	}
 	return s.pendApproval(ctx, cw, call, d)
 }
@@ -154,6 +164,7 @@ func policyFields(d policy.Decision, note approvalNote) []audit.Field {
 	r.Add(audit.FieldApprovalVia, note.via)
 	r.Add(audit.FieldApproval, note.answer)
 	r.Add(audit.FieldApprovalID, note.id)
+	r.Add(audit.FieldGrantID, note.grant)
 	return r.Fields
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,13 +41,23 @@ func approvalsCommand(d *deps) *cli.Command {
 			"(principal, tool, arguments) and expires (policy.approvals.expireMs).",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list approvals, oldest first", Flags: []cli.Flag{dirFlag(),
-				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending only)"},
+				&cli.BoolFlag{Name: "all", Usage: "also decided and expired ones (default: pending ones and live grants)"},
 				&cli.BoolFlag{Name: "wide", Usage: "every call whole, every part judged (default: each line cut to 80 columns, visibly)"}},
 				Action: func(c *cli.Context) error { return approvalsList(c, d) }},
 			{Name: "show", Usage: "show one approval: the whole call (command, env, cwd, every argument), each part judged and the rule", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: func(c *cli.Context) error { return approvalsShow(c, d) }},
-			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+			{Name: "approve", Usage: "approve a pending approval: the call runs once when sent again (--for: every time, until the grant ends)", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag(),
+				&cli.DurationFlag{Name: "for", Usage: "a grant: the same principal's same call (tool and exact arguments) runs without asking for `DURATION` (at most 24h)"}},
 				Action: decide(true)},
+			{Name: "watch", Usage: "follow the approvals as they happen (like journalctl -f): each new pending approval, decision, expiry and run; --json: one object a line; ends on SIGINT/SIGTERM",
+				Flags: []cli.Flag{dirFlag(),
+					&cli.DurationFlag{Name: "interval", Value: 500 * time.Millisecond, Usage: "how often the store is read (`DURATION`)"}},
+				Action: func(c *cli.Context) error { return approvalsWatch(c, d) }},
+			{Name: "notify", Hidden: true, Usage: "run approvals.notify once for each pending approval not notified yet (mcp-approvals-notify.service runs it)",
+				Flags:  []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error { return approvalsNotify(c, d) }},
+			{Name: "revoke", Usage: "end a live grant now: its call asks again", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error { return approvalsRevoke(c, d) }},
 			{Name: "deny", Usage: "deny a pending approval: the call is refused", ArgsUsage: "ID", Flags: []cli.Flag{dirFlag()},
 				Action: decide(false)},
 		},
@@ -60,7 +71,7 @@ func openApprovalStore(c *cli.Context) (*approvals.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		dir = defaultApprovalsDir(cfg.Backend.Unit)
+		dir = cfg.ApprovalsDir()
 	}
 	st, err := approvals.Open(dir, nil)
 	if err != nil {
@@ -94,7 +105,7 @@ func approvalsList(c *cli.Context, d *deps) error {
 	}
 	shown := []approvals.Record{}
 	for _, r := range all {
-		if c.Bool("all") || r.Status == "pending" {
+		if c.Bool("all") || r.Status == "pending" || r.Grant != nil && r.Grant.Live {
 			shown = append(shown, r)
 		}
 	}
@@ -116,8 +127,15 @@ func renderApprovals(w io.Writer, rs []approvals.Record, now time.Time, width in
 	line := func(s string) { fmt.Fprintln(w, approvals.Fit(s, width)) }
 	line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", "ID", "STATUS", "AGE", "TOOL", "RULE / WHO"))
 	for _, r := range rs {
-		line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", r.ID, r.Status, age(now.Sub(r.CreatedAt)), r.Tool,
+		status := r.Status
+		if r.Grant != nil && r.Grant.Live {
+			status = "granted"
+		}
+		line(fmt.Sprintf("%-17s  %-8s  %5s  %-11s  %s", r.ID, status, age(now.Sub(r.CreatedAt)), r.Tool,
 			approvals.Visible(r.Rule+" / "+r.PrincipalKind+":"+r.Principal, false)))
+		if r.Grant != nil && r.Grant.Live {
+			line(fmt.Sprintf("    grant: runs without asking until %s (%s left; mcpctl approvals revoke %s)", r.Grant.Until.Format(time.RFC3339), age(r.Grant.Until.Sub(now)), r.ID))
+		}
 		for _, l := range approvals.ViewOf(r.Tool, r.Arguments, r.Parts).Lines(width - 4) {
 			line("    " + l)
 		}
@@ -164,6 +182,18 @@ func renderApproval(w io.Writer, r approvals.Record) {
 	if r.DecidedAt != nil {
 		fmt.Fprintf(w, "  decided:   %s by %s\n", r.DecidedAt.Format(time.RFC3339), r.DecidedBy)
 	}
+	if r.Grant != nil {
+		fmt.Fprintf(w, "  grant:     until %s", r.Grant.Until.Format(time.RFC3339))
+		switch {
+		case r.Grant.RevokedAt != nil:
+			fmt.Fprintf(w, ", revoked %s by %s", r.Grant.RevokedAt.Format(time.RFC3339), r.Grant.RevokedBy)
+		case r.Grant.Live:
+			fmt.Fprint(w, ", live")
+		default:
+			fmt.Fprint(w, ", ended")
+		}
+		fmt.Fprintln(w)
+	}
 	if r.JobID != "" {
 		fmt.Fprintf(w, "  job:       %s\n", r.JobID)
 	}
@@ -186,7 +216,16 @@ func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
 	if err != nil {
 		return err
 	}
-	r, err := st.Decide(id, approve, "operator")
+	grant := c.Duration("for")
+	if c.IsSet("for") && (!approve || grant <= 0 || grant > approvals.MaxGrant) {
+		return usageError("approvals %s: --for %s: a grant lasts more than 0 and at most %s", verb, grant, approvals.MaxGrant)
+	}
+	var r approvals.Record
+	if grant > 0 {
+		r, err = st.Grant(id, grant, "operator")
+	} else {
+		r, err = st.Decide(id, approve, "operator")
+	}
 	switch {
 	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrExpired), errors.Is(err, approvals.ErrDecided):
 		return withCode(deploy.CodeFailed, fmt.Errorf("approvals %s: %w; nothing changed (see mcpctl approvals show %s)", verb, err, id))
@@ -194,11 +233,114 @@ func approvalsDecide(c *cli.Context, d *deps, approve bool) error {
 		return withCode(deploy.CodeFailed, err)
 	}
 	d.out.printText(r, func(w io.Writer) {
-		if approve {
+		if r.Grant != nil {
+			fmt.Fprintf(w, "granted %s: %s, exactly this call from %s:%s, runs without asking until %s (mcpctl approvals revoke %s ends it)\n",
+				r.ID, r.Tool, r.PrincipalKind, approvals.Visible(r.Principal, false), r.Grant.Until.Format(time.RFC3339), r.ID)
+		} else if approve {
 			fmt.Fprintf(w, "approved %s: %s will run once when the client sends it again\n", r.ID, r.Tool)
 		} else {
 			fmt.Fprintf(w, "denied %s: %s will be refused\n", r.ID, r.Tool)
 		}
 	})
 	return nil
+}
+
+func approvalsRevoke(c *cli.Context, d *deps) error {
+	id, err := approvalID(c, "revoke")
+	if err != nil {
+		return err
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return err
+	}
+	r, err := st.Revoke(id, "operator")
+	switch {
+	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotGrant):
+		return withCode(deploy.CodeFailed, fmt.Errorf("approvals revoke: %w; nothing changed (see mcpctl approvals show %s)", err, id))
+	case err != nil:
+		return withCode(deploy.CodeFailed, err)
+	}
+	d.out.printText(r, func(w io.Writer) {
+		fmt.Fprintf(w, "revoked %s: %s asks again\n", r.ID, r.Tool)
+	})
+	return nil
+}
+
+// approvalsWatch follows the store by reading it every --interval: a
+// directory read and a few small files, which works on any filesystem and
+// beside any number of backends, and misses no state (a change between
+// two reads is reported at the second). It prints the pending approvals
+// and live grants there are, then each change, until the context ends
+// (SIGINT, SIGTERM: exit 0).
+func approvalsWatch(c *cli.Context, d *deps) error {
+	if c.Args().Present() {
+		return usageError("approvals watch: unexpected argument %q", c.Args().First())
+	}
+	every := c.Duration("interval")
+	if every < 10*time.Millisecond || every > time.Minute {
+		return usageError("approvals watch: --interval %s: must be 10ms..1m", every)
+	}
+	st, err := openApprovalStore(c)
+	if err != nil {
+		return err
+	}
+	w := d.out.w
+	if !d.out.json {
+		fmt.Fprintf(w, "watching %s (Ctrl-C ends)\n", st.Dir())
+	}
+	seen := approvals.Seen{}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for initial := true; ; initial = false {
+		list, err := st.List()
+		if err != nil {
+			return withCode(deploy.CodeFailed, err)
+		}
+		for _, ev := range approvals.Changes(seen, list, time.Now(), initial) {
+			if d.out.json {
+				b, _ := json.Marshal(ev)
+				fmt.Fprintf(w, "%s\n", b)
+			} else {
+				fmt.Fprintln(w, watchLine(ev))
+			}
+		}
+		if f, ok := w.(interface{ Sync() error }); ok {
+			_ = f.Sync()
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// watchLine is one event for the operator: when, what, which approval,
+// the call (cut, visibly) and what to run next.
+func watchLine(ev approvals.Event) string {
+	r := ev.Record
+	head := fmt.Sprintf("%s  %-8s  %s  %s  %s:%s  rule %s", ev.At.Format(time.RFC3339), ev.Event, r.ID, r.Tool,
+		r.PrincipalKind, approvals.Visible(r.Principal, false), approvals.Visible(r.Rule, false))
+	var tail string
+	switch ev.Event {
+	case approvals.EventPending:
+		tail = fmt.Sprintf("until %s: mcpctl approvals approve %s (or deny, show)", r.ExpiresAt.Format(time.RFC3339), r.ID)
+	case approvals.EventGranted:
+		tail = fmt.Sprintf("runs without asking until %s", r.Grant.Until.Format(time.RFC3339))
+	case approvals.EventApproved, approvals.EventDenied:
+		tail = "by " + r.DecidedBy
+	case approvals.EventRan:
+		if r.JobID != "" {
+			tail = "as job " + r.JobID
+		}
+	}
+	out := head
+	for _, l := range approvals.ViewOf(r.Tool, r.Arguments, nil).Lines(76) {
+		out += "\n    " + l
+	}
+	if tail != "" {
+		out += "\n    " + tail
+	}
+	return out
 }

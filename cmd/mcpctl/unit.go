@@ -160,6 +160,10 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
+	notified, err := installNotifier(ctx, cfg, sd)
+	if err != nil {
+		return withCode(deploy.CodeFailed, err)
+	}
 	// Units in place say nothing about production: with it down, say so
 	// instead of a success that would look like "all is well".
 	o, oerr := deploy.ObserveOutage(ctx, sd, cfg.Backend.Unit)
@@ -172,6 +176,9 @@ func unitInstall(c *cli.Context, d *deps) error {
 		}
 	} else {
 		printUnitInstall(d.out, rep)
+		if notified {
+			fmt.Fprintf(d.out.w, "approvals notifier: %s and %s started; NEEDS_APPROVAL tells clients the operator is notified\n", units.NotifyPath, units.NotifyTimer)
+		}
 	}
 	return deploy.DownError(o, "unit install starts nothing")
 }

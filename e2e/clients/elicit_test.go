@@ -100,3 +100,39 @@ func TestTypeScriptSDKElicitation(t *testing.T) {
 		}
 	}
 }
+
+// TestTypeScriptSDKApprover: the same client, which declares elicitation
+// and accepts every question, over stdio (where it can be asked in the
+// middle of the call). A rule with approver user lets it run the command;
+// one with approver operator never asks it: the call waits for the
+// operator (NEEDS_APPROVAL) and nothing runs.
+func TestTypeScriptSDKApprover(t *testing.T) {
+	node(t)
+	for _, tc := range []struct {
+		approver, outcome string
+		asked             int
+	}{
+		{"user", "ok", 1},
+		{"operator", "NEEDS_APPROVAL", 0},
+	} {
+		t.Run(tc.approver, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := `{"jobs":{"mode":"process"},"policy":{"approvals":{"dir":"` + filepath.Join(dir, "approvals") + `"},
+				"rules":[{"id":"ask-touch","action":"ask","approver":"` + tc.approver + `","reason":"new files need a yes","commands":["touch *"]}]}}`
+			cmd, _ := json.Marshal(stdioCommand(t, cfg))
+			marker := filepath.Join(dir, "marker")
+			out, stderr, err := runNode(t, []string{"MCP_STDIO=" + string(cmd), "ANSWER=accept", "COMMAND=touch " + marker}, nil, "ts-elicit.mjs")
+			var rep elicitReport
+			if jerr := lastJSON(out, &rep); jerr != nil || err != nil || len(rep.Problems) > 0 {
+				t.Fatalf("ts-elicit: %v %v %v\n%s\nstderr: %.2000s", jerr, err, rep.Problems, out, stderr)
+			}
+			_, statErr := os.Stat(marker)
+			if rep.Outcome != tc.outcome || len(rep.Asked) != tc.asked || (tc.outcome == "ok") != (statErr == nil) {
+				t.Fatalf("outcome %s (%s), asked %d, marker %v; want %s, asked %d", rep.Outcome, rep.Message, len(rep.Asked), statErr, tc.outcome, tc.asked)
+			}
+			if tc.outcome == "NEEDS_APPROVAL" && rep.ApprovalID == "" {
+				t.Fatalf("NEEDS_APPROVAL without an approval id: %s", rep.Message)
+			}
+		})
+	}
+}

@@ -38,7 +38,31 @@ type Config struct {
 	Tunnels    []Tunnel      `json:"tunnels"`
 	Rollback   Rollback      `json:"rollback"`
 	Guardrails Guardrails    `json:"guardrails"`
+	Approvals  Approvals     `json:"approvals"`
 }
+
+// Approvals is where the backend's pending approvals are and who is told
+// of each new one.
+type Approvals struct {
+	// Dir is the backend's approvals directory (its policy.approvals.dir);
+	// empty: approvals/ in backend.unit's StateDirectory.
+	Dir string `json:"dir"`
+	// Notify is the operator's notifier; none when its command is empty.
+	Notify Notify `json:"notify"`
+}
+
+// Notify runs Command with Args (no shell) once per new pending
+// approval, the approval's JSON on its stdin; each attempt is bounded by
+// Timeout, and a failed one is tried again at most Retries times.
+type Notify struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args"`
+	Timeout Duration `json:"timeout"`
+	Retries int      `json:"retries"`
+}
+
+// Configured reports whether a notifier is set.
+func (n Notify) Configured() bool { return n.Command != "" }
 
 // ServiceConfig is one backend instance: its unit, listen address and the
 // path of its mcp-backend config file.
@@ -149,6 +173,7 @@ func Default() *Config {
 			TasksMax: 512, LimitNOFILE: 65536, MemoryHigh: "6G", MemoryMax: "9G", CPUWeight: 80, TimeoutStopSec: 5, SocketBacklog: units.SocketBacklog,
 			JobsMemoryMax: "4G", JobsTasksMax: 4096,
 		},
+		Approvals: Approvals{Notify: Notify{Args: []string{}, Timeout: Duration(30 * time.Second), Retries: 3}},
 	}
 }
 
@@ -168,7 +193,7 @@ func Parse(r io.Reader) (*Config, error) {
 	if err := strictjson.Decode(data, cfg); err != nil {
 		var de *durationError
 		if errors.As(err, &de) {
-			return nil, fmt.Errorf("rollback.deadline = %w", de)
+			return nil, fmt.Errorf("%s = %w", badDurationKey(data), de)
 		}
 		return nil, fmt.Errorf("parse mcpctl config: %w", err)
 	}
@@ -176,6 +201,26 @@ func Parse(r io.Reader) (*Config, error) {
 		cfg.Tunnels = def
 	}
 	return cfg, nil
+}
+
+// badDurationKey names the duration key of data that does not parse.
+func badDurationKey(data []byte) string {
+	var raw struct {
+		Rollback struct {
+			Deadline json.RawMessage `json:"deadline"`
+		} `json:"rollback"`
+		Approvals struct {
+			Notify struct {
+				Timeout json.RawMessage `json:"timeout"`
+			} `json:"notify"`
+		} `json:"approvals"`
+	}
+	_ = json.Unmarshal(data, &raw)
+	var d Duration
+	if t := raw.Approvals.Notify.Timeout; t != nil && d.UnmarshalJSON(t) != nil {
+		return "approvals.notify.timeout"
+	}
+	return "rollback.deadline"
 }
 
 // Load reads and validates the config at path. explicit says the path was
@@ -208,6 +253,9 @@ var FixedUnits = []string{
 	"mcpctl-pending-rollback.service",
 	"mcpctl-rollback.service",
 	"mcpctl-rollback.timer",
+	"mcp-approvals-notify.service",
+	"mcp-approvals-notify.path",
+	"mcp-approvals-notify.timer",
 }
 
 // unitNameRE is a conservative subset of systemd unit names: no instances,
@@ -303,6 +351,31 @@ func (c *Config) Validate() error {
 
 	if d := c.Rollback.Deadline.D(); d < time.Second || d > 24*time.Hour {
 		add("rollback.deadline = %q: must be 1s..24h", c.Rollback.Deadline.String())
+	}
+
+	if a := c.Approvals; a.Dir != "" {
+		if err := checkPath(a.Dir); err != nil {
+			add("approvals.dir = %q: %v", a.Dir, err)
+		}
+	}
+	if n := c.Approvals.Notify; n.Configured() {
+		if !filepath.IsAbs(n.Command) || filepath.Clean(n.Command) != n.Command || hasControl(n.Command) {
+			add("approvals.notify.command = %q: must be a clean absolute path to the program (no shell: put its arguments in args)", n.Command)
+		}
+		for i, a := range n.Args {
+			if hasControl(a) {
+				add("approvals.notify.args[%d] = %q: must not contain control characters", i, a)
+			}
+		}
+		if len(n.Args) > 64 {
+			add("approvals.notify.args = %d arguments: at most 64", len(n.Args))
+		}
+	}
+	if d := c.Approvals.Notify.Timeout.D(); d < time.Second || d > 10*time.Minute {
+		add("approvals.notify.timeout = %q: must be 1s..10m", c.Approvals.Notify.Timeout.String())
+	}
+	if r := c.Approvals.Notify.Retries; r < 0 || r > 10 {
+		add("approvals.notify.retries = %d: must be 0..10", r)
 	}
 
 	g := c.Guardrails

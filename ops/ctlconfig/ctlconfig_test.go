@@ -90,6 +90,8 @@ func TestParseErrors(t *testing.T) {
 		{"key in another case", `{"Backend":{"unit":"x.service"}}`, `unknown key "Backend"`},
 		{"bad deadline", `{"rollback":{"deadline":"soon"}}`, `rollback.deadline = "soon": not a duration`},
 		{"number deadline", `{"rollback":{"deadline":120}}`, `rollback.deadline = 120: not a duration`},
+		{"bad notify timeout", `{"rollback":{"deadline":"2m"},"approvals":{"notify":{"timeout":"later"}}}`, `approvals.notify.timeout = "later": not a duration`},
+		{"unknown notify key", `{"approvals":{"notify":{"shell":"mail"}}}`, `unknown key "shell"`},
 		{"wrong type", `{"guardrails":{"tasksMax":"512"}}`, `guardrails.tasksMax`},
 		{"trailing", `{} {}`, `trailing data`},
 		{"not json", `nope`, `parse mcpctl config`},
@@ -111,6 +113,14 @@ func TestValidate(t *testing.T) {
 		want   string // "" means valid
 	}{
 		{"defaults", func(*Config) {}, ""},
+		{"notify configured", func(c *Config) { c.Approvals.Notify.Command = "/usr/bin/mail" }, ""},
+		{"notify command relative", func(c *Config) { c.Approvals.Notify.Command = "mail -s x" }, `approvals.notify.command = "mail -s x": must be a clean absolute path`},
+		{"notify arg with a newline", func(c *Config) {
+			c.Approvals.Notify.Command, c.Approvals.Notify.Args = "/usr/bin/mail", []string{"a\nb"}
+		}, `approvals.notify.args[0] = "a\nb": must not contain control characters`},
+		{"notify timeout", func(c *Config) { c.Approvals.Notify.Timeout = Duration(11 * time.Minute) }, `approvals.notify.timeout = "660s": must be 1s..10m`},
+		{"notify retries", func(c *Config) { c.Approvals.Notify.Retries = 11 }, `approvals.notify.retries = 11: must be 0..10`},
+		{"approvals dir relative", func(c *Config) { c.Approvals.Dir = "approvals" }, `approvals.dir = "approvals": must be an absolute path`},
 		{"cpuWeight zero", func(c *Config) { c.Guardrails.CPUWeight = 0 }, "guardrails.cpuWeight = 0: must be 1..10000"},
 		{"cpuWeight too big", func(c *Config) { c.Guardrails.CPUWeight = 10001 }, "guardrails.cpuWeight = 10001: must be 1..10000"},
 		{"cpuWeight max", func(c *Config) { c.Guardrails.CPUWeight = 10000 }, ""},
