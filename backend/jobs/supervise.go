@@ -222,6 +222,7 @@ func sandboxed(spec Spec, jobDir string, hide Hide) (*exec.Cmd, error) {
 		state = filepath.Dir(filepath.Dir(abs)) // <stateDir>/v1/<id>
 	}
 	s.Mask = append(slices.Clone(s.Mask), state)
+	s.Dir = spec.Cwd
 	return sandbox.Command(self, &s, []string{spec.Shell, "-c", spec.Command})
 }
 

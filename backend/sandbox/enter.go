@@ -48,8 +48,8 @@ func Enter(specJSON string, argv []string) error {
 	if err := setupCreds(&s); err != nil {
 		return fmt.Errorf("sandbox-exec: profile %s: %w", s.Profile, err)
 	}
-	if err := os.Chdir(wd); err != nil {
-		return fmt.Errorf("sandbox-exec: profile %s: working directory %s: %w", s.Profile, wd, err)
+	if err := enterDir(s.Dir, wd); err != nil {
+		return fmt.Errorf("sandbox-exec: profile %s: %w", s.Profile, err)
 	}
 	if err := loadFilter(s.Seccomp); err != nil {
 		return fmt.Errorf("sandbox-exec: profile %s: system call filter: %w", s.Profile, err)
@@ -275,6 +275,25 @@ func setupCreds(s *Spec) error {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no new privileges: %w", err)
+	}
+	return nil
+}
+
+// enterDir enters the call's working directory, which must exist in the
+// command's view; without one, the inherited directory, or / when the
+// profile's mounts hid it.
+func enterDir(asked, inherited string) error {
+	if asked != "" {
+		if err := os.Chdir(asked); err != nil {
+			return fmt.Errorf("working directory %s: %w", asked, err)
+		}
+		return nil
+	}
+	if os.Chdir(inherited) == nil {
+		return nil
+	}
+	if err := os.Chdir("/"); err != nil {
+		return fmt.Errorf("working directory /: %w", err)
 	}
 	return nil
 }

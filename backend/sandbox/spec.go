@@ -35,6 +35,9 @@ type Spec struct {
 	// HidePIDs are processes whose /proc entries (and their threads')
 	// are covered too: the backend's. The helper adds its parent's.
 	HidePIDs []int `json:"hidePids,omitempty"`
+	// Dir is the working directory the call asked for. Empty: the
+	// backend's, or / where the profile's mounts hide it (a private /tmp).
+	Dir string `json:"dir,omitempty"`
 }
 
 // Resolve turns a profile into a Spec on this host: its user and groups

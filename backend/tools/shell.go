@@ -83,7 +83,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 	}
 
 	out := newCapture(t.opts.OutputBytes, t.encodedBudget())
-	cmd, env, err := t.sandboxed(ctx, exec.Command(t.opts.ShellPath, "-c", in.Command), env, in.Env)
+	cmd, env, err := t.sandboxed(ctx, exec.Command(t.opts.ShellPath, "-c", in.Command), env, in.Env, in.Cwd)
 	if err != nil {
 		return res, err
 	}
@@ -163,7 +163,7 @@ func (t *Tools) shellExec(ctx context.Context, in ShellExecInput) (mcpwire.Shell
 // sandboxed returns cmd run through the sandbox helper when the call
 // carries a profile, with the clean environment plus the call's
 // variables instead of the backend's; else cmd and env unchanged.
-func (t *Tools) sandboxed(ctx context.Context, cmd *exec.Cmd, env []string, extra map[string]string) (*exec.Cmd, []string, error) {
+func (t *Tools) sandboxed(ctx context.Context, cmd *exec.Cmd, env []string, extra map[string]string, dir string) (*exec.Cmd, []string, error) {
 	sb, ok := sandbox.From(ctx)
 	if !ok || sb.Spec == nil {
 		return cmd, env, nil
@@ -171,7 +171,9 @@ func (t *Tools) sandboxed(ctx context.Context, cmd *exec.Cmd, env []string, extr
 	if t.opts.SandboxExe == "" {
 		return nil, nil, toolerr.New(mcpwire.CodeInternal, "sandbox %s: no helper configured: the command was not run", sb.Name)
 	}
-	c, err := sandbox.Command(t.opts.SandboxExe, sb.Spec, cmd.Args)
+	spec := *sb.Spec
+	spec.Dir = dir
+	c, err := sandbox.Command(t.opts.SandboxExe, &spec, cmd.Args)
 	if err != nil {
 		return nil, nil, toolerr.New(mcpwire.CodeInternal, "sandbox %s: %v", sb.Name, err)
 	}

@@ -78,6 +78,9 @@ func startSandboxBackend(t testing.TB, cfg, addr string) sandboxBackend {
 	c := exec.Command(binary, "serve", "--config", cfg)
 	// A secret in the backend's own environment.
 	c.Env = append(os.Environ(), "MCP_TEST_SECRET="+canary+"-environ")
+	// A working directory under /tmp, which inspect's private /tmp hides:
+	// a command that names no cwd must still start (in /).
+	c.Dir = t.TempDir()
 	c.Stderr = &errb
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
@@ -246,6 +249,7 @@ func TestSandboxInspectIdentity(t *testing.T) {
 		{"private writable /tmp", "echo x > /tmp/probe && cat /tmp/probe", 0, "x"},
 		{"no user namespace", "unshare -U true 2>&1; echo $?", 0, "Operation not permitted"},
 		{"no mount", "unshare -m true 2>&1; echo $?", 0, "Operation not permitted"},
+		{"the backend's hidden working directory gives /", "pwd", 0, "/\n"},
 		{"ps works", "ps -e -o pid= | wc -l", 0, ""},
 		{"df works", "df /", 0, "/"},
 	} {
