@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 // commandPath is the command args name ("cutover", "rollback status"),
@@ -111,14 +111,14 @@ func requiredFlagsMessage(app *cli.App, path, msg string) string {
 // A failed rollback has its own HUMAN NEEDED steps.
 func nextCommand(code int, path, msg string) string {
 	switch {
-	case code == deploy.CodeUsage && strings.HasPrefix(msg, "config:"):
+	case code == outcome.Usage && strings.HasPrefix(msg, "config:"):
 		return "`mcpctl " + strings.TrimSpace("--config FILE "+path) + "` with a readable mcpctl.json (or fix the file named above)"
-	case code == deploy.CodeUsage:
+	case code == outcome.Usage:
 		if path == "" {
 			return "`mcpctl --help`"
 		}
 		return "`mcpctl " + path + " --help`"
-	case (code == deploy.CodeFailed || code == deploy.CodeRolledBack) && path != "" && path != "status":
+	case (code == outcome.Failed || code == outcome.RolledBack) && path != "" && path != "status":
 		// The same command line, not its bare name: a bare rollback only
 		// prints its help.
 		return "`mcpctl status` to see production as it runs now, then fix the cause above and run the same command again"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -53,7 +53,7 @@ func policyCheck(c *cli.Context, d *deps) error {
 		bin = units.CurrentBinary(cfg.Install.Root)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("policy check: the backend binary: %w (install a release, or name one with --backend-binary)", err))
+		return withCode(outcome.Failed, fmt.Errorf("policy check: the backend binary: %w (install a release, or name one with --backend-binary)", err))
 	}
 	argv := []string{"check-policy", "--config", cfg.Backend.Config, "--principal", c.String("principal"),
 		"--tool", c.String("tool"), "--args", c.String("args")}
@@ -74,7 +74,7 @@ func policyCheck(c *cli.Context, d *deps) error {
 		// check-policy said why on stderr; its code is the answer.
 		return &passedExit{code: ee.ExitCode()}
 	}
-	return withCode(deploy.CodeFailed, fmt.Errorf("policy check: %s: %w", bin, err))
+	return withCode(outcome.Failed, fmt.Errorf("policy check: %s: %w", bin, err))
 }
 
 // passedExit is another program's exit code, passed through as mcpctl's;

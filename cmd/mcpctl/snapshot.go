@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -105,7 +105,7 @@ func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
 func snapLock(c *cli.Context, d *deps, cfg *ctlconfig.Config, owner string) (func() error, error) {
 	unlock, err := stateLock(c, d, cfg.StateDir, owner)
 	if err != nil {
-		return nil, withCode(deploy.CodeFailed, err)
+		return nil, withCode(outcome.Failed, err)
 	}
 	return unlock, nil
 }
@@ -180,7 +180,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	}
 	id := c.Args().First()
 	if err := snapshot.ValidateID(id); err != nil {
-		return withCode(deploy.CodeUsage, err)
+		return withCode(outcome.Usage, err)
 	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 )
@@ -78,20 +78,20 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 			fmt.Fprintln(d.stdout, "INTERRUPTED: the counts until Ctrl-C")
 			printSteady(d.stdout, rep, d.out.width())
 		}
-		return withCode(deploy.CodeFailed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
+		return withCode(outcome.Failed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
 	}
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
+		return withCode(outcome.Failed, fmt.Errorf("stress: %w", err))
 	}
 	if d.out.json {
 		if err := writeJSON(d.stdout, rep); err != nil {
-			return withCode(deploy.CodeFailed, err)
+			return withCode(outcome.Failed, err)
 		}
 	} else {
 		printSteady(d.stdout, rep, d.out.width())
 	}
 	if !rep.Total.Clean() {
-		return withCode(deploy.CodeFailed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
+		return withCode(outcome.Failed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
 			rep.Total.Transport, rep.Total.HTTP, rep.Total.JSONRPC, rep.Total.BadReply, rep.Total.Calls))
 	}
 	return nil
