@@ -116,18 +116,12 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 		return passed.code // its program reported it already
 	}
 	code := outcome.Failed
-	var ee *outcome.Error
 	var ce cli.ExitCoder
-	switch {
-	case errors.As(err, &ee):
-		code = ee.Code
-	case errors.As(err, &ce):
-		code = ce.ExitCode()
-	case isUsage(err):
-		code = outcome.Usage
+	if errors.As(err, &ce) {
+		code = ce.ExitCode() // an *outcome.Error, or urfave/cli's own
 	}
 	path := commandPath(app, args)
-	msg := requiredFlagsMessage(app, path, err.Error())
+	msg := failureMessage(app, path, err)
 	next := nextCommand(code, path, msg)
 	if strings.Contains(msg, "`mcpctl ") {
 		next = "" // the message names what to run

@@ -1,10 +1,12 @@
 package main
 
 import (
-	"regexp"
+	"errors"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/overdeck/mcp-backend/internal/cliargs"
 
 	"github.com/overdeck/mcp-backend/ops/outcome"
 )
@@ -75,19 +77,17 @@ func findCommand(app *cli.App, path string) *cli.Command {
 	return cmd
 }
 
-var requiredRE = regexp.MustCompile(`^Required flags? "([^"]+)" not set$`)
-
-// requiredFlagsMessage says which flags a command needs the way mcpctl's own
-// usage errors do ("install: --build PATH is required") instead of
-// urfave/cli's wording; other messages pass unchanged.
-func requiredFlagsMessage(app *cli.App, path, msg string) string {
-	m := requiredRE.FindStringSubmatch(msg)
+// failureMessage is err's message; a command run without its required
+// flags says which the way mcpctl's own usage errors do ("install: --build
+// PATH is required") instead of urfave/cli's wording.
+func failureMessage(app *cli.App, path string, err error) string {
+	var missing *cliargs.MissingFlagsError
 	cmd := findCommand(app, path)
-	if m == nil || cmd == nil {
-		return msg
+	if !errors.As(err, &missing) || cmd == nil {
+		return err.Error()
 	}
 	var parts []string
-	for _, name := range strings.Split(m[1], ", ") {
+	for _, name := range missing.Flags {
 		part := "--" + name
 		if f, ok := findFlag(cmd.Flags, name).(cli.DocGenerationFlag); ok {
 			if placeholder := placeholderOf(f.GetUsage()); placeholder != "" {
