@@ -311,11 +311,7 @@ func (r *SystemdRunner) gone(ctx context.Context, spec Spec) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	switch st.ActiveState {
-	case "active", "activating", "deactivating", "reloading":
-		return false, nil
-	}
-	return true, nil
+	return !unitstate.Running(st.ActiveState), nil
 }
 
 // Close closes the connection and leaves every job running: they are not

@@ -48,13 +48,7 @@ type SlotFact struct {
 }
 
 // Running reports a unit with a process (starting, serving or stopping).
-func (f SlotFact) Running() bool {
-	switch f.ActiveState {
-	case "active", "activating", "reloading", "deactivating":
-		return true
-	}
-	return false
-}
+func (f SlotFact) Running() bool { return unitstate.Running(f.ActiveState) }
 
 // Accepting reports a unit that takes connections from the shared socket:
 // a running legacy unit, or a slot that said so (a slot that says nothing
