@@ -14,6 +14,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/lockfile"
 	"github.com/overdeck/mcp-backend/ops/outcome"
 )
@@ -54,7 +55,7 @@ func newApp(d *deps) *cli.App {
 		Writer:    d.stdout,
 		ErrWriter: d.stderr,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
+			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: ctlconfig.DefaultPath, EnvVars: []string{"MCPCTL_CONFIG"}},
 			jsonFlag(),
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
