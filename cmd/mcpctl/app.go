@@ -121,7 +121,7 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	if errors.As(err, &ce) {
 		code = ce.ExitCode() // an *outcome.Error, or urfave/cli's own
 	}
-	path := commandPath(app, args)
+	path := cliargs.Path(app, args)
 	msg := failureMessage(app, path, err)
 	next := nextCommand(code, path, msg)
 	if strings.Contains(msg, "`mcpctl ") {

@@ -38,9 +38,6 @@ func policyCommand(d *deps) *cli.Command {
 }
 
 func policyCheck(c *cli.Context, d *deps) error {
-	if c.Args().Present() {
-		return usageError("policy check: unexpected argument %q", c.Args().First())
-	}
 	if c.String("tool") == "" {
 		return usageError("policy check: --tool TOOL is required (e.g. shell.exec)")
 	}

@@ -76,9 +76,6 @@ func systemdStressSampler(ctx context.Context, unit string) (stress.UnitSampler,
 }
 
 func runStressCommand(c *cli.Context, d *deps) error {
-	if c.NArg() > 0 {
-		return usageError("stress: unexpected argument %q", c.Args().First())
-	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
 		return err

@@ -23,6 +23,30 @@ func (e *MissingFlagsError) Error() string {
 	return fmt.Sprintf("Required flags %q not set", strings.Join(e.Flags, ", "))
 }
 
+// Describe says which flags are missing the way a program's own usage
+// errors do ("install: --build PATH is required"): each flag with the
+// placeholder its usage quotes, a switch with its usage, as the help of
+// cmd, the command at path, shows them.
+func (e *MissingFlagsError) Describe(path string, cmd *cli.Command) string {
+	var parts []string
+	for _, name := range e.Flags {
+		part := "--" + name
+		if f, ok := Flag(cmd.Flags, name).(cli.DocGenerationFlag); ok {
+			if placeholder := Placeholder(f.GetUsage()); placeholder != "" {
+				part += " " + placeholder
+			} else if !f.TakesValue() {
+				part += " (" + f.GetUsage() + ")" // a switch says why it is needed
+			}
+		}
+		parts = append(parts, part)
+	}
+	verb := "is"
+	if len(parts) > 1 {
+		verb = "are"
+	}
+	return path + ": " + strings.Join(parts, " and ") + " " + verb + " required"
+}
+
 // requireFlags takes the check of required flags over from urfave/cli,
 // whose error has no type a program can recognise: the flags stop being
 // required to it, and each command's action runs the same check first

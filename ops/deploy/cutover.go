@@ -13,6 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/candidate"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
@@ -254,12 +255,25 @@ func (c *cutover) preflight(ctx context.Context) error {
 	return nil
 }
 
+// SnapshotSpec is what a snapshot of production covers, from the config:
+// the one a cutover takes and `mcpctl snapshot create`'s.
+func SnapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
+	return snapshot.Spec{
+		StateDir:      cfg.StateDir,
+		InstallRoot:   cfg.Install.Root,
+		BackendConfig: cfg.Backend.Config,
+		UnitDir:       cfg.UnitDir,
+		Unit:          cfg.Backend.Unit,
+		Socket:        units.Socket(cfg.Backend.Unit),
+		Reason:        reason,
+	}
+}
+
 // arm takes the snapshot, writes the pending marker and arms the rollback
 // timer; a failure leaves production as it was.
 func (c *cutover) arm(ctx context.Context) error {
 	env, cfg, f := c.env, c.env.Config, c.facts
-	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: string(c.dir), InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
-		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Socket: env.socketUnit(), Reason: "cutover to " + f.CandidateVersion})
+	m, err := snapshot.Create(ctx, SnapshotSpec(cfg, "cutover to "+f.CandidateVersion))
 	if err != nil {
 		return fail(CodeFailed, "snapshot, nothing changed: %w", err)
 	}
