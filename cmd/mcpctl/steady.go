@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -23,29 +21,13 @@ import (
 // failures, HTTP errors, JSON-RPC errors and tool errors separately. Exit 1
 // when any call failed other than with a tool error.
 func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
-	targets := c.StringSlice("target")
-	if len(targets) == 0 {
-		for _, t := range cfg.Tunnels {
-			if t.URL != "" {
-				targets = append(targets, t.URL)
-			}
-		}
-		if len(targets) == 0 {
-			return usageError("steady: no --target and no tunnels[].url in the config: name the tunnel URLs to run through")
-		}
-	}
 	var tunnels []string
 	for _, t := range cfg.Tunnels {
-		tunnels = append(tunnels, strings.TrimSuffix(t.URL, "/"))
+		tunnels = append(tunnels, t.URL)
 	}
-	for _, t := range targets {
-		// Loopback, or a tunnel of this deployment: never an arbitrary host.
-		if stress.CheckLoopback(t) != nil && !slices.Contains(tunnels, strings.TrimSuffix(t, "/")) {
-			return usageError("--target %s: must be a loopback URL or one of the tunnels' url in the config (%s)", t, strings.Join(tunnels, ", "))
-		}
-		if u, err := url.Parse(t); err != nil || u.Host == "" {
-			return usageError("--target %q: want a base URL like http://127.0.0.1:8441", t)
-		}
+	targets, err := stress.SteadyTargets(c.StringSlice("target"), tunnels)
+	if err != nil {
+		return withCode(outcome.Usage, err)
 	}
 	run := stress.SteadyConfig{Targets: targets, Rate: c.Float64("rate"), Duration: c.Duration("duration"),
 		Timeout: c.Duration("timeout"), KeepAlive: c.Bool("keepalive")}
