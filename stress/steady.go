@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -162,6 +163,37 @@ func (c *SteadyCounts) add(call SteadyCall) {
 		c.Samples = append(c.Samples, fmt.Sprintf("%s %s sent %s, after %s: %s", fail, call.Tool,
 			call.Start.UTC().Format("15:04:05.000"), call.Latency.D().Round(time.Millisecond), call.Detail))
 	}
+}
+
+// SteadyTargets is what the steady profile runs through: the targets
+// given, else every tunnel's URL (tunnels are the config's tunnels[].url).
+// Each must be a loopback URL or one of the tunnels: never an arbitrary
+// host.
+func SteadyTargets(given, tunnels []string) ([]string, error) {
+	targets := given
+	if len(targets) == 0 {
+		for _, t := range tunnels {
+			if t != "" {
+				targets = append(targets, t)
+			}
+		}
+		if len(targets) == 0 {
+			return nil, errors.New("steady: no --target and no tunnels[].url in the config: name the tunnel URLs to run through")
+		}
+	}
+	var trimmed []string
+	for _, t := range tunnels {
+		trimmed = append(trimmed, strings.TrimSuffix(t, "/"))
+	}
+	for _, t := range targets {
+		if CheckLoopback(t) != nil && !slices.Contains(trimmed, strings.TrimSuffix(t, "/")) {
+			return nil, fmt.Errorf("--target %s: must be a loopback URL or one of the tunnels' url in the config (%s)", t, strings.Join(trimmed, ", "))
+		}
+		if u, err := url.Parse(t); err != nil || u.Host == "" {
+			return nil, fmt.Errorf("--target %q: want a base URL like http://127.0.0.1:8441", t)
+		}
+	}
+	return targets, nil
 }
 
 // CheckSteady validates a steady configuration.

@@ -11,6 +11,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/units/hostlayout"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -34,9 +35,10 @@ const (
 	NotifyService = "mcp-approvals-notify.service"
 	NotifyTimer   = "mcp-approvals-notify.timer"
 	// JobsSlice holds the backend's jobs, each a transient unit of its own
-	// named JobUnitPrefix + the job's id + ".service".
-	JobsSlice     = "mcp-jobs.slice"
-	JobUnitPrefix = "mcp-job-"
+	// named JobUnitPrefix + the job's id + ".service" (hostlayout's names,
+	// which the backend links without the renderer).
+	JobsSlice     = hostlayout.JobsSlice
+	JobUnitPrefix = hostlayout.JobUnitPrefix
 )
 
 // DefaultMCPCtl is where the units expect the mcpctl binary.

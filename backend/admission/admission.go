@@ -242,12 +242,6 @@ type Controller struct {
 // Option adjusts a Controller at construction.
 type Option func(*Controller)
 
-// WithClock sets the clock service is measured with (tests); timers stay
-// real. WithEventClock replaces the timers too.
-func WithClock(now func() time.Time) Option {
-	return func(c *Controller) { c.clock = systemClock{now: now} }
-}
-
 // WithEventClock sets the clock the controller reads and sets its timers
 // on: a test clock makes the dispatcher deterministic.
 func WithEventClock(clk Clock) Option { return func(c *Controller) { c.clock = clk } }
@@ -665,10 +659,6 @@ func (c *Controller) Stop() {
 		c.cancelled.Add(1)
 	}
 }
-
-// Shed reports whether an operation of kind k for the anonymous flow would
-// be refused at once; see ShedFlow.
-func (c *Controller) Shed(k Kind) bool { return c.ShedFlow(k, Flow{}) != nil }
 
 // ShedFlow returns the refusal an operation of kind k for flow f would get
 // at once, because it can neither start nor queue now (nor take a place held

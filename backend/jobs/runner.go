@@ -12,7 +12,7 @@ import (
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
-	"github.com/overdeck/mcp-backend/units"
+	"github.com/overdeck/mcp-backend/units/hostlayout"
 )
 
 // ProcessRunner runs each job's supervisor as a goroutine of the backend:
@@ -138,7 +138,7 @@ func (r *ProcessRunner) Close() {
 
 // Slice is the systemd slice every job unit runs in; `mcpctl unit
 // install` installs it with the slice-wide limits.
-const Slice = units.JobsSlice
+const Slice = hostlayout.JobsSlice
 
 // SystemdClient is what the systemd runner needs of the D-Bus client.
 type SystemdClient interface {
@@ -172,7 +172,7 @@ func (*SystemdRunner) Mode() string { return mcpwire.JobModeSystemd }
 func (*SystemdRunner) Unit(id string) string { return UnitName(id) }
 
 // UnitName is the unit of job id.
-func UnitName(id string) string { return units.JobUnitPrefix + id + ".service" }
+func UnitName(id string) string { return hostlayout.JobUnitPrefix + id + ".service" }
 
 // client returns the shared connection (opened on first use) and a
 // context bounded by Timeout; done reports the call's error so that a
@@ -311,11 +311,7 @@ func (r *SystemdRunner) gone(ctx context.Context, spec Spec) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	switch st.ActiveState {
-	case "active", "activating", "deactivating", "reloading":
-		return false, nil
-	}
-	return true, nil
+	return !unitstate.Running(st.ActiveState), nil
 }
 
 // Close closes the connection and leaves every job running: they are not

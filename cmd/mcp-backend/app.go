@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -370,9 +369,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ce cli.ExitCoder
 	if errors.As(err, &ce) {
 		return ce.ExitCode()
-	}
-	if strings.Contains(err.Error(), "Required flag") || strings.Contains(err.Error(), "flag provided but not defined") {
-		return exitUsage
 	}
 	return exitFailed
 }

@@ -14,8 +14,9 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/lockfile"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 // withCode marks err with an exit code (deploy's table: scripts branch on
@@ -24,12 +25,12 @@ func withCode(code int, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &deploy.Error{Code: code, Err: err}
+	return &outcome.Error{Code: code, Err: err}
 }
 
 // usageError is a usage or configuration error (exit 2).
 func usageError(format string, args ...any) error {
-	return withCode(deploy.CodeUsage, fmt.Errorf(format, args...))
+	return withCode(outcome.Usage, fmt.Errorf(format, args...))
 }
 
 // deps is what commands need from the outside world; tests fill it with
@@ -54,7 +55,7 @@ func newApp(d *deps) *cli.App {
 		Writer:    d.stdout,
 		ErrWriter: d.stderr,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: defaultConfigPath, EnvVars: []string{"MCPCTL_CONFIG"}},
+			&cli.StringFlag{Name: "config", Usage: "mcpctl config `FILE`", Value: ctlconfig.DefaultPath, EnvVars: []string{"MCPCTL_CONFIG"}},
 			jsonFlag(),
 			// NO_COLOR is honoured by Before: any non-empty value means no
 			// colour (no-color.org), which a boolean flag's parser refuses.
@@ -77,12 +78,12 @@ func newApp(d *deps) *cli.App {
 		// Errors are turned into exit codes by run, nowhere else.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return withCode(deploy.CodeUsage, err)
+			return withCode(outcome.Usage, err)
 		},
 	}
 	// The first line stays "mcpctl version V"; the build's provenance follows.
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprint(c.App.Writer, buildinfo.Long(c.App.Name)) }
-	cliargs.Strict(app, func(err error) error { return withCode(deploy.CodeUsage, err) })
+	cliargs.Strict(app, func(err error) error { return withCode(outcome.Usage, err) })
 	return app
 }
 
@@ -99,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if levelErr != nil {
-		return reportError(wantsJSON(args), stderr, deploy.CodeUsage, levelErr.Error(), "`mcpctl --help`", nil)
+		return reportError(wantsJSON(args), stderr, outcome.Usage, levelErr.Error(), "`mcpctl --help`", nil)
 	}
 	return runApp(ctx, newApp(d), args, stderr)
 }
@@ -109,25 +110,19 @@ func runApp(ctx context.Context, app *cli.App, args []string, stderr io.Writer) 
 	args = cliargs.Reorder(app, args)
 	err := app.RunContext(ctx, args)
 	if err == nil {
-		return deploy.CodeOK
+		return outcome.OK
 	}
 	var passed *passedExit
 	if errors.As(err, &passed) {
 		return passed.code // its program reported it already
 	}
-	code := deploy.CodeFailed
-	var ee *deploy.Error
+	code := outcome.Failed
 	var ce cli.ExitCoder
-	switch {
-	case errors.As(err, &ee):
-		code = ee.Code
-	case errors.As(err, &ce):
-		code = ce.ExitCode()
-	case isUsage(err):
-		code = deploy.CodeUsage
+	if errors.As(err, &ce) {
+		code = ce.ExitCode() // an *outcome.Error, or urfave/cli's own
 	}
-	path := commandPath(app, args)
-	msg := requiredFlagsMessage(app, path, err.Error())
+	path := cliargs.Path(app, args)
+	msg := failureMessage(app, path, err)
 	next := nextCommand(code, path, msg)
 	if strings.Contains(msg, "`mcpctl ") {
 		next = "" // the message names what to run
@@ -142,41 +137,20 @@ const humanNeeded = "HUMAN NEEDED: production could not be brought back to a kno
 	"Inspect `mcpctl status`, `mcpctl rollback status` and the production slots' journal (`journalctl -u 'mcp-backend@*'` for the default backend.unit of mcpctl.json). " +
 	"After a cutover or rollback, run `mcpctl rollback --snapshot ID` by hand; after a first install, the report above lists what could not be undone."
 
-// cliError is an error as --json writes it, the last line of stderr: one
-// object, so a script reads stdout's document and stderr's error alike.
-type cliError struct {
-	Error struct {
-		Message     string `json:"message"`
-		ExitCode    int    `json:"exitCode"`
-		Next        string `json:"next,omitempty"`
-		HumanNeeded string `json:"humanNeeded,omitempty"`
-		// LockHeld: the command gave up waiting for a lock another command
-		// held (--lock-wait); the fleet retries such a step later.
-		LockHeld *lockHeld `json:"lockHeld,omitempty"`
-	} `json:"error"`
-}
-
-// lockHeld names the lock a command gave up on and its holder (null when
-// the holder did not say who it is).
-type lockHeld struct {
-	Path   string           `json:"path"`
-	Holder *lockfile.Holder `json:"holder"`
-}
-
 // reportError writes the failure (text, or a JSON object under --json) and
 // returns its exit code.
 func reportError(asJSON bool, stderr io.Writer, code int, msg, next string, locked *lockfile.LockedError) int {
 	if asJSON {
-		var e cliError
+		var e outcome.Failure
 		e.Error.Message, e.Error.ExitCode, e.Error.Next = msg, code, strings.Trim(next, "`")
 		if i := strings.Index(next, "` "); i >= 0 {
 			e.Error.Next = next[1:i] // the command line, without what follows it
 		}
-		if code == deploy.CodeRollbackFailed {
+		if code == outcome.RollbackFailed {
 			e.Error.HumanNeeded = humanNeeded
 		}
 		if locked != nil {
-			e.Error.LockHeld = &lockHeld{Path: locked.Path, Holder: locked.Holder}
+			e.Error.LockHeld = &outcome.LockHeld{Path: locked.Path, Holder: locked.Holder}
 		}
 		b, _ := json.Marshal(e)
 		fmt.Fprintf(stderr, "%s\n", b)
@@ -186,7 +160,7 @@ func reportError(asJSON bool, stderr io.Writer, code int, msg, next string, lock
 	if next != "" {
 		fmt.Fprintf(stderr, "mcpctl: next: run %s\n", next)
 	}
-	if code == deploy.CodeRollbackFailed {
+	if code == outcome.RollbackFailed {
 		fmt.Fprintln(stderr, "mcpctl: "+humanNeeded)
 	}
 	return code

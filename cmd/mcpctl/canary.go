@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 func canaryCommand(d *deps) *cli.Command {
@@ -47,7 +48,7 @@ func canaryCommand(d *deps) *cli.Command {
 					defer done()
 					st, err := deploy.Status(c.Context, env)
 					if err != nil {
-						return withCode(deploy.CodeFailed, fmt.Errorf("canary status: %w", err))
+						return withCode(outcome.Failed, fmt.Errorf("canary status: %w", err))
 					}
 					d.out.print(st, func(w io.Writer, s styles) { humanCanaryStatus(w, s, st) })
 					return nil
@@ -74,7 +75,7 @@ func canaryCommand(d *deps) *cli.Command {
 						}
 					})
 					if err != nil {
-						return withCode(deploy.CodeFailed, fmt.Errorf("canary stop: %w", err))
+						return withCode(outcome.Failed, fmt.Errorf("canary stop: %w", err))
 					}
 					return nil
 				},

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 func TestInstallCanaryUsage(t *testing.T) {
@@ -14,9 +14,9 @@ func TestInstallCanaryUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"install without build", []string{"install"}, deploy.CodeUsage, "--build PATH is required"},
-		{"canary start without build", []string{"canary", "start"}, deploy.CodeUsage, "--build PATH is required"},
-		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "canary", "status"}, deploy.CodeUsage, "config"},
+		{"install without build", []string{"install"}, outcome.Usage, "--build PATH is required"},
+		{"canary start without build", []string{"canary", "start"}, outcome.Usage, "--build PATH is required"},
+		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "canary", "status"}, outcome.Usage, "config"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

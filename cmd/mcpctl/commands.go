@@ -2,8 +2,6 @@ package main
 
 import "github.com/urfave/cli/v2"
 
-const defaultConfigPath = "/etc/mcpctl/mcpctl.json"
-
 // commands lists every subcommand; each lives in its own file.
 func commands(d *deps) []*cli.Command {
 	return []*cli.Command{

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"fmt"
 	"io"
 	"path/filepath"
@@ -88,11 +90,16 @@ func deployEnv(c *cli.Context, d *deps, strict bool) (*deploy.Env, func(), error
 	if wait == 0 {
 		env.LockWait = -1 // the flag's 0: do not wait
 	}
-	if spec := d.getenv(deploy.PauseEnv); spec != "" {
-		env.Pause = deploy.PauseAt(spec, d.logger)
+	if testPause != nil {
+		env.Pause = testPause(d)
 	}
 	return env, b.sd.Close, nil
 }
+
+// testPause is the fault matrix's hook into a takeover (deploy.PauseEnv),
+// set only in a build with the testhooks tag (testhooks.go): the
+// production binary has none.
+var testPause func(d *deps) func(ctx context.Context, point string)
 
 // loadCtlConfig loads the config named by --config; the path is returned
 // absolute when the operator named one, "" for the default.

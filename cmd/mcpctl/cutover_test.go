@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 // Refusals that must happen before any config, lock or systemd is touched.
@@ -15,17 +15,17 @@ func TestCutoverRollbackUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, deploy.CodeUsage, "--arm-rollback"},
-		{"cutover without --build", []string{"cutover", "--arm-rollback"}, deploy.CodeUsage, "build"},
-		{"cutover with an empty --build", []string{"cutover", "--build", "", "--arm-rollback"}, deploy.CodeUsage, "--build: give the path"},
-		{"install with an empty --build", []string{"install", "--build", " "}, deploy.CodeUsage, "--build: give the path"},
-		{"canary start with an empty --build", []string{"canary", "start", "--build", ""}, deploy.CodeUsage, "--build: give the path"},
-		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, deploy.CodeUsage, "reason"},
-		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, deploy.CodeUsage, "--snapshot"},
-		{"rollback with a stray argument", []string{"rollback", "now"}, deploy.CodeUsage, "status or disarm"},
-		{"rollback --boot outside the boot-time check", []string{"rollback", "--boot"}, deploy.CodeUsage, "--boot: only with --if-pending"},
-		{"verify what", []string{"verify", "everything"}, deploy.CodeUsage, "backend, tunnels or all"},
-		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, deploy.CodeUsage, "config"},
+		{"cutover without --arm-rollback", []string{"cutover", "--build", "/nonexistent"}, outcome.Usage, "--arm-rollback"},
+		{"cutover without --build", []string{"cutover", "--arm-rollback"}, outcome.Usage, "build"},
+		{"cutover with an empty --build", []string{"cutover", "--build", "", "--arm-rollback"}, outcome.Usage, "--build: give the path"},
+		{"install with an empty --build", []string{"install", "--build", " "}, outcome.Usage, "--build: give the path"},
+		{"canary start with an empty --build", []string{"canary", "start", "--build", ""}, outcome.Usage, "--build: give the path"},
+		{"cutover with an empty skip reason", []string{"cutover", "--build", "/x", "--arm-rollback", "--skip-canary-check", " "}, outcome.Usage, "reason"},
+		{"rollback with a bad snapshot id", []string{"rollback", "--snapshot", "../../etc"}, outcome.Usage, "--snapshot"},
+		{"rollback with a stray argument", []string{"rollback", "now"}, outcome.Usage, "status or disarm"},
+		{"rollback --boot outside the boot-time check", []string{"rollback", "--boot"}, outcome.Usage, "--boot: only with --if-pending"},
+		{"verify what", []string{"verify", "everything"}, outcome.Usage, "backend, tunnels or all"},
+		{"missing named config", []string{"--config", "/nonexistent/mcpctl.json", "rollback", "status"}, outcome.Usage, "config"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/internal/cliargs"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 // TestUsageErrorsExit2 runs every command with bad argv: each exits 2 (the
@@ -62,7 +62,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 			if code != tc.code || !strings.Contains(out+errb, tc.want) {
 				t.Fatalf("mcpctl %s: exit %d, want %d and %q\nstdout %s\nstderr %s", strings.Join(tc.args, " "), code, tc.code, tc.want, out, errb)
 			}
-			if code == deploy.CodeUsage && !strings.Contains(errb, "next: run `mcpctl ") {
+			if code == outcome.Usage && !strings.Contains(errb, "next: run `mcpctl ") {
 				t.Fatalf("no next hint: %s", errb)
 			}
 		})
@@ -143,7 +143,7 @@ func TestNextHintsAreCommands(t *testing.T) {
 		if group {
 			msgs = msgs[1:] // a group reads no config
 		}
-		for _, code := range []int{deploy.CodeFailed, deploy.CodeUsage, deploy.CodeRolledBack, deploy.CodeRollbackFailed} {
+		for _, code := range []int{outcome.Failed, outcome.Usage, outcome.RolledBack, outcome.RollbackFailed} {
 			for _, msg := range msgs {
 				next := nextCommand(code, p, msg)
 				check("next for "+p, next)
@@ -228,7 +228,7 @@ func TestErrorsAsJSON(t *testing.T) {
 		{"--config", filepath.Join(t.TempDir(), "absent.json"), "snapshot", "list", "--json"},
 	} {
 		code, out, errb := runCLI(t, args...)
-		var e cliError
+		var e outcome.Failure
 		if err := json.Unmarshal([]byte(errb), &e); err != nil || strings.Count(strings.TrimSpace(errb), "\n") != 0 {
 			t.Fatalf("%v: stderr is not one JSON object: %v\n%s", args, err, errb)
 		}

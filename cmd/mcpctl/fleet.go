@@ -10,10 +10,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
-	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
 	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 	"github.com/overdeck/mcp-backend/ops/fleet/sshrun"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 func fleetCommand(d *deps) *cli.Command {
@@ -87,7 +87,7 @@ func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
 	if lock {
 		l, err := fleet.TakeLock(c.Context, inv.LockPath(), "mcpctl fleet "+c.Command.Name, lockWait(c), lockWaiting(d, "fleet lock", lockWait(c)))
 		if err != nil {
-			return nil, withCode(deploy.CodeFailed, fmt.Errorf("%w; wait for it (`mcpctl fleet status` shows the fleet meanwhile)", err))
+			return nil, withCode(outcome.Failed, fmt.Errorf("%w; wait for it (`mcpctl fleet status` shows the fleet meanwhile)", err))
 		}
 		e.lock = l
 	}
@@ -138,7 +138,7 @@ func fleetPlan(c *cli.Context, d *deps) error {
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
 	d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
 	if len(plan.Problems) > 0 {
-		return withCode(deploy.CodeFailed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
+		return withCode(outcome.Failed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func fleetRollout(c *cli.Context, d *deps) error {
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
 	if len(plan.Problems) > 0 {
 		d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
-		return withCode(deploy.CodeFailed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
+		return withCode(outcome.Failed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
 	}
 	e.view.setPlan(plan)
 	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), b.Path)
@@ -190,14 +190,14 @@ func fleetResume(c *cli.Context, d *deps) error {
 	}
 	rs, err := fleet.ResumeState(events)
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("%w (`mcpctl fleet status` shows the fleet)", err))
+		return withCode(outcome.Failed, fmt.Errorf("%w (`mcpctl fleet status` shows the fleet)", err))
 	}
 	e.view.setRun(rs)
 	if rs.Revert {
 		return e.finish(d, e.runner.Revert(c.Context, rs, "resumed the revert of run "+rs.Start.Run))
 	}
 	if err := fleet.CheckBuild(rs, buildinfo.FileDigest); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("%w (or `mcpctl fleet rollback` to undo the run)", err))
+		return withCode(outcome.Failed, fmt.Errorf("%w (or `mcpctl fleet rollback` to undo the run)", err))
 	}
 	return e.finish(d, e.runner.Run(c.Context, rs))
 }
@@ -214,7 +214,7 @@ func fleetRollback(c *cli.Context, d *deps) error {
 	}
 	rs := fleet.LastRun(events)
 	if rs == nil {
-		return withCode(deploy.CodeFailed, errors.New("the run log holds no run: nothing to roll back (`mcpctl fleet status` shows the fleet)"))
+		return withCode(outcome.Failed, errors.New("the run log holds no run: nothing to roll back (`mcpctl fleet status` shows the fleet)"))
 	}
 	e.view.setRun(rs)
 	res := e.runner.Revert(c.Context, rs, "fleet rollback of run "+rs.Start.Run)
@@ -233,7 +233,7 @@ func fleetStatus(c *cli.Context, d *deps) error {
 	rep := e.runner.Status(c.Context)
 	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
 	if h := rep.Unreadable(); h != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
+		return withCode(outcome.Failed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet/agent"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 // fleetAgentCommand is the host's side of `mcpctl fleet` (ops/fleet/agent):
@@ -98,10 +98,10 @@ func fleetAgentCommand(d *deps) *cli.Command {
 // agentError maps the agent's usage errors to exit 2 (an error that has
 // its code already keeps it: the gate's 126).
 func agentError(err error) error {
-	var coded *deploy.Error
+	var coded *outcome.Error
 	var usage *agent.UsageError
 	if errors.As(err, &usage) && !errors.As(err, &coded) {
-		return withCode(deploy.CodeUsage, err)
+		return withCode(outcome.Usage, err)
 	}
 	return err
 }

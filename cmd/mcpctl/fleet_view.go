@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
 var timeNow = time.Now
@@ -107,7 +108,7 @@ func (v *fleetView) event(e fleet.Event) {
 				r.Stress = res
 			case "cutover":
 				r.Cutover = res
-				if e.ExitCode != nil && *e.ExitCode == 3 {
+				if e.ExitCode != nil && *e.ExitCode == outcome.RolledBack {
 					r.Cutover = "rolled back"
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 	"github.com/muesli/termenv"
+	"github.com/overdeck/mcp-backend/internal/cliargs"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 )
@@ -120,7 +121,7 @@ func jsonFlag() cli.Flag {
 func withOutput(d *deps, cmds []*cli.Command) []*cli.Command {
 	for _, cmd := range cmds {
 		if cmd.Action != nil {
-			if !hasFlag(cmd, "json") {
+			if cliargs.Flag(cmd.Flags, "json") == nil {
 				cmd.Flags = append(cmd.Flags, jsonFlag())
 			}
 			action := cmd.Action
@@ -132,17 +133,6 @@ func withOutput(d *deps, cmds []*cli.Command) []*cli.Command {
 		withOutput(d, cmd.Subcommands)
 	}
 	return cmds
-}
-
-func hasFlag(cmd *cli.Command, name string) bool {
-	for _, f := range cmd.Flags {
-		for _, n := range f.Names() {
-			if n == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // table draws a lipgloss table: rounded borders on a colour terminal,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/units"
 )
 
@@ -38,9 +38,6 @@ func policyCommand(d *deps) *cli.Command {
 }
 
 func policyCheck(c *cli.Context, d *deps) error {
-	if c.Args().Present() {
-		return usageError("policy check: unexpected argument %q", c.Args().First())
-	}
 	if c.String("tool") == "" {
 		return usageError("policy check: --tool TOOL is required (e.g. shell.exec)")
 	}
@@ -53,7 +50,7 @@ func policyCheck(c *cli.Context, d *deps) error {
 		bin = units.CurrentBinary(cfg.Install.Root)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("policy check: the backend binary: %w (install a release, or name one with --backend-binary)", err))
+		return withCode(outcome.Failed, fmt.Errorf("policy check: the backend binary: %w (install a release, or name one with --backend-binary)", err))
 	}
 	argv := []string{"check-policy", "--config", cfg.Backend.Config, "--principal", c.String("principal"),
 		"--tool", c.String("tool"), "--args", c.String("args")}
@@ -74,7 +71,7 @@ func policyCheck(c *cli.Context, d *deps) error {
 		// check-policy said why on stderr; its code is the answer.
 		return &passedExit{code: ee.ExitCode()}
 	}
-	return withCode(deploy.CodeFailed, fmt.Errorf("policy check: %s: %w", bin, err))
+	return withCode(outcome.Failed, fmt.Errorf("policy check: %s: %w", bin, err))
 }
 
 // passedExit is another program's exit code, passed through as mcpctl's;

@@ -9,7 +9,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 )
 
@@ -36,7 +36,7 @@ func TestPolicyCheck(t *testing.T) {
 
 	bin := nspawntest.BuildBinary(t, "./cmd/mcp-backend", "v-policy-check")
 	// Before any release: nothing to ask, unless named.
-	if code, _, errb := runCtl(t, "--config", ctlCfg, "policy", "check", "--tool", "shell.exec"); code != deploy.CodeFailed || !strings.Contains(errb, "--backend-binary") {
+	if code, _, errb := runCtl(t, "--config", ctlCfg, "policy", "check", "--tool", "shell.exec"); code != outcome.Failed || !strings.Contains(errb, "--backend-binary") {
 		t.Fatalf("without a release: exit %d %s", code, errb)
 	}
 	store := &release.Store{Root: cfg.Install.Root}
@@ -57,10 +57,10 @@ func TestPolicyCheck(t *testing.T) {
 		{"ask", []string{"--tool", "shell.exec", "--args", `{"command":"touch /x"}`}, 0, "ask-touch", ""},
 		{"json passes through", []string{"--json", "--tool", "shell.exec", "--args", `{"command":"rm x"}`}, 0, `"action": "deny"`, ""},
 		{"named binary", []string{"--backend-binary", bin, "--tool", "file.read", "--args", `{"path":"/etc/hosts"}`}, 0, "allow", ""},
-		{"the backend's usage error and code", []string{"--principal", "root", "--tool", "shell.exec"}, deploy.CodeUsage, "", "--principal"},
-		{"the backend's bad args", []string{"--tool", "shell.exec", "--args", "[1]"}, deploy.CodeUsage, "", "--args"},
-		{"tool required", []string{"--args", "{}"}, deploy.CodeUsage, "", "--tool"},
-		{"missing binary", []string{"--backend-binary", filepath.Join(dir, "nope"), "--tool", "shell.exec"}, deploy.CodeFailed, "", "nope"},
+		{"the backend's usage error and code", []string{"--principal", "root", "--tool", "shell.exec"}, outcome.Usage, "", "--principal"},
+		{"the backend's bad args", []string{"--tool", "shell.exec", "--args", "[1]"}, outcome.Usage, "", "--args"},
+		{"tool required", []string{"--args", "{}"}, outcome.Usage, "", "--tool"},
+		{"missing binary", []string{"--backend-binary", filepath.Join(dir, "nope"), "--tool", "shell.exec"}, outcome.Failed, "", "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errb := runCtl(t, append([]string{"--config", ctlCfg, "policy", "check"}, tc.args...)...)
@@ -76,8 +76,8 @@ func TestPolicyCheck(t *testing.T) {
 		{"id": "no-rm", "action": "deny", "commands": ["rm"], "examples": {"notMatch": [{"command": "ip netns exec a rm -rf /"}]}}]}}`)
 	code, out, errb := runCtl(t, "--config", ctlCfg, "policy", "check", "--tool", "shell.exec", "--args", `{"command":"ls"}`)
 	want := `policy.rules[0].examples.notMatch[0] = {"command":"ip netns exec a rm -rf /"}: rule no-rm must not decide it, but it does`
-	if code != deploy.CodeUsage || !strings.Contains(errb, want) {
-		t.Fatalf("a failing example: exit %d (want %d)\nstdout: %s\nstderr: %s", code, deploy.CodeUsage, out, errb)
+	if code != outcome.Usage || !strings.Contains(errb, want) {
+		t.Fatalf("a failing example: exit %d (want %d)\nstdout: %s\nstderr: %s", code, outcome.Usage, out, errb)
 	}
 }
 

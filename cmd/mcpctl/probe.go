@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
@@ -57,7 +57,7 @@ func connectOps(c *cli.Context, strict bool, log *slog.Logger) (*opsBase, error)
 		return nil, err
 	}
 	if b.sd == nil {
-		return nil, withCode(deploy.CodeFailed, fmt.Errorf("connect to systemd (this command needs it; `mcpctl status` and `mcpctl verify backend` run their HTTP checks without it): %w", b.sdErr))
+		return nil, withCode(outcome.Failed, fmt.Errorf("connect to systemd (this command needs it; `mcpctl status` and `mcpctl verify backend` run their HTTP checks without it): %w", b.sdErr))
 	}
 	return b, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -99,7 +99,7 @@ func TestStressInterruptedGivesPartialReport(t *testing.T) {
 			cancel()
 		}()
 		code := runApp(ctx, newApp(d), args, &errb)
-		if code != deploy.CodeFailed || !strings.Contains(errb.String(), "stress interrupted after") {
+		if code != outcome.Failed || !strings.Contains(errb.String(), "stress interrupted after") {
 			t.Fatalf("json=%v: exit %d, stderr %s", asJSON, code, errb.String())
 		}
 		if asJSON {

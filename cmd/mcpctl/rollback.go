@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
@@ -105,14 +106,14 @@ func rollbackCommand(d *deps) *cli.Command {
 						d.out.printText(rv, func(w io.Writer) {
 							fmt.Fprintf(w, "rollback timer unknown (needs systemd, not reachable); pending cutover: %s\n", pendingLine(rv.Pending, rv.Err))
 						})
-						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: whether %s is armed needs systemd, not reachable: %w", deploy.RollbackTimer, b.sdErr))
+						return withCode(outcome.Failed, fmt.Errorf("rollback status: whether %s is armed needs systemd, not reachable: %w", deploy.RollbackTimer, b.sdErr))
 					}
 					defer b.sd.Close()
 					// "armed" means the timer counts down, not merely that a
 					// marker exists.
 					st, err := b.sd.Unit(c.Context, deploy.RollbackTimer)
 					if err != nil {
-						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: read %s: %w", deploy.RollbackTimer, err))
+						return withCode(outcome.Failed, fmt.Errorf("rollback status: read %s: %w", deploy.RollbackTimer, err))
 					}
 					if st.LoadState != "not-found" {
 						rv.TimerState = st.ActiveState
@@ -122,7 +123,7 @@ func rollbackCommand(d *deps) *cli.Command {
 						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
 					})
 					if markerErr != nil {
-						return withCode(deploy.CodeFailed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))
+						return withCode(outcome.Failed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))
 					}
 					return nil
 				},

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
 )
@@ -45,8 +45,8 @@ func TestRollbackStatusBrokenMarkerInRealSystemd(t *testing.T) {
 	}
 
 	code, out, errOut := run("rollback", "status")
-	if code != deploy.CodeFailed {
-		t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, deploy.CodeFailed, out, errOut)
+	if code != outcome.Failed {
+		t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, outcome.Failed, out, errOut)
 	}
 	for _, want := range []string{"UNKNOWN", "pending-cutover marker cannot be read", "timer not loaded", "`mcpctl rollback --snapshot ID`", "`mcpctl rollback disarm`"} {
 		if !strings.Contains(out, want) {
@@ -59,7 +59,7 @@ func TestRollbackStatusBrokenMarkerInRealSystemd(t *testing.T) {
 
 	code, out, _ = run("rollback", "status", "--json")
 	var rv status.RollbackView
-	if err := json.Unmarshal([]byte(out), &rv); err != nil || code != deploy.CodeFailed {
+	if err := json.Unmarshal([]byte(out), &rv); err != nil || code != outcome.Failed {
 		t.Fatalf("exit %d, %v: %s", code, err, out)
 	}
 	if rv.State != status.RollbackMarkerUnreadable || rv.Err == "" || rv.Armed {

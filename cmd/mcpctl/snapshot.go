@@ -11,10 +11,10 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
-	"github.com/overdeck/mcp-backend/units"
 )
 
 func snapshotCommand(d *deps) *cli.Command {
@@ -60,9 +60,6 @@ func snapshotCommand(d *deps) *cli.Command {
 }
 
 func snapshotCreate(c *cli.Context, d *deps) error {
-	if c.Args().Len() > 0 {
-		return usageError("snapshot create: unexpected argument %q", c.Args().First())
-	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
 		return err
@@ -73,7 +70,7 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	}
 	defer unlock()
 	reason := c.String("reason")
-	m, err := snapshot.Create(c.Context, snapshotSpec(cfg, reason))
+	m, err := snapshot.Create(c.Context, deploy.SnapshotSpec(cfg, reason))
 	if err != nil {
 		return err
 	}
@@ -87,25 +84,12 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// snapshotSpec is what a snapshot of production covers, from the config.
-func snapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
-	return snapshot.Spec{
-		StateDir:      cfg.StateDir,
-		InstallRoot:   cfg.Install.Root,
-		BackendConfig: cfg.Backend.Config,
-		UnitDir:       cfg.UnitDir,
-		Unit:          cfg.Backend.Unit,
-		Socket:        units.Socket(cfg.Backend.Unit),
-		Reason:        reason,
-	}
-}
-
 // snapLock takes the mcpctl lock; contention past --lock-wait is a failed
 // operation (exit 1) that names who holds it.
 func snapLock(c *cli.Context, d *deps, cfg *ctlconfig.Config, owner string) (func() error, error) {
 	unlock, err := stateLock(c, d, cfg.StateDir, owner)
 	if err != nil {
-		return nil, withCode(deploy.CodeFailed, err)
+		return nil, withCode(outcome.Failed, err)
 	}
 	return unlock, nil
 }
@@ -119,9 +103,6 @@ func snapAudit(d *deps, cfg *ctlconfig.Config, e state.Event) {
 }
 
 func snapshotList(c *cli.Context, d *deps) error {
-	if c.Args().Len() > 0 {
-		return usageError("snapshot list: unexpected argument %q", c.Args().First())
-	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
 		return err
@@ -180,7 +161,7 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	}
 	id := c.Args().First()
 	if err := snapshot.ValidateID(id); err != nil {
-		return withCode(deploy.CodeUsage, err)
+		return withCode(outcome.Usage, err)
 	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
@@ -235,9 +216,6 @@ func snapshotShow(c *cli.Context, d *deps) error {
 }
 
 func snapshotPrune(c *cli.Context, d *deps) error {
-	if c.Args().Len() > 0 {
-		return usageError("snapshot prune: unexpected argument %q", c.Args().First())
-	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/fleet"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -75,7 +76,7 @@ func (e *snapEnv) run(t testing.TB, args ...string) (int, string, string) {
 func (e *snapEnv) create(t testing.TB, reason string) string {
 	t.Helper()
 	code, out, errOut := e.run(t, "--json", "snapshot", "create", "--reason", reason)
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("snapshot create: exit %d: %s", code, errOut)
 	}
 	var m snapshot.Manifest
@@ -96,7 +97,7 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	}
 
 	code, out, _ := e.run(t, "snapshot", "list", "--json")
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("list exit %d", code)
 	}
 	var list []snapshot.ListEntry
@@ -108,12 +109,12 @@ func TestSnapshotCreateListShow(t *testing.T) {
 	}
 
 	code, out, _ = e.run(t, "snapshot", "list")
-	if code != deploy.CodeOK || !strings.Contains(out, id) || !strings.Contains(out, "before cutover") || strings.Contains(out, "\x1b[") {
+	if code != outcome.OK || !strings.Contains(out, id) || !strings.Contains(out, "before cutover") || strings.Contains(out, "\x1b[") {
 		t.Fatalf("human list (exit %d) should be plain text naming the snapshot:\n%s", code, out)
 	}
 
 	code, out, _ = e.run(t, "snapshot", "show", id)
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("show exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{"integrity", "ok", e.configFile, "10-limits.conf", "0640", "releases/v1"} {
@@ -137,8 +138,8 @@ func TestSnapshotShowCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "show", id)
-	if code != deploy.CodeFailed {
-		t.Fatalf("show of a corrupt snapshot: exit %d, want %d", code, deploy.CodeFailed)
+	if code != outcome.Failed {
+		t.Fatalf("show of a corrupt snapshot: exit %d, want %d", code, outcome.Failed)
 	}
 	var res struct {
 		ID          string `json:"id"`
@@ -161,12 +162,12 @@ func TestSnapshotUsageAndFailures(t *testing.T) {
 		code int
 		want string // in stderr
 	}{
-		{"show without id", []string{"snapshot", "show"}, deploy.CodeUsage, "ID"},
-		{"show with a path for an id", []string{"snapshot", "show", "../../etc"}, deploy.CodeUsage, "snapshot id"},
-		{"show unknown", []string{"snapshot", "show", "20261202T141500Z-abcdef"}, deploy.CodeFailed, "not found"},
-		{"negative keep", []string{"snapshot", "prune", "--keep", "-1"}, deploy.CodeUsage, "--keep"},
-		{"stray argument", []string{"snapshot", "list", "extra"}, deploy.CodeUsage, "extra"},
-		{"missing explicit config", []string{"--config", filepath.Join(t.TempDir(), "nope.json"), "snapshot", "list"}, deploy.CodeUsage, "nope.json"},
+		{"show without id", []string{"snapshot", "show"}, outcome.Usage, "ID"},
+		{"show with a path for an id", []string{"snapshot", "show", "../../etc"}, outcome.Usage, "snapshot id"},
+		{"show unknown", []string{"snapshot", "show", "20261202T141500Z-abcdef"}, outcome.Failed, "not found"},
+		{"negative keep", []string{"snapshot", "prune", "--keep", "-1"}, outcome.Usage, "--keep"},
+		{"stray argument", []string{"snapshot", "list", "extra"}, outcome.Usage, "extra"},
+		{"missing explicit config", []string{"--config", filepath.Join(t.TempDir(), "nope.json"), "snapshot", "list"}, outcome.Usage, "nope.json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestSnapshotCreateRefusedWhileLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := e.run(t, "--lock-wait", "0", "snapshot", "create")
-	if code != deploy.CodeFailed || !strings.Contains(errOut, "cutover --build x") || strings.Contains(errOut, "waiting up to") {
+	if code != outcome.Failed || !strings.Contains(errOut, "cutover --build x") || strings.Contains(errOut, "waiting up to") {
 		t.Fatalf("create under a held lock: exit %d, stderr %q", code, errOut)
 	}
 	// Under --json the error names the lock and its holder: what the fleet
@@ -193,7 +194,7 @@ func TestSnapshotCreateRefusedWhileLocked(t *testing.T) {
 	code, _, errOut = e.run(t, "--lock-wait", "100ms", "--json", "snapshot", "create")
 	unlock()
 	holder, locked := fleet.LockHeld(&fleet.StepResult{State: fleet.StepDone, ExitCode: code, Stderr: errOut})
-	if code != deploy.CodeFailed || !locked || holder != fmt.Sprintf("pid %d (cutover --build x)", os.Getpid()) {
+	if code != outcome.Failed || !locked || holder != fmt.Sprintf("pid %d (cutover --build x)", os.Getpid()) {
 		t.Fatalf("create --json under a held lock: exit %d, lock held %v by %q; stderr %q", code, locked, holder, errOut)
 	}
 	if list, _ := snapshot.List(e.stateDir); len(list) != 0 {
@@ -219,7 +220,7 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "prune") // keepReleases = 2
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("prune exit %d: %s", code, errOut)
 	}
 	var res snapshot.PruneResult
@@ -237,7 +238,7 @@ func TestSnapshotPruneProtectsPending(t *testing.T) {
 	// An unreadable marker: prune refuses rather than guess.
 	snapWrite(t, filepath.Join(e.stateDir, state.PendingFile), "{", 0o644)
 	code, _, errOut = e.run(t, "snapshot", "prune", "--all")
-	if code != deploy.CodeFailed || !strings.Contains(errOut, "refusing") {
+	if code != outcome.Failed || !strings.Contains(errOut, "refusing") {
 		t.Fatalf("prune with a corrupt marker: exit %d, stderr %q", code, errOut)
 	}
 	if left, _ := snapshot.List(e.stateDir); len(left) != 3 {
@@ -270,7 +271,7 @@ func TestSnapshotPruneGuards(t *testing.T) {
 		{"negative", []string{"--keep", "-1"}, "must be >= 1"},
 	} {
 		code, _, errOut := e.run(t, append([]string{"snapshot", "prune"}, tc.args...)...)
-		if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) || count() != 3 {
+		if code != outcome.Usage || !strings.Contains(errOut, tc.want) || count() != 3 {
 			t.Fatalf("%s: exit %d, %d left, stderr %q", tc.name, code, count(), errOut)
 		}
 	}
@@ -319,7 +320,7 @@ func TestSnapshotPruneKeepsTheNewest(t *testing.T) {
 	}
 	code, out, errOut := e.run(t, "--json", "snapshot", "prune", "--all")
 	var res snapshot.PruneResult
-	if code != deploy.CodeOK || json.Unmarshal([]byte(out), &res) != nil {
+	if code != outcome.OK || json.Unmarshal([]byte(out), &res) != nil {
 		t.Fatalf("prune --all: exit %d: %s%s", code, out, errOut)
 	}
 	if len(res.Removed) != 1 || len(res.Protected) != 2 || !strings.Contains(res.Why[ofV2], "rollback --last") || !strings.Contains(res.Why[ofV1], "current release v1") {
@@ -342,7 +343,7 @@ func TestRollbackNeedsATarget(t *testing.T) {
 	snapWrite(t, e.configFile, "{\"listen\":\"127.0.0.1:4000\"}\n", 0o640)
 	before, _ := os.ReadFile(e.configFile)
 	code, out, errOut := e.run(t, "rollback")
-	if code != deploy.CodeUsage || !strings.Contains(out, "USAGE") || !strings.Contains(out, "would restore snapshot "+id) || !strings.Contains(errOut, "--snapshot ID or --last") {
+	if code != outcome.Usage || !strings.Contains(out, "USAGE") || !strings.Contains(out, "would restore snapshot "+id) || !strings.Contains(errOut, "--snapshot ID or --last") {
 		t.Fatalf("bare rollback: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = e.run(t, "rollback", "--last", "--dry-run")
@@ -357,7 +358,7 @@ func TestRollbackNeedsATarget(t *testing.T) {
 	if after, _ := os.ReadFile(e.configFile); string(after) != string(before) {
 		t.Fatal("a dry run changed the config")
 	}
-	if code, _, errOut := e.run(t, "rollback", "--snapshot", id, "--last"); code != deploy.CodeUsage || !strings.Contains(errOut, "give one") {
+	if code, _, errOut := e.run(t, "rollback", "--snapshot", id, "--last"); code != outcome.Usage || !strings.Contains(errOut, "give one") {
 		t.Fatalf("two targets: exit %d %s", code, errOut)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -13,7 +11,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/textwrap"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
 )
@@ -23,29 +21,13 @@ import (
 // failures, HTTP errors, JSON-RPC errors and tool errors separately. Exit 1
 // when any call failed other than with a tool error.
 func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
-	targets := c.StringSlice("target")
-	if len(targets) == 0 {
-		for _, t := range cfg.Tunnels {
-			if t.URL != "" {
-				targets = append(targets, t.URL)
-			}
-		}
-		if len(targets) == 0 {
-			return usageError("steady: no --target and no tunnels[].url in the config: name the tunnel URLs to run through")
-		}
-	}
 	var tunnels []string
 	for _, t := range cfg.Tunnels {
-		tunnels = append(tunnels, strings.TrimSuffix(t.URL, "/"))
+		tunnels = append(tunnels, t.URL)
 	}
-	for _, t := range targets {
-		// Loopback, or a tunnel of this deployment: never an arbitrary host.
-		if stress.CheckLoopback(t) != nil && !slices.Contains(tunnels, strings.TrimSuffix(t, "/")) {
-			return usageError("--target %s: must be a loopback URL or one of the tunnels' url in the config (%s)", t, strings.Join(tunnels, ", "))
-		}
-		if u, err := url.Parse(t); err != nil || u.Host == "" {
-			return usageError("--target %q: want a base URL like http://127.0.0.1:8441", t)
-		}
+	targets, err := stress.SteadyTargets(c.StringSlice("target"), tunnels)
+	if err != nil {
+		return withCode(outcome.Usage, err)
 	}
 	run := stress.SteadyConfig{Targets: targets, Rate: c.Float64("rate"), Duration: c.Duration("duration"),
 		Timeout: c.Duration("timeout"), KeepAlive: c.Bool("keepalive")}
@@ -78,20 +60,20 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 			fmt.Fprintln(d.stdout, "INTERRUPTED: the counts until Ctrl-C")
 			printSteady(d.stdout, rep, d.out.width())
 		}
-		return withCode(deploy.CodeFailed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
+		return withCode(outcome.Failed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
 	}
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
+		return withCode(outcome.Failed, fmt.Errorf("stress: %w", err))
 	}
 	if d.out.json {
 		if err := writeJSON(d.stdout, rep); err != nil {
-			return withCode(deploy.CodeFailed, err)
+			return withCode(outcome.Failed, err)
 		}
 	} else {
 		printSteady(d.stdout, rep, d.out.width())
 	}
 	if !rep.Total.Clean() {
-		return withCode(deploy.CodeFailed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
+		return withCode(outcome.Failed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",
 			rep.Total.Transport, rep.Total.HTTP, rep.Total.JSONRPC, rep.Total.BadReply, rep.Total.Calls))
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
 	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/internal/proctest"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/stress"
 )
 
@@ -54,8 +54,8 @@ func TestSteadyCommandUsage(t *testing.T) {
 				args = append(args, "--profile", "steady")
 			}
 			code, _, errOut := runCLI(t, args...)
-			if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, deploy.CodeUsage, tc.want)
+			if code != outcome.Usage || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, outcome.Usage, tc.want)
 			}
 		})
 	}
@@ -68,8 +68,8 @@ func TestSteadyCommandThroughDeadTunnels(t *testing.T) {
 	a, b := "http://"+proctest.FreeAddr(t), "http://"+proctest.FreeAddr(t)
 	cfg := steadyConfigFile(t, a, b)
 	code, out, errOut := runCLI(t, "--config", cfg, "--json", "stress", "--profile", "steady", "--duration", "1s", "--rate", "20")
-	if code != deploy.CodeFailed || !strings.Contains(errOut, "transport failures") {
-		t.Fatalf("exit %d, stderr %q; want %d naming transport failures", code, errOut, deploy.CodeFailed)
+	if code != outcome.Failed || !strings.Contains(errOut, "transport failures") {
+		t.Fatalf("exit %d, stderr %q; want %d naming transport failures", code, errOut, outcome.Failed)
 	}
 	var rep stress.SteadyReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -122,7 +122,7 @@ func TestSteadyInterruptedGivesCounts(t *testing.T) {
 		logger: slog.New(slog.NewTextHandler(&errb, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	code := runApp(ctx, newApp(d), []string{"mcpctl", "--config", cfg, "stress", "--profile", "steady", "--duration", "30s", "--rate", "20", "--json"}, &errb)
 	var rep stress.SteadyReport
-	if code != deploy.CodeFailed || json.Unmarshal(out.Bytes(), &rep) != nil || !rep.Interrupted || rep.Pass || rep.Total.Calls == 0 {
+	if code != outcome.Failed || json.Unmarshal(out.Bytes(), &rep) != nil || !rep.Interrupted || rep.Pass || rep.Total.Calls == 0 {
 		t.Fatalf("exit %d, report %+v\nstdout %s\nstderr %s", code, rep, out.String(), errb.String())
 	}
 	if !strings.Contains(errb.String(), "steady interrupted") {

@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/internal/millis"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/verify"
 	"github.com/overdeck/mcp-backend/stress"
@@ -76,9 +76,6 @@ func systemdStressSampler(ctx context.Context, unit string) (stress.UnitSampler,
 }
 
 func runStressCommand(c *cli.Context, d *deps) error {
-	if c.NArg() > 0 {
-		return usageError("stress: unexpected argument %q", c.Args().First())
-	}
 	cfg, _, err := loadCtlConfig(c)
 	if err != nil {
 		return err
@@ -157,7 +154,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		}
 		s, high, closeFn, err := connect(ctx, unit)
 		if err != nil {
-			return withCode(deploy.CodeFailed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
+			return withCode(outcome.Failed, fmt.Errorf("unit %s: %w (pass --unit '' to stress without unit checks)", unit, err))
 		}
 		defer closeFn()
 		sampler, th.MemoryHigh = s, high
@@ -187,7 +184,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 	if path := c.String("results"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return withCode(deploy.CodeUsage, fmt.Errorf("--results: %w", err))
+			return withCode(outcome.Usage, fmt.Errorf("--results: %w", err))
 		}
 		closers = append(closers, f.Close)
 		enc := vegeta.NewEncoder(f)
@@ -232,15 +229,15 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		} else {
 			_ = rep.RenderWidth(d.stdout, d.out.color, d.out.width())
 		}
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded; run the same `mcpctl stress` again for a verdict", rep.AttackSeconds))
+		return withCode(outcome.Failed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded; run the same `mcpctl stress` again for a verdict", rep.AttackSeconds))
 	}
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress: %w", err))
+		return withCode(outcome.Failed, fmt.Errorf("stress: %w", err))
 	}
 	if pl != nil {
 		pl.Close()
 		if err := stressWritePlot(c.String("plot"), pl); err != nil {
-			return withCode(deploy.CodeFailed, err)
+			return withCode(outcome.Failed, err)
 		}
 	}
 	for _, n := range notes {
@@ -254,18 +251,18 @@ func runStressCommand(c *cli.Context, d *deps) error {
 
 	if d.out.json {
 		if err := rep.WriteJSON(d.stdout); err != nil {
-			return withCode(deploy.CodeFailed, err)
+			return withCode(outcome.Failed, err)
 		}
 	} else {
 		if err := rep.RenderWidth(d.stdout, d.out.color, d.out.width()); err != nil {
-			return withCode(deploy.CodeFailed, err)
+			return withCode(outcome.Failed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {
 			fmt.Fprintln(d.stdout, rep.Build.Note)
 		}
 	}
 	if recErr != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("record the stress verdict: %w", recErr))
+		return withCode(outcome.Failed, fmt.Errorf("record the stress verdict: %w", recErr))
 	}
 	if !rep.Pass {
 		var failed []string
@@ -274,7 +271,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 				failed = append(failed, ch.Name)
 			}
 		}
-		return withCode(deploy.CodeFailed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
+		return withCode(outcome.Failed, fmt.Errorf("stress FAILED: %s", strings.Join(failed, ", ")))
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
-	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/stress"
 	"github.com/overdeck/mcp-backend/stress/stresstest"
@@ -68,8 +68,8 @@ func TestStressCommandUsage(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, append([]string{"--config", cfg, "stress"}, tc.args...)...)
-			if code != deploy.CodeUsage || !strings.Contains(errOut, tc.want) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, deploy.CodeUsage, tc.want)
+			if code != outcome.Usage || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, outcome.Usage, tc.want)
 			}
 		})
 	}
@@ -78,7 +78,7 @@ func TestStressCommandUsage(t *testing.T) {
 func TestStressCommandUnreachableTarget(t *testing.T) {
 	cfg, _ := stressConfigFile(t)
 	code, _, errOut := runCLI(t, "--config", cfg, "stress", "--target", "http://127.0.0.1:1", "--production", "")
-	if code != deploy.CodeFailed || !strings.Contains(errOut, "limits") {
+	if code != outcome.Failed || !strings.Contains(errOut, "limits") {
 		t.Fatalf("exit %d, stderr %q; want 1 naming the limits it could not read", code, errOut)
 	}
 }
@@ -93,10 +93,10 @@ func TestStressCommandVerdicts(t *testing.T) {
 		code int
 		fail string
 	}{
-		{"honest backend passes", stresstest.Options{}, deploy.CodeOK, ""},
+		{"honest backend passes", stresstest.Options{}, outcome.OK, ""},
 		{"backend that understates its shells fails", stresstest.Options{RealShell: 8, LieShell: true,
 			Limits: mcpwire.Limits{MaxActive: 16, ReservedControl: 2, MaxNonControl: 14, MaxShell: 4, MaxQueue: 8, QueueWaitMs: 2000}},
-			deploy.CodeFailed, "shell.bound.measured"},
+			outcome.Failed, "shell.bound.measured"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestStressCommandVerdicts(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("stdout is not the JSON report: %v\n%s", err, out)
 			}
-			if rep.Pass != (tc.code == deploy.CodeOK) {
+			if rep.Pass != (tc.code == outcome.OK) {
 				t.Fatalf("report pass %t with exit %d", rep.Pass, code)
 			}
 			if tc.fail != "" && !strings.Contains(errOut, tc.fail) {
@@ -197,9 +197,9 @@ func TestStressVerdictOnlyForTheStressedBuild(t *testing.T) {
 		verdicts int
 		pass     bool
 	}{
-		{"target serves another build: nothing recorded", other, "100", deploy.CodeFailed, "a build that was not stressed", 0, false},
-		{"shell load never above the limit: recorded as not passing", self, "2", deploy.CodeOK, "recorded as NOT passing: the run skipped shell.reaches.limit", 1, false},
-		{"the stressed build, load above the limit: a pass", self, "100", deploy.CodeOK, "recorded for " + self, 1, true},
+		{"target serves another build: nothing recorded", other, "100", outcome.Failed, "a build that was not stressed", 0, false},
+		{"shell load never above the limit: recorded as not passing", self, "2", outcome.OK, "recorded as NOT passing: the run skipped shell.reaches.limit", 1, false},
+		{"the stressed build, load above the limit: a pass", self, "100", outcome.OK, "recorded for " + self, 1, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,7 +259,7 @@ func TestStressCommandRecordsAndWritesFiles(t *testing.T) {
 	args := append([]string{"--config", cfg, "--no-color", "stress", "--target", target, "--unit", "fake.service",
 		"--memory-growth", "10", "--results", results, "--plot", plotFile}, quick...)
 	code, out, errOut := runStressCLI(t, fakeUnitSampler, args...)
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("exit %d; stderr %s\n%s", code, errOut, out)
 	}
 	for _, want := range []string{"verdict: PASS", "recorded for sha256:", "unit.stable", "PASS"} {

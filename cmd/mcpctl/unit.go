@@ -13,6 +13,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -140,12 +141,12 @@ func unitInstall(c *cli.Context, d *deps) error {
 	// read and our write would have its units overwritten.
 	unlock, err := stateLock(c, d, cfg.StateDir, "unit install")
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(outcome.Failed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer unlock()
 	ui, err := deploy.CompareUnits(cfg, us)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(outcome.Failed, err)
 	}
 	// Connect before writing: without systemd the new files would sit
 	// there unloaded, so fail with nothing changed instead.
@@ -153,12 +154,12 @@ func unitInstall(c *cli.Context, d *deps) error {
 	defer cancel()
 	sd, err := systemd.Connect(ctx, systemd.Options{Logger: d.logger})
 	if err != nil {
-		return withCode(deploy.CodeFailed, fmt.Errorf("unit install: nothing written: %w", err))
+		return withCode(outcome.Failed, fmt.Errorf("unit install: nothing written: %w", err))
 	}
 	defer sd.Close()
 	rep, err := ui.Apply(ctx, sd)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(outcome.Failed, err)
 	}
 	notified, err := installNotifier(ctx, cfg, sd)
 	if err != nil {
@@ -241,11 +242,11 @@ func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {
 func unitInstallDryRun(d *deps, cfg *ctlconfig.Config, us []units.Unit) error {
 	ui, err := deploy.CompareUnits(cfg, us)
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(outcome.Failed, err)
 	}
 	rep, err := ui.DryRun()
 	if err != nil {
-		return withCode(deploy.CodeFailed, err)
+		return withCode(outcome.Failed, err)
 	}
 	if d.out.json {
 		return writeJSON(d.stdout, rep)

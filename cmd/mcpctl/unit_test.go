@@ -13,6 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/internal/nspawn/nspawntest"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -47,7 +48,7 @@ func TestUnitRender(t *testing.T) {
 	dir := t.TempDir()
 	conf := unitTestConfig(t, dir, nil)
 	code, out, errs := runCLI(t, "--config", conf, "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl", "--canary-version", "v7")
-	if code != deploy.CodeOK {
+	if code != outcome.OK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
@@ -67,7 +68,7 @@ func TestUnitRender(t *testing.T) {
 
 	t.Run("json", func(t *testing.T) {
 		code, out, errs := runCLI(t, "--config", conf, "--json", "unit", "render", "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != deploy.CodeOK {
+		if code != outcome.OK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		var list []renderedUnit
@@ -83,7 +84,7 @@ func TestUnitRender(t *testing.T) {
 	t.Run("out", func(t *testing.T) {
 		outDir := filepath.Join(dir, "rendered")
 		code, _, errs := runCLI(t, "--config", conf, "unit", "render", "--out", outDir, "--mcpctl", "/usr/local/bin/mcpctl")
-		if code != deploy.CodeOK {
+		if code != outcome.OK {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		cfg, err := ctlconfig.Load(conf, true)
@@ -120,9 +121,9 @@ func TestUnitInstallTakesTheLock(t *testing.T) {
 	}
 	defer unlock()
 	code, out, errs := runCLI(t, "--config", conf, "--lock-wait", "200ms", "unit", "install", "--mcpctl", "/usr/local/bin/mcpctl")
-	if code != deploy.CodeFailed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") ||
+	if code != outcome.Failed || !strings.Contains(errs, "nothing written") || !strings.Contains(errs, "cutover (test holder)") ||
 		!strings.Contains(errs, "still held after waiting 200ms") {
-		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, deploy.CodeFailed)
+		t.Fatalf("exit %d, stderr %q; want %d, nothing written, naming the holder", code, errs, outcome.Failed)
 	}
 	if n := strings.Count(errs, "waiting up to 200ms for the mcpctl lock: pid "+strconv.Itoa(os.Getpid())+" (cutover (test holder))"); n != 1 {
 		t.Fatalf("stderr %q says whom it waits for %d times, want once", errs, n)
@@ -162,8 +163,8 @@ func TestUnitBadConfigExit2(t *testing.T) {
 					args = append(args, strings.ReplaceAll(a, "OUT", filepath.Join(dir, "out")))
 				}
 				code, out, errs := runCLI(t, args...)
-				if code != deploy.CodeUsage {
-					t.Fatalf("exit %d, want %d; stderr %s", code, deploy.CodeUsage, errs)
+				if code != outcome.Usage {
+					t.Fatalf("exit %d, want %d; stderr %s", code, outcome.Usage, errs)
 				}
 				if !strings.Contains(errs, tc.want) {
 					t.Fatalf("stderr %q lacks %q", errs, tc.want)
@@ -183,7 +184,7 @@ func TestUnitBadConfigExit2(t *testing.T) {
 
 func TestUnitMissingExplicitConfig(t *testing.T) {
 	code, _, errs := runCLI(t, "--config", filepath.Join(t.TempDir(), "nope.json"), "unit", "render")
-	if code != deploy.CodeUsage || !strings.Contains(errs, "nope.json") {
+	if code != outcome.Usage || !strings.Contains(errs, "nope.json") {
 		t.Fatalf("exit %d, stderr %s", code, errs)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
 )
@@ -44,7 +45,7 @@ func verifyCommand(d *deps) *cli.Command {
 				}
 				unchecked = []string{"the backend unit and its socket unit (need systemd, not reachable: " + b.sdErr.Error() + ")"}
 			default:
-				return withCode(deploy.CodeFailed, fmt.Errorf("verify %s: the tunnel checks compare unit runs and need systemd, not reachable: %w; `mcpctl verify backend` runs its HTTP checks without it", what, b.sdErr))
+				return withCode(outcome.Failed, fmt.Errorf("verify %s: the tunnel checks compare unit runs and need systemd, not reachable: %w; `mcpctl verify backend` runs its HTTP checks without it", what, b.sdErr))
 			}
 			type result struct {
 				What      string   `json:"what"`
@@ -78,9 +79,9 @@ func verifyCommand(d *deps) *cli.Command {
 			})
 			switch {
 			case len(fails) > 0:
-				return withCode(deploy.CodeFailed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
+				return withCode(outcome.Failed, fmt.Errorf("verify %s: %d failure(s)", what, len(fails)))
 			case len(unchecked) > 0:
-				return withCode(deploy.CodeFailed, fmt.Errorf("verify %s: incomplete without systemd", what))
+				return withCode(outcome.Failed, fmt.Errorf("verify %s: incomplete without systemd", what))
 			}
 			return nil
 		},

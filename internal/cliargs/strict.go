@@ -13,7 +13,10 @@ import (
 // exits 3, which both programs reserve for other meanings), a bad flag, and
 // positional arguments given to a command that takes none. Each comes back
 // through usage, the app's usage error (exit 2), naming the nearest valid
-// name. "help [COMMAND]" shows help and succeeds.
+// name. "help [COMMAND]" shows help and succeeds. A command run without a
+// required flag fails with a *MissingFlagsError through usage. Strict
+// changes app's commands and flags: give it each app once, its flags made
+// for it; the app's ExitErrHandler must not exit.
 func Strict(app *cli.App, usage func(error) error) {
 	if app.Action == nil {
 		app.Action = func(c *cli.Context) error {
@@ -33,6 +36,7 @@ func Strict(app *cli.App, usage func(error) error) {
 		}
 	}
 	strictCommands(app.Commands, "", usage)
+	requireFlags(app.Commands, usage)
 	quietSwitches(app.Flags)
 	Walk(app.Commands, func(_ string, c *cli.Command) { quietSwitches(c.Flags) })
 }

@@ -496,8 +496,9 @@ func randHex(n int) (string, error) {
 
 // BuildBinary builds the main package pkg of the Go module around the
 // current directory (e.g. "./cmd/mcp-backend") with buildinfo.Version set
-// to version, into dir, and returns the binary's path.
-func BuildBinary(ctx context.Context, pkg, version, dir string) (string, error) {
+// to version and the build tags tags, into dir, and returns the binary's
+// path.
+func BuildBinary(ctx context.Context, pkg, version, dir string, tags ...string) (string, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("build %s: go env GOMOD: %w", pkg, err)
@@ -511,7 +512,7 @@ func BuildBinary(ctx context.Context, pkg, version, dir string) (string, error) 
 	}
 	out := filepath.Join(dir, filepath.Base(pkg)+"-"+sanitize(version))
 	ldflags := "-X github.com/overdeck/mcp-backend/internal/buildinfo.Version=" + version
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", strings.Join(tags, ","), "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

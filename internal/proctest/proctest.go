@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overdeck/mcp-backend/internal/procfs"
 )
 
 // Eventually polls cond until it holds, failing the test after a minute.
@@ -29,17 +31,8 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // Alive reports whether pid exists and is not a zombie. Orphans are
 // reparented to a PID 1 that may not reap them, so a zombie counts as dead.
 func Alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || len(s) < i+3 {
-		return false
-	}
-	state := s[i+2]
-	return state != 'Z' && state != 'X'
+	st, ok := procfs.Read(pid)
+	return ok && st.State != "Z" && st.State != "X"
 }
 
 // WaitDead waits (bounded) until none of pids is alive.

@@ -13,6 +13,8 @@ import (
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/ops/candidate"
+	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
@@ -31,39 +33,10 @@ type Options struct {
 }
 
 // Report says what a cutover did.
-type Report struct {
-	// OK is the verdict: the cutover completed and verified (exit 0).
-	OK          bool     `json:"ok"`
-	FromVersion string   `json:"fromVersion"`
-	ToVersion   string   `json:"toVersion"`
-	Digest      string   `json:"digest,omitempty"`
-	SnapshotID  string   `json:"snapshotId,omitempty"`
-	Warnings    []string `json:"warnings,omitempty"`
-	Refusals    []string `json:"refusals,omitempty"`
-	Failures    []string `json:"failures,omitempty"`
-	RolledBack  bool     `json:"rolledBack"`
-	// FiredAtDeadline: verified, but the armed timer had fired; its run was
-	// made a no-op (marker cleared under the lock) and the cutover stands.
-	FiredAtDeadline bool            `json:"firedAtDeadline,omitempty"`
-	Rollback        *RollbackReport `json:"rollback,omitempty"`
-	Timings         []Timing        `json:"timings"`
-	// Pruned is what the confirmed cutover pruned beyond install.keepReleases.
-	Pruned *Pruned `json:"pruned,omitempty"`
-	// Jobs says how many backend jobs ran before and still run after.
-	Jobs *JobsReport `json:"jobs,omitempty"`
-	// Takeover names the production slot the cutover started and the unit
-	// it took over from.
-	Takeover *Takeover `json:"takeover,omitempty"`
-	// Duration is last: its ...Ms field has always closed the object.
-	Duration millis.Duration `json:"durationMs"`
-}
+type Report = outcome.Cutover
 
 // Pruned lists the snapshots and releases a confirmed cutover removed.
-type Pruned struct {
-	Snapshots []string `json:"snapshots,omitempty"`
-	Releases  []string `json:"releases,omitempty"`
-	Err       string   `json:"error,omitempty"`
-}
+type Pruned = outcome.Pruned
 
 // prune keeps the newest install.keepReleases snapshots and releases, never
 // a snapshot snapshot.Protect protects (the rule mcpctl snapshot prune
@@ -181,7 +154,7 @@ func (c *cutover) audit(action, outcome, reason string, details map[string]strin
 func (c *cutover) timed(name string, step func() error) error {
 	t0 := c.env.now()
 	err := step()
-	c.rep.Timings = append(c.rep.Timings, Timing{name, millis.Duration(c.env.now().Sub(t0))})
+	c.rep.Timings = append(c.rep.Timings, Timing{Step: name, Duration: millis.Duration(c.env.now().Sub(t0))})
 	return err
 }
 
@@ -282,12 +255,25 @@ func (c *cutover) preflight(ctx context.Context) error {
 	return nil
 }
 
+// SnapshotSpec is what a snapshot of production covers, from the config:
+// the one a cutover takes and `mcpctl snapshot create`'s.
+func SnapshotSpec(cfg *ctlconfig.Config, reason string) snapshot.Spec {
+	return snapshot.Spec{
+		StateDir:      cfg.StateDir,
+		InstallRoot:   cfg.Install.Root,
+		BackendConfig: cfg.Backend.Config,
+		UnitDir:       cfg.UnitDir,
+		Unit:          cfg.Backend.Unit,
+		Socket:        units.Socket(cfg.Backend.Unit),
+		Reason:        reason,
+	}
+}
+
 // arm takes the snapshot, writes the pending marker and arms the rollback
 // timer; a failure leaves production as it was.
 func (c *cutover) arm(ctx context.Context) error {
 	env, cfg, f := c.env, c.env.Config, c.facts
-	m, err := snapshot.Create(ctx, snapshot.Spec{StateDir: string(c.dir), InstallRoot: cfg.Install.Root, BackendConfig: cfg.Backend.Config,
-		UnitDir: cfg.UnitDir, Unit: cfg.Backend.Unit, Socket: env.socketUnit(), Reason: "cutover to " + f.CandidateVersion})
+	m, err := snapshot.Create(ctx, SnapshotSpec(cfg, "cutover to "+f.CandidateVersion))
 	if err != nil {
 		return fail(CodeFailed, "snapshot, nothing changed: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/internal/millis"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/state"
 )
 
@@ -288,7 +288,4 @@ func PlanRollback(f RollbackFacts) RollbackPlan {
 }
 
 // Timing is one measured step of a cutover or rollback.
-type Timing struct {
-	Step     string          `json:"step"`
-	Duration millis.Duration `json:"durationMs"`
-}
+type Timing = outcome.Timing

@@ -250,14 +250,7 @@ func loaded(u *unitstate.State) bool {
 
 // active reports a unit that runs or is starting or stopping.
 func active(u *unitstate.State) bool {
-	if u == nil {
-		return false
-	}
-	switch u.ActiveState {
-	case "active", "activating", "reloading", "deactivating":
-		return true
-	}
-	return false
+	return u != nil && unitstate.Running(u.ActiveState)
 }
 
 func errString(err error) string {

@@ -4,38 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
-// Exit codes of mcpctl. Scripts branch on them: keep them exactly.
+// Exit codes of mcpctl, as package outcome defines them (the contract), for
+// the callers that speak of deploy's results.
 const (
-	CodeOK             = 0
-	CodeFailed         = 1 // the operation failed and production is as it was
-	CodeUsage          = 2 // usage or config error, found before anything changed
-	CodeRolledBack     = 3 // cutover failed verification and the rollback completed
-	CodeRollbackFailed = 4 // rollback (or an install's undo) failed: a human is needed
+	CodeOK             = outcome.OK
+	CodeFailed         = outcome.Failed
+	CodeUsage          = outcome.Usage
+	CodeRolledBack     = outcome.RolledBack
+	CodeRollbackFailed = outcome.RollbackFailed
 )
 
 // Error is a failure with the exit code it maps to.
-type Error struct {
-	Code int
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
-
-// CodeOf is the exit code of err: CodeOK for nil, the code of an *Error in
-// its chain, else CodeFailed.
-func CodeOf(err error) int {
-	if err == nil {
-		return CodeOK
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return CodeFailed
-}
+type Error = outcome.Error
 
 func fail(code int, format string, a ...any) error {
 	return &Error{Code: code, Err: fmt.Errorf(format, a...)}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
 )
@@ -25,12 +26,7 @@ type JobUnit struct {
 // none may be stopped by it. StillRunning counts the jobs running before
 // that run on in the same invocation; Ended names those that ended
 // meanwhile (on their own, or cancelled: a deploy never stops one).
-type JobsReport struct {
-	RunningBefore int      `json:"runningBefore"`
-	StillRunning  int      `json:"stillRunning"`
-	Ended         []string `json:"ended,omitempty"`
-	Err           string   `json:"error,omitempty"`
-}
+type JobsReport = outcome.Jobs
 
 // JobLister is what listing the jobs reads of systemd.
 type JobLister interface {

@@ -95,10 +95,10 @@ func Down(socket *unitstate.State, prod []*unitstate.State) *Outage {
 		if u == nil || !loaded(u) {
 			continue
 		}
-		switch u.ActiveState {
-		case "failed":
+		switch {
+		case u.ActiveState == "failed":
 			o.Failed = append(o.Failed, FailedUnit{Unit: u.Name, Result: u.Result, NRestarts: u.NRestarts, InvocationID: u.InvocationID})
-		case "active", "activating", "reloading", "deactivating":
+		case unitstate.Running(u.ActiveState):
 			// A slot in standby or parked by an interrupted cutover runs
 			// but serves nothing: beside a failed one it is no server.
 			switch u.StatusText {

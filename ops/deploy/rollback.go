@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/internal/millis"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
@@ -29,21 +30,7 @@ type RollbackOptions struct {
 }
 
 // RollbackReport says what a rollback did.
-type RollbackReport struct {
-	// OK is the verdict: the rollback (or its no-op) completed (exit 0).
-	OK         bool              `json:"ok"`
-	Noop       bool              `json:"noop"`
-	Reason     string            `json:"reason"`
-	SnapshotID string            `json:"snapshotId,omitempty"`
-	Version    string            `json:"version,omitempty"`
-	Changes    []snapshot.Change `json:"changes,omitempty"`
-	Restarted  bool              `json:"restarted"`
-	// Takeover names the slot that serves the restored release.
-	Takeover *Takeover `json:"takeover,omitempty"`
-	Timings  []Timing  `json:"timings,omitempty"`
-	// Duration is last: its ...Ms field has always closed the object.
-	Duration millis.Duration `json:"durationMs"`
-}
+type RollbackReport = outcome.Rollback
 
 // Rollback runs mcpctl rollback: takes the lock, plans, restores.
 func Rollback(ctx context.Context, env *Env, opts RollbackOptions) (*RollbackReport, error) {
@@ -93,7 +80,7 @@ func restore(ctx context.Context, env *Env, plan RollbackPlan, boot bool) (*Roll
 	log := env.log().With("snapshot", plan.SnapshotID)
 	rep := &RollbackReport{SnapshotID: plan.SnapshotID, Reason: plan.Reason}
 	step := func(name string, t0 time.Time) {
-		rep.Timings = append(rep.Timings, Timing{name, millis.Duration(env.now().Sub(t0))})
+		rep.Timings = append(rep.Timings, Timing{Step: name, Duration: millis.Duration(env.now().Sub(t0))})
 	}
 	failed := func(err error) (*RollbackReport, error) {
 		log.Error("rollback failed", "err", err)

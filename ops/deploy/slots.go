@@ -15,6 +15,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/units"
@@ -47,13 +48,7 @@ type SlotFact struct {
 }
 
 // Running reports a unit with a process (starting, serving or stopping).
-func (f SlotFact) Running() bool {
-	switch f.ActiveState {
-	case "active", "activating", "reloading", "deactivating":
-		return true
-	}
-	return false
-}
+func (f SlotFact) Running() bool { return unitstate.Running(f.ActiveState) }
 
 // Accepting reports a unit that takes connections from the shared socket:
 // a running legacy unit, or a slot that said so (a slot that says nothing
@@ -336,21 +331,7 @@ func (e *Env) startWithStandby(ctx context.Context, unit, envFile, addr string) 
 }
 
 // Takeover is what applying a SlotPlan did, for the report.
-type Takeover struct {
-	Slot    string `json:"slot"`
-	Unit    string `json:"unit"`
-	Standby string `json:"standby,omitempty"`
-	// From is the unit that served before ("" when none did).
-	From string `json:"from,omitempty"`
-	// Resumed says Unit was parked and accepts again: nothing started.
-	Resumed bool `json:"resumed,omitempty"`
-	// Parked are the units that handed off and wait, able to take over
-	// again at once, until the cutover is confirmed (then stopped).
-	Parked []string `json:"parked,omitempty"`
-	// Warnings name the old slots that exited in the handoff instead of
-	// parking: their calls may have been cut (the report's warnings).
-	Warnings []string `json:"-"`
-}
+type Takeover = outcome.Takeover
 
 // handoffWait bounds the wait for the old slot to park (or, a build before
 // parking, exit) after SIGUSR2: its drain (10 s in the backend) and a

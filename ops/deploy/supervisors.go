@@ -42,7 +42,7 @@ type Supervision struct {
 // on its way), started by an active trigger, or enabled at boot.
 func (s ServiceFact) live() (bool, string) {
 	switch {
-	case slices.Contains([]string{"active", "activating", "reloading", "deactivating"}, s.ActiveState):
+	case unitstate.Running(s.ActiveState):
 		return true, s.ActiveState
 	case len(s.ActiveTriggers) > 0:
 		return true, "started by " + strings.Join(s.ActiveTriggers, ", ")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/strictjson"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
+	"github.com/overdeck/mcp-backend/units/hostlayout"
 )
 
 // DefaultPath is the inventory mcpctl fleet reads when none is named.
@@ -187,7 +188,7 @@ func Default() *Inventory {
 	return &Inventory{
 		Defaults: HostDefs{
 			Port: 22, User: "root", Config: ctlconfig.DefaultPath,
-			Agent: "/usr/local/bin/mcpctl", FleetDir: "/var/lib/mcpctl-fleet",
+			Agent: "/usr/local/bin/mcpctl", FleetDir: hostlayout.MCPCtlFleetDir,
 		},
 		SSH: SSH{
 			Binary: "ssh", KnownHosts: "known_hosts", Identity: "id_fleet",

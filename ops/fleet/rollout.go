@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"log/slog"
 	"os"
 	"sort"
@@ -143,24 +144,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // stderr with {"error":{...,"lockHeld":{...}}} and exits 1, nothing
 // changed. The holder is returned for the log.
 func LockHeld(res *StepResult) (holder string, ok bool) {
-	if res == nil || res.State != StepDone || res.ExitCode != 1 {
+	if res == nil || res.State != StepDone || res.ExitCode != outcome.Failed {
 		return "", false
 	}
 	s := strings.TrimSpace(res.Stderr)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
 	}
-	var e struct {
-		Error struct {
-			LockHeld *struct {
-				Path   string `json:"path"`
-				Holder *struct {
-					PID   int    `json:"pid"`
-					Owner string `json:"owner"`
-				} `json:"holder"`
-			} `json:"lockHeld"`
-		} `json:"error"`
-	}
+	var e outcome.Failure
 	if json.Unmarshal([]byte(s), &e) != nil || e.Error.LockHeld == nil {
 		return "", false
 	}
@@ -502,27 +493,18 @@ func (hc *hostCtx) agentOf(e *Event) string {
 	return e.Detail
 }
 
-// cutoverReport is the part of `mcpctl cutover --json` the fleet reads.
-type cutoverReport struct {
-	FromVersion string   `json:"fromVersion"`
-	SnapshotID  string   `json:"snapshotId"`
-	Failures    []string `json:"failures"`
-	Refusals    []string `json:"refusals"`
-	RolledBack  bool     `json:"rolledBack"`
-}
-
 func cutoverOutcome(res *StepResult) (Outcome, string, string, string) {
-	var rep cutoverReport
+	var rep outcome.Cutover
 	_ = json.Unmarshal([]byte(res.Stdout), &rep)
 	reasons := strings.Join(append(rep.Refusals, rep.Failures...), "; ")
 	switch {
 	case res.State != StepDone:
 		return Refused, "", "", "the cutover never started on the host"
-	case res.ExitCode == 0:
+	case res.ExitCode == outcome.OK:
 		return Verified, rep.SnapshotID, rep.FromVersion, "cut over from " + rep.FromVersion + ", verified"
-	case res.ExitCode == 3:
+	case res.ExitCode == outcome.RolledBack:
 		return RolledBack, "", "", "failed verification, the host rolled itself back: " + reasons
-	case res.ExitCode == 4:
+	case res.ExitCode == outcome.RollbackFailed:
 		return HumanNeeded, "", "", "the host's rollback failed: " + reasons + " " + tail(res.Stderr)
 	}
 	return Refused, "", "", fmt.Sprintf("cutover refused (exit %d): %s %s", res.ExitCode, reasons, tail(res.Stderr))

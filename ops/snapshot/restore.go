@@ -15,6 +15,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/internal/atomicfs"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
+	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/ops/release"
 )
 
@@ -27,10 +28,7 @@ const (
 )
 
 // Change is what a restore did to one path (or found already right).
-type Change struct {
-	Path   string `json:"path"`
-	Action string `json:"action"`
-}
+type Change = outcome.Change
 
 // Result is the outcome of a restore.
 type Result struct {

@@ -46,6 +46,18 @@ type State struct {
 	StatusText string
 }
 
+// Running reports whether a unit in activeState has processes or is about
+// to: active, or on its way in or out (activating, reloading,
+// deactivating). The one reading of ActiveState that the deploy and the
+// backend's jobs share.
+func Running(activeState string) bool {
+	switch activeState {
+	case "active", "activating", "reloading", "deactivating":
+		return true
+	}
+	return false
+}
+
 // Listed is one unit systemd has loaded, as ListUnits reports it.
 type Listed struct {
 	Name        string

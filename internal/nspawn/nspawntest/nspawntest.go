@@ -96,9 +96,14 @@ var (
 	buildDir   string
 )
 
+// TestTags is the build tag of the test hooks a test build carries and a
+// production build leaves out (mcpctl's pause inside a takeover).
+const TestTags = "testhooks"
+
 // BuildBinary builds the main package pkg of this module (e.g.
-// "./cmd/mcp-backend") with buildinfo.Version set to version, once per test
-// process, and returns the binary's path. The binary lives in a per-process
+// "./cmd/mcp-backend") with buildinfo.Version set to version and the test
+// hooks in (TestTags), once per test process, and returns the binary's
+// path. The binary lives in a per-process
 // directory under the temp dir; directories of finished processes are
 // removed by the next build.
 func BuildBinary(t testing.TB, pkg, version string) string {
@@ -115,7 +120,7 @@ func BuildBinary(t testing.TB, pkg, version string) string {
 		buildDir = filepath.Join(os.TempDir(), fmt.Sprintf("nspawntest-bin-%d", os.Getpid()))
 	}
 	// One subdirectory per build: two packages may share a base name.
-	out, err := nspawn.BuildBinary(context.Background(), pkg, version, filepath.Join(buildDir, strconv.Itoa(len(buildCache))))
+	out, err := nspawn.BuildBinary(context.Background(), pkg, version, filepath.Join(buildDir, strconv.Itoa(len(buildCache))), TestTags)
 	if err != nil {
 		t.Fatalf("BuildBinary: %v", err)
 	}
