@@ -21,19 +21,12 @@ import (
 	"github.com/overdeck/mcp-backend/units"
 )
 
-// commandsRunning counts the processes whose command line is exactly argv,
-// in all and those in a cgroup whose path contains unit. The container's
-// processes are the host's too: this is what runs on the host, whichever
-// slot started it.
-func commandsRunning(unit string, argv ...string) (all, inUnit int) {
-	n, inUnit := commandsRunningOf(unit, argv)
-	return n[0], inUnit
-}
-
 // commandsRunningOf counts, in one pass over /proc, the processes whose
 // command line is exactly each of argvs, and those of the first in a
 // cgroup whose path contains unit: one pass, so that the counts are of
-// one moment and their sum is what ran at once.
+// one moment and their sum is what ran at once. The container's processes
+// are the host's too: this is what runs on the host, whichever slot
+// started it.
 func commandsRunningOf(unit string, argvs ...[]string) (all []int, inUnit int) {
 	all = make([]int, len(argvs))
 	want := map[string]int{}
