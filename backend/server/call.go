@@ -490,5 +490,3 @@ func (s *Server) logCall(who *oauth.Identity, cw caller.Caller, tool string, kin
 	}
 	s.log.Log(context.Background(), level, "tool call", attrs...)
 }
-
-

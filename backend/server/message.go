@@ -83,4 +83,3 @@ func (s *Server) writeToolResult(w http.ResponseWriter, id json.RawMessage, resu
 	buf.WriteString("}\n")
 	_, _ = w.Write(buf.Bytes())
 }
-

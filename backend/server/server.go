@@ -57,11 +57,11 @@ type Server struct {
 	// disagreed counts calls the SDK dispatched under another tool name
 	// than the intake read: none, while the frame check holds.
 	disagreed atomic.Int64
-	cancels   *cancelScope  // links HTTP cancel notifications to their calls
-	refusals  *refusalLog   // calls that never ran, logged in aggregate
-	audit     *auditState   // the audit trail (audit.go)
-	policy    *policyState  // allow/ask/deny before a call runs (policy.go)
-	ask       *asker        // signs and spends the user's answers to asks (elicit.go)
+	cancels   *cancelScope // links HTTP cancel notifications to their calls
+	refusals  *refusalLog  // calls that never ran, logged in aggregate
+	audit     *auditState  // the audit trail (audit.go)
+	policy    *policyState // allow/ask/deny before a call runs (policy.go)
+	ask       *asker       // signs and spends the user's answers to asks (elicit.go)
 	approvals *approvalState
 	sandboxes *sandboxState       // the profiles shell commands run in (sandbox.go)
 	ids       *caller.Keys        // the pseudonyms callers are shown by
