@@ -33,10 +33,15 @@ func (m *rpcMessage) metaString(key string) string {
 	return v
 }
 
-// parseJSONRPC returns the message, or a JSON-RPC error code and message
-// for a body that is not a JSON-RPC message. A batch (older protocol
-// versions) is passed on to the SDK as it is.
-func parseJSONRPC(body []byte) (rpcMessage, int, string) {
+// parseJSONRPC is step 3 of the call chain, for an HTTP body and a stdio
+// line alike: the message, or a JSON-RPC error code and message for bytes
+// that are not one JSON-RPC message the SDK reads as we do.
+func parseJSONRPC(body []byte) (rpcMessage, int, string) { return parseMessage(body, true) }
+
+// parseMessage is parseJSONRPC with or without the frame check, which only
+// a message read twice needs (HTTP's intake and the SDK; over stdio the
+// SDK alone reads it, and the arguments' keys are tools.Args's to refuse).
+func parseMessage(body []byte, frame bool) (rpcMessage, int, string) {
 	var m rpcMessage
 	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
 		// Each answer of a batch would be trimmed to the budget on its
@@ -50,12 +55,17 @@ func parseJSONRPC(body []byte) (rpcMessage, int, string) {
 		}
 		return m, -32600, "invalid request: " + err.Error()
 	}
-	if err := checkFrame(body); err != nil {
+	if err := checkFrame(body); frame && err != nil {
 		// The intake and the SDK must read the same call from these bytes.
 		return rpcMessage{}, -32600, "invalid request: " + err.Error()
 	}
 	if m.JSONRPC != "2.0" {
 		return m, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
+	}
+	if m.Method == "" && (len(m.ID) == 0 || string(m.ID) == "null") {
+		// Neither a request nor a response: the SDK would end a stdio
+		// session on it.
+		return m, -32600, "invalid request: a message needs a method, or an id if it is a response"
 	}
 	if len(m.ID) > maxIDBytes {
 		// The id is echoed in the answer, outside the result's budget.
