@@ -48,13 +48,7 @@ type chainBackend struct {
 
 func startChainBackend(t *testing.T, mutate func(*config.Config)) *chainBackend {
 	t.Helper()
-	cfg := config.Default()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, mutate)
 	rc := &refusalCounter{}
 	srv := newServer(t, cfg, slog.New(rc))
 	hs := httptest.NewServer(srv.Handler())
