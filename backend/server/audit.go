@@ -34,11 +34,6 @@ import (
 // refusal before admission counted into the per-second aggregates. The
 // vocabulary is package audit's.
 
-// hostHeader carries the request's Host from our HTTP layer to the tool
-// middleware, which sees only headers; any value a client sends is
-// overwritten.
-const hostHeader = "X-Mcp-Backend-Host"
-
 // startWait bounds how long a call waits for its start record to reach
 // the sink before the tool acts (see audit.Log.EmitWritten).
 const startWait = 20 * time.Millisecond
@@ -141,11 +136,12 @@ func (s *Server) flowFields(c caller.Caller, host, transport string) []audit.Fie
 	return r.Fields
 }
 
-func transportOf(call *mcp.CallToolRequest) (host, transport string) {
-	if call.Extra == nil || call.Extra.Header == nil || call.Extra.Header.Get(reqIDHeader) == "" {
+func transportOf(ctx context.Context) (host, transport string) {
+	in := intakeOf(ctx)
+	if in == nil {
 		return "", "stdio"
 	}
-	return call.Extra.Header.Get(hostHeader), "http"
+	return in.host, "http"
 }
 
 // auditStart writes the start record of an admitted call: after the
@@ -156,7 +152,7 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 		return nil
 	}
 	who, _ := caller.From(ctx)
-	host, transport := transportOf(call)
+	host, transport := transportOf(ctx)
 	c := &callAudit{log: l, tool: call.Params.Name, id: s.audit.prefix + "-" + strconv.FormatUint(s.audit.next.Add(1), 36), start: time.Now()}
 	c.who = s.flowFields(who, host, transport)
 	r := audit.Record{Time: c.start, Event: audit.EventCallStart}
@@ -282,7 +278,7 @@ func (s *Server) auditAdmissionRefusal(ctx context.Context, call *mcp.CallToolRe
 		reason = "queue-cancelled"
 	}
 	who, _ := caller.From(ctx)
-	host, transport := transportOf(call)
+	host, transport := transportOf(ctx)
 	if transport == "http" {
 		host = s.hostLabel(host)
 	}

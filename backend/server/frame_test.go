@@ -125,18 +125,23 @@ func TestScopeCheckedWhereToolRuns(t *testing.T) {
 	}{
 		{"scope not granted", mcpwire.ToolShellExec, mcpwire.ToolShellExec, mcpwire.CodePermissionDenied},
 		{"intake read another tool", mcpwire.ToolShellExec, mcpwire.ToolSystemInfo, mcpwire.CodeInvalidArgument},
-		{"intake read no call", mcpwire.ToolSystemInfo, notACall, mcpwire.CodeInvalidArgument},
+		{"intake read no call", mcpwire.ToolSystemInfo, "", mcpwire.CodeInvalidArgument},
 		{"granted and agreed", mcpwire.ToolSystemInfo, mcpwire.ToolSystemInfo, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := ran
-			hdr := http.Header{}
-			hdr.Set(toolHeader, tc.intake)
+			// "scope not granted" has no intake (stdio's way: the
+			// middleware checks the scope); the others carry the HTTP
+			// intake's reading in the context.
+			ctx := context.Background()
+			if tc.name != "scope not granted" {
+				ctx = withIntake(ctx, &intake{tool: tc.intake})
+			}
 			req := &mcp.CallToolRequest{
 				Params: &mcp.CallToolParamsRaw{Name: tc.tool, Arguments: json.RawMessage(`{}`)},
-				Extra:  &mcp.RequestExtra{TokenInfo: reader.TokenInfo(), Header: hdr},
+				Extra:  &mcp.RequestExtra{TokenInfo: reader.TokenInfo(), Header: http.Header{}},
 			}
-			res, err := h(context.Background(), "tools/call", req)
+			res, err := h(ctx, "tools/call", req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,9 +178,13 @@ func FuzzIntakeAgreesWithDispatch(f *testing.F) {
 	var mu sync.Mutex
 	var ran []string // "intake|dispatched" of each tool that ran
 	for _, name := range mcpwire.ToolNames() {
-		b.srv.mcp.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		b.srv.mcp.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			read := "(no intake)"
+			if in := intakeOf(ctx); in != nil {
+				read = in.tool
+			}
 			mu.Lock()
-			ran = append(ran, req.Extra.Header.Get(toolHeader)+"|"+req.Params.Name)
+			ran = append(ran, read+"|"+req.Params.Name)
 			mu.Unlock()
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
 		})
@@ -189,7 +198,7 @@ func FuzzIntakeAgreesWithDispatch(f *testing.F) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
-		req.Header.Set(toolHeader, "forged")
+		req.Header.Set("X-Mcp-Backend-Tool", "forged") // no header crosses: ignored
 		h.ServeHTTP(httptest.NewRecorder(), req)
 		mu.Lock()
 		defer mu.Unlock()

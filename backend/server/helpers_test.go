@@ -32,7 +32,8 @@ type backend struct {
 	url  string
 }
 
-func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
+// testConfig is the default config adjusted by mutate, validated.
+func testConfig(t testing.TB, mutate func(*config.Config)) config.Config {
 	t.Helper()
 	cfg := config.Default()
 	if mutate != nil {
@@ -41,6 +42,12 @@ func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+func startBackend(t testing.TB, mutate func(*config.Config)) *backend {
+	t.Helper()
+	cfg := testConfig(t, mutate)
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -34,13 +34,7 @@ type served struct {
 
 func serveBackend(t testing.TB, mutate func(*config.Config), limits func(*HTTPLimits)) *served {
 	t.Helper()
-	cfg := config.Default()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, mutate)
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

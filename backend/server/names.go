@@ -15,7 +15,6 @@ import (
 	"github.com/overdeck/mcp-backend/audit"
 
 	"github.com/overdeck/mcp-backend/backend/caller"
-	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -138,8 +137,7 @@ const (
 // refuseUnknownTool answers a tools/call naming no tool of ours as the SDK
 // would (a JSON-RPC invalid-params error, HTTP 200), with the name
 // bounded, and counts it among the refusals.
-func (s *Server) refuseUnknownTool(w http.ResponseWriter, r *http.Request, msg rpcMessage) {
-	who := s.resolveCaller(oauth.IdentityFrom(r.Context()), msg.metaString(caller.MetaSubject), msg.metaString(caller.MetaSession), r.Header.Get(sessionHeader))
+func (s *Server) refuseUnknownTool(w http.ResponseWriter, r *http.Request, msg rpcMessage, who caller.Caller) {
 	s.refusals.add(who, unknownToolLabel, unknownToolOutcome)
 	if l := s.audit.log; l != nil {
 		l.Refused(audit.Refusal{Status: http.StatusOK, Outcome: unknownToolOutcome, Scope: "tool", Reason: "unknown tool", Tool: unknownToolLabel,

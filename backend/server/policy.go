@@ -176,7 +176,7 @@ func (s *Server) auditPolicy(ctx context.Context, call *mcp.CallToolRequest, d p
 		return
 	}
 	who, _ := caller.From(ctx)
-	host, transport := transportOf(call)
+	host, transport := transportOf(ctx)
 	r := audit.Record{Event: audit.EventPolicy}
 	r.Message = fmt.Sprintf("policy: %s %s by %s: %s", call.Params.Name, d.Action, who.Principal.Key(), d.Describe())
 	if note.answer != "" {

@@ -13,7 +13,8 @@ import (
 
 // StdioTransport is the MCP stdio transport with a line filter in front of
 // the SDK's: the SDK ends the whole session on one line it cannot decode
-// (cancelling every call in flight), so each line is checked first, and a
+// (cancelling every call in flight), so each line is checked first, as an
+// HTTP body is (step 3 of call.go's chain; batches are refused), and a
 // malformed one is answered with a JSON-RPC error and dropped while the
 // session goes on. Lines longer than the request limit are refused the
 // same way.
@@ -87,58 +88,11 @@ func filterLines(in io.Reader, pass io.Writer, out io.Writer, maxLine int) error
 	}
 }
 
-// checkLine returns a JSON-RPC error code for a line the SDK could not
-// decode as a message (or would answer under another id), and the id to
-// answer with when it is readable.
+// checkLine is the HTTP body's validation for one line: one JSON-RPC
+// message per line; the id to answer with when it is readable.
 func checkLine(line []byte) (json.RawMessage, int, string) {
-	b := bytes.TrimSpace(line)
-	if b[0] == '[' {
-		var batch []json.RawMessage
-		if err := json.Unmarshal(b, &batch); err != nil {
-			return nil, -32700, "parse error: the line is not valid JSON"
-		}
-		if len(batch) == 0 {
-			return nil, -32600, "invalid request: empty batch"
-		}
-		for _, m := range batch {
-			if _, code, why := checkMessage(m); code != 0 {
-				return nil, code, why
-			}
-		}
-		return nil, 0, ""
-	}
-	return checkMessage(b)
-}
-
-func checkMessage(b []byte) (json.RawMessage, int, string) {
-	var m struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Method  json.RawMessage `json:"method"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) || !json.Valid(b) {
-			return nil, -32700, "parse error: the line is not valid JSON"
-		}
-		return nil, -32600, "invalid request: want a JSON-RPC 2.0 object"
-	}
-	if why := validID(m.ID); why != "" {
-		return nil, -32600, "invalid request: " + why
-	}
-	id := m.ID
-	if m.JSONRPC != "2.0" {
-		return id, -32600, `invalid request: want a JSON-RPC 2.0 object with "jsonrpc":"2.0"`
-	}
-	if m.Method != nil {
-		var s string
-		if json.Unmarshal(m.Method, &s) != nil {
-			return id, -32600, "invalid request: method must be a string"
-		}
-	} else if len(bytes.TrimSpace(m.ID)) == 0 || string(bytes.TrimSpace(m.ID)) == "null" {
-		return nil, -32600, "invalid request: a response needs an id"
-	}
-	return nil, 0, ""
+	msg, code, why := parseMessage(line, false)
+	return msg.ID, code, why
 }
 
 func writeLineError(out io.Writer, id json.RawMessage, code int, msg string) {
