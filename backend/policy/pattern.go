@@ -74,39 +74,7 @@ func compileWord(w string) (*wordPattern, error) {
 	if !strings.ContainsAny(w, "*?[") {
 		return &wordPattern{lit: w}, nil
 	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(w); i++ {
-		switch c := w[i]; c {
-		case '*':
-			if i+1 < len(w) && w[i+1] == '*' {
-				b.WriteString(".*")
-				i++
-			} else {
-				b.WriteString("[^/]*")
-			}
-		case '?':
-			b.WriteString(".")
-		case '[':
-			j := strings.IndexByte(w[i+1:], ']')
-			if j < 0 {
-				return nil, fmt.Errorf("unclosed [")
-			}
-			class := w[i+1 : i+1+j]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			if class == "" || class == "^" {
-				return nil, fmt.Errorf("empty []")
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += j + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
+	re, err := globRegexp(w, "[^/]*", ".*", false)
 	if err != nil {
 		return nil, err
 	}
@@ -174,4 +142,54 @@ func standardDir(d string) bool {
 		return true
 	}
 	return false
+}
+
+// globRegexp compiles a glob that must match a whole string: "*" stands
+// for star and a run of two or more for double, "?" for any one
+// character, "[...]" for one of a class ("[!...]" or "[^...]" none of
+// it), and with escapes "\" makes the next character literal.
+func globRegexp(src, star, double string, escapes bool) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; {
+		case c == '*':
+			n := 1
+			for i+1 < len(src) && src[i+1] == '*' {
+				i++
+				n++
+			}
+			if n > 1 {
+				b.WriteString(double)
+			} else {
+				b.WriteString(star)
+			}
+		case c == '?':
+			b.WriteString(".")
+		case c == '\\' && escapes:
+			if i+1 >= len(src) {
+				return nil, fmt.Errorf("a trailing \\ escapes nothing")
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(src[i : i+1]))
+		case c == '[':
+			j := strings.IndexByte(src[i+1:], ']')
+			if j < 0 {
+				return nil, fmt.Errorf("unclosed [")
+			}
+			class := src[i+1 : i+1+j]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			if class == "" || class == "^" {
+				return nil, fmt.Errorf("empty []")
+			}
+			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
+			i += j + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
 }

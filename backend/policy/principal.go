@@ -17,43 +17,7 @@ type idPattern struct {
 }
 
 func compileID(src string) (*idPattern, error) {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(src); i++ {
-		switch c := src[i]; c {
-		case '*':
-			for i+1 < len(src) && src[i+1] == '*' {
-				i++
-			}
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		case '\\':
-			if i+1 >= len(src) {
-				return nil, fmt.Errorf("a trailing \\ escapes nothing")
-			}
-			i++
-			b.WriteString(regexp.QuoteMeta(src[i : i+1]))
-		case '[':
-			j := strings.IndexByte(src[i+1:], ']')
-			if j < 0 {
-				return nil, fmt.Errorf("unclosed [")
-			}
-			class := src[i+1 : i+1+j]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			if class == "" || class == "^" {
-				return nil, fmt.Errorf("empty []")
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += j + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
+	re, err := globRegexp(src, ".*", ".*", true)
 	if err != nil {
 		return nil, err
 	}
