@@ -77,3 +77,17 @@ func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Res
 		return toolerr.Result(restartError()), nil, true
 	}
 }
+
+// Close cancels every call in flight (queued calls leave, running commands
+// are killed) and kills every command group. Safe to call more than once.
+func (s *Server) Close() {
+	// Admission first: the shutdown ends running calls, and their slots
+	// must not go to queued calls that the shutdown is about to refuse.
+	s.adm.Stop()
+	s.shutdown()
+	s.tools.Close()
+	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
+	}
+}

@@ -343,3 +343,7 @@ func (w *deadlineWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// maxBody bounds a request: a file.write of the largest output plus
+// encoding overhead fits.
+func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }

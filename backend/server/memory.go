@@ -20,6 +20,18 @@ func (s *Server) UseMemGuard(g *memguard.Guard, interval time.Duration) {
 	go g.Run(s.down, interval)
 }
 
+// openMemGuard installs the guard of the process's own cgroup, when there
+// is one to read.
+func (s *Server) openMemGuard() {
+	g, err := memguard.New(memguard.Options{})
+	if err != nil {
+		s.log.Info("memory guard off", "reason", err.Error())
+		return
+	}
+	s.UseMemGuard(g, 0)
+	s.log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
+}
+
 // SetHTTPLimits replaces the HTTP limits; call it before Handler or Serve.
 func (s *Server) SetHTTPLimits(l HTTPLimits) {
 	s.httpLim = l

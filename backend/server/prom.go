@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"mime"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,4 +219,17 @@ func writeFlowsPrometheus(w io.Writer, f *mcpwire.Flows) {
 			fmt.Fprintf(w, "%s{rank=\"%d\",principal_kind=%q,principal=%q,conversation=%q} %s\n", m.name, i+1, s.PrincipalKind, s.Principal, s.Conversation, m.v(s))
 		}
 	}
+}
+
+// metrics serves /metrics: Prometheus text when asked for, JSON otherwise.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	snap := s.metricsSnapshot()
+	if wantsText(r.Header.Get("Accept")) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		writePrometheus(w, snap)
+		writeSessionsPrometheus(w, s.cancels.stats())
+		return
+	}
+	writeJSON(w, http.StatusOK, metricsWithSessions{snap, s.cancels.stats()})
 }
