@@ -391,8 +391,7 @@ func auditShape(tool string) *audit.Shape {
 	if !ok {
 		return nil
 	}
-	s := audit.Shape(d.Audit)
-	return &s
+	return new(audit.Shape(d.Audit))
 }
 
 // auditJobEnd writes a job's job.end record: whose job (principal and
