@@ -1,6 +1,24 @@
 // Package server serves mcp-backend's tools over MCP Streamable HTTP and
 // stdio, with one admission controller shared by every request of the
 // process, and the /healthz, /readyz and /metrics endpoints.
+//
+// Its files by concern:
+//   - wiring: server.go (New builds the parts, Handler routes to them)
+//   - listener and slot lifecycle: run.go, gate.go, connlimit.go,
+//     drain.go, service.go, preflight.go
+//   - the call pipeline: call.go (the steps in order), access.go,
+//     intake.go, message.go, frame.go, rpcerror.go, names.go, stdio.go,
+//     sessions.go, budget.go, memory.go, refusals.go, jobs.go, sandbox.go,
+//     filepolicy.go
+//   - the approval and elicitation exchange: policy.go (allow, ask or
+//     deny), elicit.go (asking the user in the call), approvals.go (asking
+//     the operator)
+//   - the audit trail: audit.go; logs: logging.go
+//   - exposition: metrics.go (/metrics), prom.go (its Prometheus text),
+//     probes.go (/healthz, /readyz)
+//
+// What a tool is (class, scope, policy target, sandbox, audit shape) is
+// read from backend/tooldesc, never decided here by name.
 package server
 
 import (
