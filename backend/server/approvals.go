@@ -269,7 +269,7 @@ func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) (*ap
 		// digest says they are the stored ones.
 		return &approvalRun{}, nil
 	}
-	// Re-validated as job.start's before anything is claimed.
+	// Re-validated as the tool it runs as before anything is claimed.
 	if _, te := s.tools.Args(as, r.Arguments); te != nil {
 		return nil, te
 	}

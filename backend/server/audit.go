@@ -162,7 +162,7 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	r.Add(audit.FieldCallTime, audit.FormatTime(c.start))
 	r.Fields = append(r.Fields, c.who...)
 	r.Add(audit.FieldTool, c.tool)
-	d, _ := tooldesc.Lookup(c.tool)
+	td, _ := tooldesc.Lookup(c.tool)
 	r.Add(audit.FieldClass, string(tooldesc.ClassOf(c.tool)))
 	r.AddInt(audit.FieldQueuedMs, wait.Milliseconds())
 	if d, note, ok := decisionOf(ctx); ok {
@@ -173,7 +173,7 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	}
 	args := audit.Arguments(auditShape(c.tool), call.Params.Arguments)
 	r.Fields = append(r.Fields, args...)
-	if d.Audit.PID != "" {
+	if td.Audit.PID != "" { // a pid the kernel reuses: what it named then
 		for _, f := range args {
 			if f.Name == audit.FieldTargetPID {
 				if t, ok := audit.TargetOf(f.Value); ok {
@@ -224,12 +224,12 @@ func (c *callAudit) end(res mcp.Result, err error, abandoned bool, dur time.Dura
 		_, cut := tr.Meta[truncatedMeta]
 		cut = cut || bytes.Contains(raw, []byte(`"truncated":true`)) || bytes.Contains(raw, []byte(`"outputLimited":true`))
 		r.Add(audit.FieldTruncated, strconv.FormatBool(cut))
-		d, _ := tooldesc.Lookup(c.tool)
-		if d.EndExit {
+		td, _ := tooldesc.Lookup(c.tool)
+		if td.EndExit {
 			r.Add(audit.FieldExitCode, jsonScalar(raw, `"exitCode":`))
 			r.Add(audit.FieldExitSignal, jsonScalar(raw, `"signal":`))
 		}
-		if d.EndJob {
+		if td.EndJob {
 			// The job the call started or touched (job.start's is known
 			// only now; the others name theirs in the start record too).
 			r.Add(audit.FieldJobID, jsonScalar(raw, `"id":`))
