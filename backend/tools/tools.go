@@ -2,9 +2,11 @@
 // control tools system.info, process.list, service.status, process.kill and
 // service.control, the normal tools shell.exec, file.read, file.write and
 // file.list, and the job tools (job.start, job.status, job.output,
-// job.wait, job.cancel, job.list) over backend/jobs. Every tool has structured input and output schemas; every
-// failure is a structured toolerr result. Admission control is not done here:
-// the server wraps these tools from outside.
+// job.wait, job.cancel, job.list) over backend/jobs: the handlers of the
+// descriptors in backend/tooldesc, bound to them in New. Every tool has
+// structured input and output schemas; every failure is a structured
+// toolerr result. Admission control, and the recovery of a panic, are not
+// done here: the server wraps these tools from outside.
 package tools
 
 import (
