@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/overdeck/mcp-backend/internal/procfs"
-	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Bound cuts s to at most n bytes on a rune boundary.
@@ -23,12 +22,30 @@ func Bound(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "")
 }
 
+// Shape says how a tool's arguments are recorded: each field names the
+// argument recorded that way, "" for none. The backend's tool descriptors
+// hold one per tool.
+type Shape struct {
+	Command  string   // cut at CommandBytes, with its length
+	Path     string   // as FieldPath
+	EnvNames string   // an object whose names are kept, never its values
+	Content  string   // its size and sha256, never the bytes
+	Encoding string   // the argument saying Content is base64
+	PID      string   // as FieldTargetPID
+	Signal   string   // as FieldKillSignal
+	Unit     string   // as FieldUnit
+	Action   string   // as FieldAction
+	JobID    string   // as FieldJobID
+	Keep     []string // kept as given, in FieldArgs
+}
+
 // Arguments turns a tool call's raw arguments into the fields a record
-// keeps: what the call acted on, never a secret. file.write's content
-// becomes its size and sha256; shell.exec's environment its variable
-// names; its command is cut at CommandBytes. FieldArgs holds the rest,
-// as bounded JSON; arguments of an unknown tool are kept as names only.
-func Arguments(tool string, raw json.RawMessage) []Field {
+// keeps: what the call acted on, never a secret. Content becomes its size
+// and sha256; an environment its variable names; a command is cut at
+// CommandBytes. FieldArgs holds the arguments Keep names, as bounded JSON;
+// the arguments of a tool without a shape (nil: not one of ours) are kept
+// as names only.
+func Arguments(shape *Shape, raw json.RawMessage) []Field {
 	var in map[string]json.RawMessage
 	if len(bytes.TrimSpace(raw)) > 0 && json.Unmarshal(raw, &in) != nil {
 		return []Field{{FieldArgs, `"(not a JSON object)"`}}
@@ -41,66 +58,12 @@ func Arguments(tool string, raw json.RawMessage) []Field {
 	}
 	str := func(k string) string {
 		var s string
-		_ = json.Unmarshal(in[k], &s)
+		if k != "" {
+			_ = json.Unmarshal(in[k], &s)
+		}
 		return s
 	}
-	kept := map[string]json.RawMessage{}
-	keep := func(keys ...string) {
-		for _, k := range keys {
-			if v, ok := in[k]; ok {
-				kept[k] = v
-			}
-		}
-	}
-	switch tool {
-	case mcpwire.ToolShellExec, mcpwire.ToolJobStart:
-		cmd := str("command")
-		add(FieldCommand, Bound(cmd, CommandBytes))
-		add(FieldCommandBytes, strconv.Itoa(len(cmd)))
-		add(FieldPath, Bound(str("cwd"), ValueBytes))
-		var env map[string]json.RawMessage
-		_ = json.Unmarshal(in["env"], &env)
-		names := make([]string, 0, len(env))
-		for k := range env {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		add(FieldEnvNames, Bound(strings.Join(names, " "), ValueBytes))
-		keep("timeoutMs", "waitMs", "memoryMax", "tasksMax")
-	case mcpwire.ToolFileWrite:
-		add(FieldPath, Bound(str("path"), ValueBytes))
-		content := []byte(str("content"))
-		if str("encoding") == "base64" {
-			if b, err := base64.StdEncoding.DecodeString(string(content)); err == nil {
-				content = b
-			}
-		}
-		sum := sha256.Sum256(content)
-		add(FieldContentBytes, strconv.Itoa(len(content)))
-		add(FieldContentSHA256, hex.EncodeToString(sum[:]))
-		keep("encoding", "mode", "createParents")
-	case mcpwire.ToolFileRead, mcpwire.ToolFileList:
-		add(FieldPath, Bound(str("path"), ValueBytes))
-		keep("offset", "length", "limit")
-	case mcpwire.ToolProcessKill:
-		var pid int64
-		_ = json.Unmarshal(in["pid"], &pid)
-		if pid != 0 {
-			add(FieldTargetPID, strconv.FormatInt(pid, 10))
-		}
-		if s, ok := in["signal"]; ok {
-			add(FieldKillSignal, Bound(strings.Trim(string(s), `"`), 32))
-		}
-	case mcpwire.ToolServiceStatus, mcpwire.ToolServiceControl:
-		add(FieldUnit, Bound(str("unit"), ValueBytes))
-		add(FieldAction, Bound(str("action"), 32))
-	case mcpwire.ToolProcessList:
-		keep("name", "user", "limit")
-	case mcpwire.ToolJobStatus, mcpwire.ToolJobOutput, mcpwire.ToolJobWait, mcpwire.ToolJobCancel:
-		add(FieldJobID, Bound(str("id"), 64))
-		keep("stream", "offset", "maxBytes", "waitMs")
-	case mcpwire.ToolSystemInfo, mcpwire.ToolJobList:
-	default:
+	if shape == nil {
 		names := make([]string, 0, len(in))
 		for k := range in {
 			names = append(names, k)
@@ -109,6 +72,52 @@ func Arguments(tool string, raw json.RawMessage) []Field {
 		b, _ := json.Marshal(map[string][]string{"names": names})
 		add(FieldArgs, Bound(string(b), ArgsBytes))
 		return out
+	}
+	if k := shape.Command; k != "" {
+		cmd := str(k)
+		add(FieldCommand, Bound(cmd, CommandBytes))
+		add(FieldCommandBytes, strconv.Itoa(len(cmd)))
+	}
+	add(FieldPath, Bound(str(shape.Path), ValueBytes))
+	if k := shape.EnvNames; k != "" {
+		var env map[string]json.RawMessage
+		_ = json.Unmarshal(in[k], &env)
+		names := make([]string, 0, len(env))
+		for k := range env {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		add(FieldEnvNames, Bound(strings.Join(names, " "), ValueBytes))
+	}
+	if k := shape.Content; k != "" {
+		content := []byte(str(k))
+		if str(shape.Encoding) == "base64" {
+			if b, err := base64.StdEncoding.DecodeString(string(content)); err == nil {
+				content = b
+			}
+		}
+		sum := sha256.Sum256(content)
+		add(FieldContentBytes, strconv.Itoa(len(content)))
+		add(FieldContentSHA256, hex.EncodeToString(sum[:]))
+	}
+	if k := shape.PID; k != "" {
+		var pid int64
+		_ = json.Unmarshal(in[k], &pid)
+		if pid != 0 {
+			add(FieldTargetPID, strconv.FormatInt(pid, 10))
+		}
+	}
+	if s, ok := in[shape.Signal]; ok && shape.Signal != "" {
+		add(FieldKillSignal, Bound(strings.Trim(string(s), `"`), 32))
+	}
+	add(FieldUnit, Bound(str(shape.Unit), ValueBytes))
+	add(FieldAction, Bound(str(shape.Action), 32))
+	add(FieldJobID, Bound(str(shape.JobID), 64))
+	kept := map[string]json.RawMessage{}
+	for _, k := range shape.Keep {
+		if v, ok := in[k]; ok {
+			kept[k] = v
+		}
 	}
 	if len(kept) > 0 {
 		b, _ := json.Marshal(kept)

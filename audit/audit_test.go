@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/audit"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 )
 
 // readLines decodes every JSON line of the file sink at path.
@@ -229,6 +230,15 @@ func TestRefusalsAggregateWithExactCounts(t *testing.T) {
 	}
 }
 
+// shapeOf is the shape the backend's descriptor of tool gives, as the
+// server passes it.
+func shapeOf(tool string) *audit.Shape {
+	if d, ok := tooldesc.Lookup(tool); ok {
+		return new(audit.Shape(d.Audit))
+	}
+	return nil
+}
+
 func TestArgumentsKeepSecretsOut(t *testing.T) {
 	long := strings.Repeat("x", 5000)
 	cases := []struct {
@@ -256,7 +266,7 @@ func TestArgumentsKeepSecretsOut(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got := map[string]string{}
 			var all strings.Builder
-			for _, f := range audit.Arguments(c.tool, json.RawMessage(c.args)) {
+			for _, f := range audit.Arguments(shapeOf(c.tool), json.RawMessage(c.args)) {
 				got[f.Name] = f.Value
 				all.WriteString(f.Value)
 			}

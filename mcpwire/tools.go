@@ -47,8 +47,9 @@ const (
 // Classes lists the classes in report order.
 func Classes() []Class { return []Class{ClassShell, ClassNormal, ClassControl} }
 
-// ClassOf returns the admission class of a tool name; unknown tools are
-// normal.
+// ClassOf returns the admission class a tool's calls are counted under, as
+// clients (the stress) read /metrics; unknown tools are normal. The
+// backend's tool descriptors say the same, which their test checks.
 func ClassOf(tool string) Class {
 	switch tool {
 	case ToolSystemInfo, ToolProcessList, ToolServiceStatus, ToolProcessKill, ToolServiceControl:

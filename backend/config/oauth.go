@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 )
 
 // OAuth makes /mcp an OAuth 2.1 protected resource: JWT access tokens of
@@ -32,19 +32,9 @@ type OAuth struct {
 	SubjectClaim string `json:"subjectClaim,omitempty"`
 }
 
-// DefaultScopes is the scope mapping of a config that sets none: reading
-// and looking around, changing things, and running commands are granted
-// separately.
-func DefaultScopes() map[string][]string {
-	return map[string][]string{
-		"mcp:read":  {mcpwire.ToolSystemInfo, mcpwire.ToolProcessList, mcpwire.ToolServiceStatus, mcpwire.ToolFileRead, mcpwire.ToolFileList},
-		"mcp:write": {mcpwire.ToolFileWrite, mcpwire.ToolProcessKill, mcpwire.ToolServiceControl},
-		// Jobs run commands as shell.exec does, and their output is a
-		// root command's output: every job tool is exec.
-		"mcp:exec": {mcpwire.ToolShellExec, mcpwire.ToolJobStart, mcpwire.ToolJobStatus, mcpwire.ToolJobOutput,
-			mcpwire.ToolJobWait, mcpwire.ToolJobCancel, mcpwire.ToolJobList},
-	}
-}
+// DefaultScopes is the scope mapping of a config that sets none: each
+// tool's descriptor names the scope that grants it.
+func DefaultScopes() map[string][]string { return tooldesc.DefaultScopes() }
 
 // notSubjects are claims that never say who a token acts for: the ones
 // already read (sub, client_id, azp), those about the token itself, and
@@ -87,7 +77,7 @@ func (o *OAuth) validate() []error {
 			bad("auth.oauth.subjectClaim", fmt.Sprintf("%q", c), "must name a claim that says who the token acts for, not one of "+strings.Join(notSubjects, ", "))
 		}
 	}
-	known := mcpwire.ToolNames()
+	known := tooldesc.Names()
 	for _, name := range slices.Sorted(maps.Keys(o.Scopes)) {
 		key := fmt.Sprintf("auth.oauth.scopes[%q]", name)
 		if name == "" || strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == '"' || r == '\\' || r > '~' }) {

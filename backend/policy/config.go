@@ -22,8 +22,8 @@ import (
 	"strings"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/internal/signals"
-	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Action is what a rule (or the default) decides.
@@ -140,12 +140,12 @@ func Default() Config {
 	}
 }
 
-// Which tools each matcher is about.
+// Which tools each matcher is about: their descriptors say.
 var (
-	commandTools = []string{mcpwire.ToolShellExec, mcpwire.ToolJobStart}
-	pathTools    = []string{mcpwire.ToolFileRead, mcpwire.ToolFileWrite, mcpwire.ToolFileList}
-	unitTools    = []string{mcpwire.ToolServiceStatus, mcpwire.ToolServiceControl}
-	killTools    = []string{mcpwire.ToolProcessKill}
+	commandTools = tooldesc.Targeting(tooldesc.TargetCommand)
+	pathTools    = tooldesc.Targeting(tooldesc.TargetPath)
+	unitTools    = tooldesc.Targeting(tooldesc.TargetUnit)
+	killTools    = tooldesc.Targeting(tooldesc.TargetKill)
 )
 
 var principalKinds = []string{"operator", "oauth", "asserted", "anonymous"}
@@ -235,7 +235,7 @@ func (r Rule) validateMatchers(k string) []error {
 	}
 	for j, t := range r.Tools {
 		if _, err := path.Match(t, ""); err != nil || len(matchTools(t)) == 0 {
-			bad(fmt.Sprintf("%s.tools[%d]", k, j), fmt.Sprintf("%q", t), "can never match: must name a tool or a glob over tool names, one of "+strings.Join(mcpwire.ToolNames(), ", "))
+			bad(fmt.Sprintf("%s.tools[%d]", k, j), fmt.Sprintf("%q", t), "can never match: must name a tool or a glob over tool names, one of "+strings.Join(tooldesc.Names(), ", "))
 		}
 	}
 	for j, c := range r.Commands {
@@ -299,7 +299,7 @@ func (r Rule) matcherTools() []string {
 
 func matchTools(glob string) []string {
 	var out []string
-	for _, n := range mcpwire.ToolNames() {
+	for _, n := range tooldesc.Names() {
 		if ok, _ := path.Match(glob, n); ok {
 			out = append(out, n)
 		}

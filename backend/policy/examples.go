@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/overdeck/mcp-backend/mcpwire"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 )
 
 // Examples are calls a rule must decide (Match) and must not decide
@@ -128,8 +128,8 @@ func (e Example) call(r Rule) (Call, error) {
 			c.Tool = r.exampleTool(nil)
 		}
 	}
-	if !slices.Contains(mcpwire.ToolNames(), c.Tool) {
-		return c, fmt.Errorf("tool %q: name one of %s", c.Tool, strings.Join(mcpwire.ToolNames(), ", "))
+	if !slices.Contains(tooldesc.Names(), c.Tool) {
+		return c, fmt.Errorf("tool %q: name one of %s", c.Tool, strings.Join(tooldesc.Names(), ", "))
 	}
 	var args any
 	switch {
@@ -184,7 +184,7 @@ func (e Example) call(r Rule) (Call, error) {
 func (r Rule) exampleTool(kind []string) string {
 	about := r.matcherTools()
 	if kind == nil {
-		kind = mcpwire.ToolNames()
+		kind = tooldesc.Names()
 	}
 	for _, t := range r.Tools {
 		for _, n := range matchTools(t) {
@@ -198,7 +198,7 @@ func (r Rule) exampleTool(kind []string) string {
 			return n
 		}
 	}
-	if len(kind) > 0 && len(kind) < len(mcpwire.ToolNames()) {
+	if len(kind) > 0 && len(kind) < len(tooldesc.Names()) {
 		return kind[0]
 	}
 	return ""

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/internal/signals"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -58,7 +59,7 @@ func New(c Config) (*Policy, error) {
 			}
 		}
 		if names == nil {
-			names = mcpwire.ToolNames()
+			names = tooldesc.Names()
 		}
 		about := r.matcherTools()
 		for _, n := range names {

@@ -1,16 +1,22 @@
 package server
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/overdeck/mcp-backend/audit"
+	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/oauth"
 )
 
@@ -200,4 +206,69 @@ func isLoopbackHost(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// openAccess reads the bearer token file and opens the OAuth verifier, as
+// far as the config asks for either.
+func openAccess(cfg config.Auth, log *slog.Logger, opts []Option) (token []byte, v *oauth.Verifier, err error) {
+	if cfg.BearerTokenFile != "" {
+		if token, err = readToken(cfg.BearerTokenFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	if cfg.OAuth == nil {
+		return token, nil, nil
+	}
+	o := oauth.Options{Config: *cfg.OAuth}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Logger == nil {
+		o.Logger = log
+	}
+	if v, err = oauth.New(o); err != nil {
+		return nil, nil, err
+	}
+	log.Info("oauth: protected resource", "issuer", cfg.OAuth.Issuer, "resources", cfg.OAuth.Resources, "scopes", v.Scopes())
+	if cfg.BearerTokenFile == "" {
+		log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
+	}
+	return token, v, nil
+}
+
+// listTools shows a token only the tools its scopes let it call: a hosted
+// connector puts the list before a model, which should not plan with tools
+// it would be refused. A call to a hidden tool still gets 403
+// insufficient_scope naming the scope (step-up).
+func (s *Server) listTools(ctx context.Context, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := next(ctx, "tools/list", req)
+	var who *oauth.Identity
+	if extra := req.GetExtra(); extra != nil {
+		who = oauth.IdentityOf(extra.TokenInfo)
+	}
+	list, ok := res.(*mcp.ListToolsResult)
+	if err != nil || !ok || list == nil || s.oauth == nil || who == nil || who.Operator {
+		return res, err
+	}
+	shown := *list
+	shown.Tools = nil
+	for _, t := range list.Tools {
+		if s.oauth.MayCall(who, t.Name) {
+			shown.Tools = append(shown.Tools, t)
+		}
+	}
+	if shown.Tools == nil {
+		shown.Tools = []*mcp.Tool{}
+	}
+	return &shown, nil
+}
+
+// passIdentity hands the identity guard put in the request's context to
+// the SDK, which carries it to tool middleware as TokenInfo.
+func passIdentity(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+	id := oauth.IdentityFrom(ctx)
+	if id == nil {
+		return nil, auth.ErrInvalidToken
+	}
+	return id.TokenInfo(), nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -256,24 +257,27 @@ func orNone(s string) string {
 	return s
 }
 
-// approvedRun is how an approved call runs: a shell.exec as the job.start
-// of the same command (answered NEEDS_APPROVAL with status approved and
-// the job's id, since its result is a job's), anything else as itself.
+// approvedRun is how an approved call runs: as the tool its descriptor
+// names (a shell.exec as the job.start of the same command, answered
+// NEEDS_APPROVAL with status approved and the job's id, since its result
+// is a job's), or as itself.
 func (s *Server) approvedRun(call *mcp.CallToolRequest, r approvals.Record) (*approvalRun, *toolerr.Error) {
-	if call.Params.Name != mcpwire.ToolShellExec {
+	d, _ := tooldesc.Lookup(call.Params.Name)
+	as := d.ApprovedAs
+	if as == "" {
 		// The call itself, whose arguments tools.Args made canonical: the
 		// digest says they are the stored ones.
 		return &approvalRun{}, nil
 	}
-	// Re-validated as job.start's before anything is claimed.
-	if _, te := s.tools.Args(mcpwire.ToolJobStart, r.Arguments); te != nil {
+	// Re-validated as the tool it runs as before anything is claimed.
+	if _, te := s.tools.Args(as, r.Arguments); te != nil {
 		return nil, te
 	}
 	// The stored arguments, as approved, run: job.start takes every
 	// argument shell.exec does, and decodes them itself.
 	nreq := *call
 	np := *call.Params
-	np.Name, np.Arguments = mcpwire.ToolJobStart, r.Arguments
+	np.Name, np.Arguments = as, r.Arguments
 	nreq.Params = &np
 	id := r.ID
 	return &approvalRun{req: &nreq, post: func(res mcp.Result) mcp.Result {

@@ -25,6 +25,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/sandbox"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -161,7 +162,8 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	r.Add(audit.FieldCallTime, audit.FormatTime(c.start))
 	r.Fields = append(r.Fields, c.who...)
 	r.Add(audit.FieldTool, c.tool)
-	r.Add(audit.FieldClass, string(mcpwire.ClassOf(c.tool)))
+	td, _ := tooldesc.Lookup(c.tool)
+	r.Add(audit.FieldClass, string(tooldesc.ClassOf(c.tool)))
 	r.AddInt(audit.FieldQueuedMs, wait.Milliseconds())
 	if d, note, ok := decisionOf(ctx); ok {
 		r.Fields = append(r.Fields, policyFields(d, note)...)
@@ -169,9 +171,9 @@ func (s *Server) auditStart(ctx context.Context, call *mcp.CallToolRequest, wait
 	if sb, ok := sandbox.From(ctx); ok {
 		r.Add(audit.FieldSandbox, sb.Name)
 	}
-	args := audit.Arguments(c.tool, call.Params.Arguments)
+	args := audit.Arguments(auditShape(c.tool), call.Params.Arguments)
 	r.Fields = append(r.Fields, args...)
-	if c.tool == mcpwire.ToolProcessKill {
+	if td.Audit.PID != "" { // a pid the kernel reuses: what it named then
 		for _, f := range args {
 			if f.Name == audit.FieldTargetPID {
 				if t, ok := audit.TargetOf(f.Value); ok {
@@ -222,11 +224,12 @@ func (c *callAudit) end(res mcp.Result, err error, abandoned bool, dur time.Dura
 		_, cut := tr.Meta[truncatedMeta]
 		cut = cut || bytes.Contains(raw, []byte(`"truncated":true`)) || bytes.Contains(raw, []byte(`"outputLimited":true`))
 		r.Add(audit.FieldTruncated, strconv.FormatBool(cut))
-		if c.tool == mcpwire.ToolShellExec {
+		td, _ := tooldesc.Lookup(c.tool)
+		if td.EndExit {
 			r.Add(audit.FieldExitCode, jsonScalar(raw, `"exitCode":`))
 			r.Add(audit.FieldExitSignal, jsonScalar(raw, `"signal":`))
 		}
-		if isJobCall(c.tool) {
+		if td.EndJob {
 			// The job the call started or touched (job.start's is known
 			// only now; the others name theirs in the start record too).
 			r.Add(audit.FieldJobID, jsonScalar(raw, `"id":`))
@@ -381,13 +384,14 @@ func (s *Server) auditMetrics() mcpwire.AuditMetrics {
 	return mcpwire.AuditMetrics{Sink: s.audit.sink, Written: l.Written(), Dropped: l.Dropped(), Pending: int64(l.Pending())}
 }
 
-// isJobCall reports whether tool acts on one job (job.list acts on none).
-func isJobCall(tool string) bool {
-	switch tool {
-	case mcpwire.ToolJobStart, mcpwire.ToolJobStatus, mcpwire.ToolJobOutput, mcpwire.ToolJobWait, mcpwire.ToolJobCancel:
-		return true
+// auditShape is how the audit trail records a tool's arguments; nil for a
+// name that is no tool of ours (its argument names only).
+func auditShape(tool string) *audit.Shape {
+	d, ok := tooldesc.Lookup(tool)
+	if !ok {
+		return nil
 	}
-	return false
+	return new(audit.Shape(d.Audit))
 }
 
 // auditJobEnd writes a job's job.end record: whose job (principal and

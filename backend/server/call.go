@@ -15,6 +15,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/oauth"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -156,7 +157,7 @@ func (s *Server) shedEarly(tool string, cw caller.Caller, reserve bool) ([]byte,
 		return encodeResult(te), te.Code
 	}
 	switch {
-	case mcpwire.ClassOf(tool) == mcpwire.ClassWait:
+	case tooldesc.ClassOf(tool) == mcpwire.ClassWait:
 		// A wait holds no slot: the jobs manager bounds it.
 	default:
 		if ref := s.adm.ShedFlow(kind, flowOf(cw)); ref != nil {
@@ -246,7 +247,7 @@ func (s *Server) callTool(ctx context.Context, call *mcp.CallToolRequest, method
 		}
 		post = approved.post
 	}
-	if mcpwire.ClassOf(tool) == mcpwire.ClassWait {
+	if tooldesc.ClassOf(tool) == mcpwire.ClassWait {
 		return s.runWait(ctx, who, cw, call, method, next)
 	}
 	// 11 admission. The intake's shed answered for this moment unless the
@@ -270,7 +271,7 @@ func (s *Server) callTool(ctx context.Context, call *mcp.CallToolRequest, method
 	// 12 run
 	s.sandboxes.count(ctx)
 	ca := s.auditStart(ctx, call, wait) // 13 audit: the start record
-	res, err, abandoned := s.runCall(ctx, func(ctx context.Context) (mcp.Result, error) {
+	res, err, abandoned := s.runCall(ctx, tool, func(ctx context.Context) (mcp.Result, error) {
 		// The slot covers trimming the result too, so that work is
 		// bounded like the rest, and a panic cannot strand it.
 		defer permit.Release()

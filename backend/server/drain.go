@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,11 +34,25 @@ func (s *Server) beginStopping() {
 // abandonRunning answers every call still running UNAVAILABLE.
 func (s *Server) abandonRunning() { s.abandon() }
 
+// recovered runs a tool call's handler: a panic in it becomes one INTERNAL
+// tool error, so that no tool takes the backend (and every other
+// conversation) down with it. The one place a call's panic is recovered,
+// for the calls runCall runs and for job.wait's.
+func (s *Server) recovered(ctx context.Context, tool string, run func(context.Context) (mcp.Result, error)) (res mcp.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("tool panicked", "tool", tool, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res, err = toolerr.Result(toolerr.New(mcpwire.CodeInternal, "%s: internal error", tool)), nil
+		}
+	}()
+	return run(ctx)
+}
+
 // runCall runs a tool call so that the drain can answer it before it ends.
 // The call's own cancellation (client gone, notifications/cancelled,
 // Close) reaches it as before, except once it has been abandoned: then its
 // group dies with Close, after the UNAVAILABLE answer went out.
-func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Result, error)) (mcp.Result, error, bool) {
+func (s *Server) runCall(ctx context.Context, tool string, run func(context.Context) (mcp.Result, error)) (mcp.Result, error, bool) {
 	var abandoned atomic.Bool
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopCtx := context.AfterFunc(ctx, func() {
@@ -56,12 +72,7 @@ func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Res
 			stopDown()
 			cancel()
 		}()
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{toolerr.Result(toolerr.New(mcpwire.CodeInternal, "tool panicked: %v", p)), nil}
-			}
-		}()
-		res, err := run(runCtx)
+		res, err := s.recovered(runCtx, tool, run)
 		done <- outcome{res, err}
 	}()
 	select {
@@ -75,5 +86,19 @@ func (s *Server) runCall(ctx context.Context, run func(context.Context) (mcp.Res
 		default:
 		}
 		return toolerr.Result(restartError()), nil, true
+	}
+}
+
+// Close cancels every call in flight (queued calls leave, running commands
+// are killed) and kills every command group. Safe to call more than once.
+func (s *Server) Close() {
+	// Admission first: the shutdown ends running calls, and their slots
+	// must not go to queued calls that the shutdown is about to refuse.
+	s.adm.Stop()
+	s.shutdown()
+	s.tools.Close()
+	s.jobs.close()
+	if err := s.adm.Leave(); err != nil {
+		s.log.Warn("admission ledger: leave", "err", err)
 	}
 }

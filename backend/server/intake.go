@@ -343,3 +343,16 @@ func (w *deadlineWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// maxBody bounds a request: a file.write of the largest output plus
+// encoding overhead fits.
+func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }
+
+// SetHTTPLimits replaces the HTTP limits; call it before Handler or Serve.
+func (s *Server) SetHTTPLimits(l HTTPLimits) {
+	s.httpLim = l
+	s.budget = &bodyBudget{limit: l.BodyBudget}
+}
+
+// HTTPLimits are the limits in force.
+func (s *Server) HTTPLimits() HTTPLimits { return s.httpLim }

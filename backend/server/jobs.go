@@ -142,7 +142,7 @@ func (js jobsSetup) metrics() *mcpwire.JobMetrics {
 // shutdown answers it with the job's status through Drain, not
 // UNAVAILABLE. It is audited and logged like every call.
 func (s *Server) runWait(ctx context.Context, who *oauth.Identity, cw caller.Caller, call *mcp.CallToolRequest, method string, next mcp.MethodHandler) (mcp.Result, error) {
-	tool := mcpwire.ToolJobWait
+	tool := call.Params.Name
 	if s.stoppingCtx.Err() != nil {
 		s.refusals.add(cw, tool, string(mcpwire.CodeUnavailable))
 		s.auditAdmissionRefusal(ctx, call, restartError(), nil)
@@ -150,7 +150,7 @@ func (s *Server) runWait(ctx context.Context, who *oauth.Identity, cw caller.Cal
 	}
 	start := time.Now()
 	ca := s.auditStart(ctx, call, 0)
-	res, err := next(ctx, method, call)
+	res, err := s.recovered(ctx, tool, func(ctx context.Context) (mcp.Result, error) { return next(ctx, method, call) })
 	if r, ok := res.(*mcp.CallToolResult); ok && r != nil && err == nil {
 		res, _ = fitResult(r, s.cfg.Limits.ResponseBytes)
 	}

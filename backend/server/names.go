@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -15,8 +14,8 @@ import (
 	"github.com/overdeck/mcp-backend/audit"
 
 	"github.com/overdeck/mcp-backend/backend/caller"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
-	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
 // Everything a client names (its Host, a tool) reaches a log line, an audit
@@ -103,7 +102,7 @@ func quoteName(name string) string {
 
 // knownTool reports whether tool is one this server serves (every tool is
 // registered; a mode that cannot run one answers it with an error).
-func knownTool(tool string) bool { return slices.Contains(mcpwire.ToolNames(), tool) }
+func knownTool(tool string) bool { _, ok := tooldesc.Lookup(tool); return ok }
 
 // unknownTool is the JSON-RPC error of a call naming no tool of ours: the
 // SDK's, with the name bounded (the SDK quotes it whole).

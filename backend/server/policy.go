@@ -184,7 +184,7 @@ func (s *Server) auditPolicy(ctx context.Context, call *mcp.CallToolRequest, d p
 	}
 	r.Fields = append(r.Fields, s.flowFields(who, host, transport)...)
 	r.Add(audit.FieldTool, call.Params.Name)
-	r.Fields = append(r.Fields, audit.Arguments(call.Params.Name, call.Params.Arguments)...)
+	r.Fields = append(r.Fields, audit.Arguments(auditShape(call.Params.Name), call.Params.Arguments)...)
 	r.Fields = append(r.Fields, policyFields(d, note)...)
 	l.Emit(r)
 }

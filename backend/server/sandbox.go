@@ -18,6 +18,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/backend/sandbox"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
 
@@ -145,7 +146,7 @@ func keysOf(m map[string]string) []string {
 // profile its deciding rule names, else the default of how it got to run
 // (allowed, or approved after an ask).
 func (st *sandboxState) choose(ctx context.Context, tool string) context.Context {
-	if tool != mcpwire.ToolShellExec && tool != mcpwire.ToolJobStart {
+	if d, _ := tooldesc.Lookup(tool); !d.Sandboxed {
 		return ctx
 	}
 	d, note, _ := decisionOf(ctx)

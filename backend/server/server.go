@@ -1,12 +1,28 @@
 // Package server serves mcp-backend's tools over MCP Streamable HTTP and
 // stdio, with one admission controller shared by every request of the
 // process, and the /healthz, /readyz and /metrics endpoints.
+//
+// Its files by concern:
+//   - wiring: server.go (New builds the parts, Handler routes to them)
+//   - listener and slot lifecycle: run.go, gate.go, connlimit.go,
+//     drain.go, service.go, preflight.go
+//   - the call pipeline: call.go (the steps in order), access.go,
+//     intake.go, message.go, frame.go, rpcerror.go, names.go, stdio.go,
+//     sessions.go, budget.go, memory.go, refusals.go, jobs.go, sandbox.go,
+//     filepolicy.go
+//   - the approval and elicitation exchange: policy.go (allow, ask or
+//     deny), elicit.go (asking the user in the call), approvals.go (asking
+//     the operator)
+//   - the audit trail: audit.go; logs: logging.go
+//   - exposition: metrics.go (/metrics), prom.go (its Prometheus text),
+//     probes.go (/healthz, /readyz)
+//
+// What a tool is (class, scope, policy target, sandbox, audit shape) is
+// read from backend/tooldesc, never decided here by name.
 package server
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -22,7 +38,6 @@ import (
 	"github.com/overdeck/mcp-backend/backend/memguard"
 	"github.com/overdeck/mcp-backend/backend/oauth"
 	"github.com/overdeck/mcp-backend/backend/policy"
-	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/backend/tools"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 )
@@ -89,41 +104,10 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		log:      log,
 		down:     down,
 		shutdown: shutdown,
-		adm: admission.New(admission.Limits{
-			MaxActive:       cfg.Concurrency.MaxActive,
-			ReservedControl: cfg.Concurrency.ReservedControl,
-			MaxShell:        cfg.Concurrency.MaxShell,
-			MaxQueue:        cfg.Concurrency.MaxQueue,
-			QueueWait:       cfg.Concurrency.QueueWait(),
-			FlowReserve:     cfg.Concurrency.FlowReserve,
-			MaxFlows:        cfg.Concurrency.MaxFlows,
-			FlowIdle:        time.Duration(cfg.Concurrency.FlowIdleMs) * time.Millisecond,
-		}),
+		adm:      admission.New(admissionLimits(cfg.Concurrency)),
 	}
-	if cfg.Auth.BearerTokenFile != "" {
-		tok, err := readToken(cfg.Auth.BearerTokenFile)
-		if err != nil {
-			return nil, err
-		}
-		s.token = tok
-	}
-	if cfg.Auth.OAuth != nil {
-		o := oauth.Options{Config: *cfg.Auth.OAuth}
-		for _, opt := range opts {
-			opt(&o)
-		}
-		if o.Logger == nil {
-			o.Logger = log
-		}
-		v, err := oauth.New(o)
-		if err != nil {
-			return nil, err
-		}
-		s.oauth = v
-		log.Info("oauth: protected resource", "issuer", cfg.Auth.OAuth.Issuer, "resources", cfg.Auth.OAuth.Resources, "scopes", v.Scopes())
-		if cfg.Auth.BearerTokenFile == "" {
-			log.Warn("oauth without auth.bearerTokenFile: mcpctl has no credential to verify /mcp with")
-		}
+	if s.token, s.oauth, err = openAccess(cfg.Auth, log, opts); err != nil {
+		return nil, err
 	}
 	ids, err := openKeys(osGetenv, log)
 	if err != nil {
@@ -178,26 +162,9 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 	})
 	s.stoppingCtx, s.stopping = context.WithCancel(context.Background())
 	s.abandonCtx, s.abandon = context.WithCancel(context.Background())
-	s.httpLim = defaultHTTPLimits(s.maxBody(), cfg.Concurrency.MaxActive, cfg.Concurrency.MaxQueue)
-	s.budget = &bodyBudget{limit: s.httpLim.BodyBudget}
-	for _, r := range []struct {
-		dst *[]byte
-		err *toolerr.Error
-	}{
-		{&s.restartResult, restartError()},
-	} {
-		b, err := json.Marshal(toolerr.Result(r.err))
-		if err != nil {
-			return nil, fmt.Errorf("encode %s result: %w", r.err.Code, err)
-		}
-		*r.dst = b
-	}
-	if g, err := memguard.New(memguard.Options{}); err != nil {
-		log.Info("memory guard off", "reason", err.Error())
-	} else {
-		s.UseMemGuard(g, 0)
-		log.Info("memory guard on", "cgroup", g.Dir(), "limit", g.Last().Limit)
-	}
+	s.SetHTTPLimits(defaultHTTPLimits(s.maxBody(), cfg.Concurrency.MaxActive, cfg.Concurrency.MaxQueue))
+	s.restartResult = encodeResult(restartError())
+	s.openMemGuard()
 	s.shareLimits(osGetenv("RUNTIME_DIRECTORY"))
 	s.refusals = newRefusalLog(log)
 	go s.refusals.run(s.down)
@@ -210,47 +177,6 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 
 // Admission is the process's controller (for tests and system.info).
 func (s *Server) Admission() *admission.Controller { return s.adm }
-
-// Close cancels every call in flight (queued calls leave, running commands
-// are killed) and kills every command group. Safe to call more than once.
-func (s *Server) Close() {
-	// Admission first: the shutdown ends running calls, and their slots
-	// must not go to queued calls that the shutdown is about to refuse.
-	s.adm.Stop()
-	s.shutdown()
-	s.tools.Close()
-	s.jobs.close()
-	if err := s.adm.Leave(); err != nil {
-		s.log.Warn("admission ledger: leave", "err", err)
-	}
-}
-
-// listTools shows a token only the tools its scopes let it call: a hosted
-// connector puts the list before a model, which should not plan with tools
-// it would be refused. A call to a hidden tool still gets 403
-// insufficient_scope naming the scope (step-up).
-func (s *Server) listTools(ctx context.Context, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
-	res, err := next(ctx, "tools/list", req)
-	var who *oauth.Identity
-	if extra := req.GetExtra(); extra != nil {
-		who = oauth.IdentityOf(extra.TokenInfo)
-	}
-	list, ok := res.(*mcp.ListToolsResult)
-	if err != nil || !ok || list == nil || s.oauth == nil || who == nil || who.Operator {
-		return res, err
-	}
-	shown := *list
-	shown.Tools = nil
-	for _, t := range list.Tools {
-		if s.oauth.MayCall(who, t.Name) {
-			shown.Tools = append(shown.Tools, t)
-		}
-	}
-	if shown.Tools == nil {
-		shown.Tools = []*mcp.Tool{}
-	}
-	return &shown, nil
-}
 
 // Handler returns the HTTP handler: /mcp, /healthz, /readyz, /metrics.
 func (s *Server) Handler() http.Handler {
@@ -295,63 +221,4 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
-}
-
-// passIdentity hands the identity guard put in the request's context to
-// the SDK, which carries it to tool middleware as TokenInfo.
-func passIdentity(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
-	id := oauth.IdentityFrom(ctx)
-	if id == nil {
-		return nil, auth.ErrInvalidToken
-	}
-	return id.TokenInfo(), nil
-}
-
-// maxBody bounds a request: a file.write of the largest output plus
-// encoding overhead fits.
-func (s *Server) maxBody() int64 { return s.cfg.Limits.ResponseBytes + 1<<20 }
-
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-}
-
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	active, queued := s.adm.Occupancy()
-	body := map[string]any{"status": "ready", "active": active, "queued": queued, "maxQueue": s.adm.Limits().MaxQueue}
-	code := http.StatusOK
-	mem := s.mem.Load()
-	switch {
-	case s.adm.Full():
-		body["status"] = "overloaded"
-		code = http.StatusServiceUnavailable
-	case mem.Shedding():
-		body["status"] = "memory"
-		code = http.StatusServiceUnavailable
-	}
-	if mem != nil {
-		m := mem.Last()
-		body["memory"] = map[string]any{"shedding": m.Shedding, "anon": m.Anon, "highWater": m.HighWater}
-	}
-	writeJSON(w, code, body)
-}
-
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	snap := s.metricsSnapshot()
-	if wantsText(r.Header.Get("Accept")) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		writePrometheus(w, snap)
-		writeSessionsPrometheus(w, s.cancels.stats())
-		return
-	}
-	writeJSON(w, http.StatusOK, metricsWithSessions{snap, s.cancels.stats()})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/admission"
+	"github.com/overdeck/mcp-backend/backend/config"
 )
 
 // ShareInterval is how often a process sharing the service's limits looks
@@ -13,6 +14,20 @@ import (
 // reclaims the share of one that died, and hands capacity another freed to
 // its own waiters.
 const ShareInterval = 10 * time.Millisecond
+
+// admissionLimits are the controller's limits as the config sets them.
+func admissionLimits(c config.Concurrency) admission.Limits {
+	return admission.Limits{
+		MaxActive:       c.MaxActive,
+		ReservedControl: c.ReservedControl,
+		MaxShell:        c.MaxShell,
+		MaxQueue:        c.MaxQueue,
+		QueueWait:       c.QueueWait(),
+		FlowReserve:     c.FlowReserve,
+		MaxFlows:        c.MaxFlows,
+		FlowIdle:        time.Duration(c.FlowIdleMs) * time.Millisecond,
+	}
+}
 
 // shareLimits makes the admission limits (and the memory guard) the
 // service's rather than the process's when the process runs with a runtime

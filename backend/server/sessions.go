@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -292,26 +291,4 @@ func rawID(id json.RawMessage) string {
 		return ""
 	}
 	return b.String()
-}
-
-// metricsWithSessions is /metrics: the snapshot with the cancellation
-// scope's state beside it.
-type metricsWithSessions struct {
-	metricsJSON
-	Sessions SessionStats `json:"sessions"`
-}
-
-// writeSessionsPrometheus appends the cancellation scope's state to the
-// Prometheus text of /metrics.
-func writeSessionsPrometheus(w io.Writer, st SessionStats) {
-	fmt.Fprintf(w, "# HELP mcp_sessions_issued_total Session ids issued at initialize.\n# TYPE mcp_sessions_issued_total counter\nmcp_sessions_issued_total %d\n", st.Issued)
-	fmt.Fprintf(w, "# HELP mcp_sessions_inflight Calls a cancel notification can reach.\n# TYPE mcp_sessions_inflight gauge\nmcp_sessions_inflight %d\n", st.InFlight)
-	fmt.Fprintf(w, "# HELP mcp_sessions_cancel_notifications_total notifications/cancelled received over HTTP with a session id.\n# TYPE mcp_sessions_cancel_notifications_total counter\nmcp_sessions_cancel_notifications_total %d\n", st.CancelNotices)
-	fmt.Fprintf(w, "# HELP mcp_sessions_cancels_delivered_total Cancel notifications that cancelled a call.\n# TYPE mcp_sessions_cancels_delivered_total counter\nmcp_sessions_cancels_delivered_total %d\n", st.CancelDelivered)
-	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancels Cancels held for a call not yet arrived.\n# TYPE mcp_sessions_early_cancels gauge\nmcp_sessions_early_cancels %d\n", st.EarlyCancels)
-	fmt.Fprintf(w, "# HELP mcp_sessions_inflight_cap Most calls tracked for cancellation.\n# TYPE mcp_sessions_inflight_cap gauge\nmcp_sessions_inflight_cap %d\n", st.InFlightCap)
-	fmt.Fprintf(w, "# HELP mcp_sessions_untracked_total Calls not tracked for cancellation (the cap was reached).\n# TYPE mcp_sessions_untracked_total counter\nmcp_sessions_untracked_total %d\n", st.Untracked)
-	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancel_cap Most cancels held for calls not yet arrived.\n# TYPE mcp_sessions_early_cancel_cap gauge\nmcp_sessions_early_cancel_cap %d\n", st.EarlyCancelCap)
-	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancel_ttl_seconds How long an early cancel is held.\n# TYPE mcp_sessions_early_cancel_ttl_seconds gauge\nmcp_sessions_early_cancel_ttl_seconds %g\n", float64(st.EarlyCancelTTL)/1000)
-	fmt.Fprintf(w, "# HELP mcp_sessions_early_cancels_dropped_total Early cancels dropped (cap or age).\n# TYPE mcp_sessions_early_cancels_dropped_total counter\nmcp_sessions_early_cancels_dropped_total %d\n", st.EarlyDropped)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -33,11 +33,41 @@ type schemaTweaker interface {
 	tweakSchema(s *jsonschema.Schema)
 }
 
+// binder builds a tool's definition from its descriptor.
+type binder func(tooldesc.Tool) toolDef
+
+// handle is the handler and description of a tool, bound to its
+// descriptor in New.
+func handle[In, Out any](t *Tools, description string, fn func(context.Context, In) (Out, error)) binder {
+	return func(d tooldesc.Tool) toolDef { return define(t, d, description, fn) }
+}
+
+// bind pairs each descriptor with its handler, in the descriptors' order.
+// A descriptor without a handler, or a handler without a descriptor, is a
+// programming error the backend must not start with.
+func bind(descs []tooldesc.Tool, handlers map[string]binder) []toolDef {
+	defs := make([]toolDef, 0, len(descs))
+	for _, d := range descs {
+		b, ok := handlers[d.Name]
+		if !ok {
+			panic(fmt.Sprintf("tools: %s has a descriptor and no handler", d.Name))
+		}
+		defs = append(defs, b(d))
+	}
+	for name := range handlers {
+		if !slices.ContainsFunc(descs, func(d tooldesc.Tool) bool { return d.Name == name }) {
+			panic(fmt.Sprintf("tools: %s has a handler and no descriptor", name))
+		}
+	}
+	return defs
+}
+
 // define builds a tool from a typed function. The SDK's typed mcp.AddTool
 // would turn a returned error into a text-only result and drop the
 // structured error envelope, so this adapter registers with the low-level
 // (*mcp.Server).AddTool and renders successes and failures itself.
-func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnotations, fn func(context.Context, In) (Out, error)) toolDef {
+func define[In, Out any](t *Tools, d tooldesc.Tool, description string, fn func(context.Context, In) (Out, error)) toolDef {
+	name := d.Name
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tools: input schema of %s: %v", name, err))
@@ -56,7 +86,7 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 	if err != nil {
 		panic(fmt.Sprintf("tools: output schema of %s: %v", name, err))
 	}
-	ann.Title = name
+	ann := annotations(d)
 	tool := &mcp.Tool{
 		Name:         name,
 		Description:  description,
@@ -64,15 +94,8 @@ func define[In, Out any](t *Tools, name, description string, ann *mcp.ToolAnnota
 		OutputSchema: out,
 		Annotations:  ann,
 	}
-	handler := func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
-		// A panic in one tool must not take the backend (and every other
-		// conversation) down with it.
-		defer func() {
-			if r := recover(); r != nil {
-				t.log.Error("tools: panic in tool", "tool", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				res = toolerr.Result(toolerr.New(mcpwire.CodeInternal, "%s: internal error", name))
-			}
-		}()
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		// A panic is recovered once, by the server around the whole call.
 		var raw json.RawMessage
 		if req != nil && req.Params != nil {
 			raw = req.Params.Arguments
@@ -361,10 +384,11 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-func readOnly() *mcp.ToolAnnotations {
-	return &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)}
-}
-
-func destructive() *mcp.ToolAnnotations {
-	return &mcp.ToolAnnotations{DestructiveHint: new(true), OpenWorldHint: new(false)}
+// annotations are a tool's hints: read-only or destructive, and acting on
+// this host only.
+func annotations(d tooldesc.Tool) *mcp.ToolAnnotations {
+	if d.ReadOnly {
+		return &mcp.ToolAnnotations{Title: d.Name, ReadOnlyHint: true, OpenWorldHint: new(false)}
+	}
+	return &mcp.ToolAnnotations{Title: d.Name, DestructiveHint: new(true), OpenWorldHint: new(false)}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/mcpwire"
 )
@@ -58,17 +59,34 @@ func TestArgumentsMustBeObject(t *testing.T) {
 	}
 }
 
-// A panicking tool answers INTERNAL instead of crashing the backend.
-func TestPanicBecomesInternal(t *testing.T) {
+// A descriptor without a handler, or a handler without a descriptor,
+// stops the backend at start rather than serving a tool half known.
+func TestBindRefusesUnpaired(t *testing.T) {
 	tl := New(testOptions())
-	d := define(tl, "test.panic", "panics", readOnly(), func(context.Context, SystemInfoInput) (SystemInfoResult, error) {
-		panic("boom")
-	})
-	res, err := d.handler(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "test.panic"}})
-	if err != nil {
-		t.Fatal(err)
+	sys, _ := tooldesc.Lookup(mcpwire.ToolSystemInfo)
+	h := handle(tl, "facts", tl.systemInfo)
+	tests := []struct {
+		name     string
+		descs    []tooldesc.Tool
+		handlers map[string]binder
+		panics   bool
+	}{
+		{"paired", []tooldesc.Tool{sys}, map[string]binder{sys.Name: h}, false},
+		{"descriptor without handler", []tooldesc.Tool{sys}, map[string]binder{}, true},
+		{"handler without descriptor", nil, map[string]binder{sys.Name: h}, true},
 	}
-	wantToolError(t, res, mcpwire.CodeInternal)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); (p != nil) != tc.panics {
+					t.Errorf("panic = %v, want a panic: %v", p, tc.panics)
+				}
+			}()
+			if defs := bind(tc.descs, tc.handlers); len(defs) != len(tc.descs) {
+				t.Errorf("%d definitions for %d descriptors", len(defs), len(tc.descs))
+			}
+		})
+	}
 }
 
 func TestSchemaMessage(t *testing.T) {

@@ -2,9 +2,11 @@
 // control tools system.info, process.list, service.status, process.kill and
 // service.control, the normal tools shell.exec, file.read, file.write and
 // file.list, and the job tools (job.start, job.status, job.output,
-// job.wait, job.cancel, job.list) over backend/jobs. Every tool has structured input and output schemas; every
-// failure is a structured toolerr result. Admission control is not done here:
-// the server wraps these tools from outside.
+// job.wait, job.cancel, job.list) over backend/jobs: the handlers of the
+// descriptors in backend/tooldesc, bound to them in New. Every tool has
+// structured input and output schemas; every failure is a structured
+// toolerr result. Admission control, and the recovery of a panic, are not
+// done here: the server wraps these tools from outside.
 package tools
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/overdeck/mcp-backend/backend/filepolicy"
 	"github.com/overdeck/mcp-backend/backend/jobs"
 	"github.com/overdeck/mcp-backend/backend/procgroup"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/systemd"
 )
@@ -136,39 +139,26 @@ func New(opts Options) *Tools {
 		closing: make(chan struct{}),
 		groups:  make(map[int]struct{}),
 	}
-	t.defs = []toolDef{
-		define(t, mcpwire.ToolSystemInfo, "Host and backend facts: hostname, OS and kernel, uptime, load, memory, CPU count, backend version and build, admission state.",
-			readOnly(), t.systemInfo),
-		define(t, mcpwire.ToolProcessList, "List processes from /proc with pid, ppid, user, state, command line, RSS and CPU time; filter by name substring and user.",
-			readOnly(), t.processList),
-		define(t, mcpwire.ToolServiceStatus, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.",
-			readOnly(), t.serviceStatus),
-		define(t, mcpwire.ToolProcessKill, "Send a signal (default TERM) to a process (pid 2..2147483647). Refuses pid 1, the backend itself, its ancestors and thread ids.",
-			destructive(), t.processKill),
-		define(t, mcpwire.ToolServiceControl, "Start, stop, restart or reload a systemd unit and wait for the job result.",
-			destructive(), t.serviceControl),
-		define(t, mcpwire.ToolShellExec, shellExecDescription(opts), destructive(), t.shellExec),
-		define(t, mcpwire.ToolFileRead, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
-			"Never waits for data: a stream with nothing to read now (like /proc/kmsg) answers UNAVAILABLE.",
-			readOnly(), t.fileRead),
-		define(t, mcpwire.ToolFileWrite, "Write a regular file atomically (temp file in the same directory, fsync, rename). Absolute path; a symlink is followed to its target; FIFOs, devices and sockets are never replaced; owner, ACLs and xattrs of a replaced file are not preserved.",
-			destructive(), t.fileWrite),
-		define(t, mcpwire.ToolFileList, "List a directory (absolute path): name, type, size, mode, mtime of each entry.",
-			readOnly(), t.fileList),
-		define(t, mcpwire.ToolJobStart, jobStartDescription(opts), destructive(), t.jobStart),
-		define(t, mcpwire.ToolJobStatus, "Status of a job you started: state (running, exited, killed, timeout, output_limit, cancelled, lost), exit code or signal, times, output bytes so far.",
-			readOnly(), t.jobStatus),
-		define(t, mcpwire.ToolJobOutput, "Read a job's stdout or stderr from a byte offset, in bounded chunks: pass the chunk's nextOffset as offset to continue; eof is true once the job ended and all was read. "+
-			"Bytes are exact: data is the text when the chunk is valid UTF-8 (encoding utf8), else base64 (encoding base64).",
-			readOnly(), t.jobOutput),
-		define(t, mcpwire.ToolJobWait, "Wait for a job to end, at most waitMs (default 25000, at most 45000, counted from the request's arrival); returns its status and the output after the offsets given. "+
-			"waitEnded says why it returned: done, timeout (still running: call job.wait again) or shutdown (the backend is restarting; the job goes on: call again).",
-			readOnly(), t.jobWait),
-		define(t, mcpwire.ToolJobCancel, "Cancel a job: its whole process tree is killed (SIGTERM, SIGKILL after 2 s); returns its final status.",
-			destructive(), t.jobCancel),
-		define(t, mcpwire.ToolJobList, "List your jobs, newest first (running and recently finished).",
-			readOnly(), t.jobList),
-	}
+	t.defs = bind(tooldesc.All(), map[string]binder{
+		mcpwire.ToolSystemInfo:     handle(t, "Host and backend facts: hostname, OS and kernel, uptime, load, memory, CPU count, backend version and build, admission state.", t.systemInfo),
+		mcpwire.ToolProcessList:    handle(t, "List processes from /proc with pid, ppid, user, state, command line, RSS and CPU time; filter by name substring and user.", t.processList),
+		mcpwire.ToolServiceStatus:  handle(t, "Status of a systemd unit over D-Bus: load/active/sub state, main PID, active since.", t.serviceStatus),
+		mcpwire.ToolProcessKill:    handle(t, "Send a signal (default TERM) to a process (pid 2..2147483647). Refuses pid 1, the backend itself, its ancestors and thread ids.", t.processKill),
+		mcpwire.ToolServiceControl: handle(t, "Start, stop, restart or reload a systemd unit and wait for the job result.", t.serviceControl),
+		mcpwire.ToolShellExec:      handle(t, shellExecDescription(opts), t.shellExec),
+		mcpwire.ToolFileRead: handle(t, "Read part of a regular file (absolute path). Text comes back as utf-8, binary content as base64. "+
+			"Never waits for data: a stream with nothing to read now (like /proc/kmsg) answers UNAVAILABLE.", t.fileRead),
+		mcpwire.ToolFileWrite: handle(t, "Write a regular file atomically (temp file in the same directory, fsync, rename). Absolute path; a symlink is followed to its target; FIFOs, devices and sockets are never replaced; owner, ACLs and xattrs of a replaced file are not preserved.", t.fileWrite),
+		mcpwire.ToolFileList:  handle(t, "List a directory (absolute path): name, type, size, mode, mtime of each entry.", t.fileList),
+		mcpwire.ToolJobStart:  handle(t, jobStartDescription(opts), t.jobStart),
+		mcpwire.ToolJobStatus: handle(t, "Status of a job you started: state (running, exited, killed, timeout, output_limit, cancelled, lost), exit code or signal, times, output bytes so far.", t.jobStatus),
+		mcpwire.ToolJobOutput: handle(t, "Read a job's stdout or stderr from a byte offset, in bounded chunks: pass the chunk's nextOffset as offset to continue; eof is true once the job ended and all was read. "+
+			"Bytes are exact: data is the text when the chunk is valid UTF-8 (encoding utf8), else base64 (encoding base64).", t.jobOutput),
+		mcpwire.ToolJobWait: handle(t, "Wait for a job to end, at most waitMs (default 25000, at most 45000, counted from the request's arrival); returns its status and the output after the offsets given. "+
+			"waitEnded says why it returned: done, timeout (still running: call job.wait again) or shutdown (the backend is restarting; the job goes on: call again).", t.jobWait),
+		mcpwire.ToolJobCancel: handle(t, "Cancel a job: its whole process tree is killed (SIGTERM, SIGKILL after 2 s); returns its final status.", t.jobCancel),
+		mcpwire.ToolJobList:   handle(t, "List your jobs, newest first (running and recently finished).", t.jobList),
+	})
 	return t
 }
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/caller"
 	"github.com/overdeck/mcp-backend/backend/policy"
+	"github.com/overdeck/mcp-backend/backend/tooldesc"
 	"github.com/overdeck/mcp-backend/backend/tools"
-	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/systemd"
 )
 
@@ -82,8 +82,8 @@ func policyCommand(d *deps, configFlag cli.Flag) *cli.Command {
 			}
 			dec := p.Decide(call)
 			// The sandbox its command runs in: allowed, or once approved.
-			tool := call.Tool
-			runs := (tool == mcpwire.ToolShellExec || tool == mcpwire.ToolJobStart) && dec.Action != policy.Deny
+			td, _ := tooldesc.Lookup(call.Tool)
+			runs := td.Sandboxed && dec.Action != policy.Deny
 			if runs {
 				dec.Sandbox = cfg.Sandbox.For(dec.Sandbox, dec.Action == policy.Ask)
 			}
