@@ -13,6 +13,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/notify"
 	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/units"
@@ -161,7 +162,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(outcome.Failed, err)
 	}
-	notified, err := installNotifier(ctx, cfg, sd)
+	notified, err := notify.Install(ctx, cfg, sd)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
