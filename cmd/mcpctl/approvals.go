@@ -110,7 +110,7 @@ func approvalsList(c *cli.Context, d *deps) error {
 	}
 	d.out.printText(struct {
 		Approvals []approvals.Record `json:"approvals"`
-	}{shown}, func(w io.Writer) { approvals.RenderList(w, shown, time.Now(), d.out.width()) })
+	}{shown}, func(w io.Writer) { approvals.RenderList(w, shown, time.Now(), d.out.Width()) })
 	return nil
 }
 

@@ -70,7 +70,7 @@ func (v *fleetView) event(e fleet.Event) {
 		fmt.Fprintf(v.out.w, "%s\n", b)
 		return
 	}
-	st := v.out.st
+	st := v.out.St
 	r := v.rows[e.Host]
 	if e.Host != "" {
 		v.shown = false
@@ -83,13 +83,13 @@ func (v *fleetView) event(e fleet.Event) {
 	}
 	mark := func(ok bool, s string) string {
 		if ok {
-			return st.ok.Render(s)
+			return st.OK.Render(s)
 		}
-		return st.bad.Render(s)
+		return st.Bad.Render(s)
 	}
 	switch e.Type {
 	case fleet.EvWaveStart:
-		fmt.Fprintf(v.out.w, "%s %d: %s\n", st.title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
+		fmt.Fprintf(v.out.w, "%s %d: %s\n", st.Title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
 	case fleet.EvStepEnd:
 		ok := e.ExitCode != nil && *e.ExitCode == 0
 		res, line := "ok", "ok"
@@ -115,7 +115,7 @@ func (v *fleetView) event(e fleet.Event) {
 		}
 		took := ""
 		if !e.HostStart.IsZero() {
-			took = " " + st.dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
+			took = " " + st.Dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
 		}
 		fmt.Fprintf(v.out.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
 	case fleet.EvHostEnd:
@@ -126,17 +126,17 @@ func (v *fleetView) event(e fleet.Event) {
 				r.From = e.From
 			}
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.dim.Render(e.Detail))
+		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.Dim.Render(e.Detail))
 	case fleet.EvWaveEnd:
 		fmt.Fprintf(v.out.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
 		v.shown = true
 	case fleet.EvRevertStart:
-		fmt.Fprintf(v.out.w, "%s %s\n", st.bad.Render("revert:"), e.Detail)
+		fmt.Fprintf(v.out.w, "%s %s\n", st.Bad.Render("revert:"), e.Detail)
 	case fleet.EvRevertHost:
 		if r != nil {
 			r.Result = e.Outcome
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.dim.Render(e.Detail))
+		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.Dim.Render(e.Detail))
 	}
 }
 
@@ -179,17 +179,17 @@ func (v *fleetView) table() string {
 		}
 		rows = append(rows, []string{r.Host, r.Wave, from + " -> " + v.to, r.Canary, r.Stress, r.Cutover, r.Verify, took, v.outcome(r.Result, res)})
 	}
-	return v.out.table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
+	return v.out.Table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
 }
 
 func (v *fleetView) outcome(o fleet.Outcome, s string) string {
 	switch {
 	case o.OK():
-		return v.out.st.ok.Render(s)
+		return v.out.St.OK.Render(s)
 	case o == "":
-		return v.out.st.dim.Render(s)
+		return v.out.St.Dim.Render(s)
 	}
-	return v.out.st.bad.Render(s)
+	return v.out.St.Bad.Render(s)
 }
 
 func shortDigest(d string) string {
@@ -202,25 +202,25 @@ func shortDigest(d string) string {
 
 func (v *fleetView) renderPlan(w io.Writer, st styles, p *fleet.Plan) {
 	if p.Digest != "" {
-		fmt.Fprintf(w, "%s %s (%s)\n", st.title.Render("build"), p.Version, shortDigest(p.Digest))
+		fmt.Fprintf(w, "%s %s (%s)\n", st.Title.Render("build"), p.Version, shortDigest(p.Digest))
 	}
 	for _, wv := range p.Waves {
-		fmt.Fprintf(w, "%s %d: %s\n", st.title.Render("wave"), wv.Index, strings.Join(wv.Hosts, ", "))
+		fmt.Fprintf(w, "%s %d: %s\n", st.Title.Render("wave"), wv.Index, strings.Join(wv.Hosts, ", "))
 	}
 	rows := [][]string{}
 	for _, h := range p.Hosts {
 		what := "roll out"
 		switch {
 		case h.Problem != "":
-			what = st.bad.Render(h.Problem)
+			what = st.Bad.Render(h.Problem)
 		case h.Skip:
-			what = st.ok.Render("skip: already on it, verified")
+			what = st.OK.Render("skip: already on it, verified")
 		case p.Digest == "":
-			what = st.ok.Render("ready")
+			what = st.OK.Render("ready")
 		}
 		rows = append(rows, []string{h.Host, fmt.Sprint(h.Wave), dash(h.From), shortDigest(h.Digest), what})
 	}
-	fmt.Fprintln(w, v.out.table([]string{"host", "wave", "version", "digest", "plan"}, rows))
+	fmt.Fprintln(w, v.out.Table([]string{"host", "wave", "version", "digest", "plan"}, rows))
 }
 
 func dash(s string) string {
@@ -235,16 +235,16 @@ func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
 	for _, h := range rep.Hosts {
 		f := h.Facts
 		if f == nil {
-			rows = append(rows, []string{h.Host, h.Address, "-", "-", st.bad.Render("unreachable"), "-", "-", "-", st.bad.Render(h.Error)})
+			rows = append(rows, []string{h.Host, h.Address, "-", "-", st.Bad.Render("unreachable"), "-", "-", "-", st.Bad.Render(h.Error)})
 			continue
 		}
-		health := st.ok.Render("healthy")
+		health := st.OK.Render("healthy")
 		if !f.Healthy {
-			health = st.bad.Render("unhealthy")
+			health = st.Bad.Render("unhealthy")
 		}
 		pending := "-"
 		if f.Pending != nil {
-			pending = st.bad.Render("to " + f.Pending.ToVersion + " until " + f.Pending.Deadline.Local().Format("15:04:05"))
+			pending = st.Bad.Render("to " + f.Pending.ToVersion + " until " + f.Pending.Deadline.Local().Format("15:04:05"))
 		}
 		up := 0
 		for _, t := range f.Tunnels {
@@ -254,11 +254,11 @@ func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
 		}
 		tun := fmt.Sprintf("%d/%d active", up, len(f.Tunnels))
 		if up < len(f.Tunnels) {
-			tun = st.bad.Render(tun)
+			tun = st.Bad.Render(tun)
 		}
 		rows = append(rows, []string{h.Host, h.Address, dash(f.Version), shortDigest(f.Digest), health, pending, tun, shortDigest(f.MachineID), dash(string(h.LastRun))})
 	}
-	fmt.Fprintln(w, v.out.table([]string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
+	fmt.Fprintln(w, v.out.Table([]string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
 	if rs := rep.LastRun; rs != nil {
 		end := "not ended (resume it: mcpctl fleet resume)"
 		if rs.End != nil {

@@ -43,9 +43,9 @@ func humanChecks(w io.Writer, st styles, title string, r *verify.Report) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "  %s %s\n", st.title.Render(title), st.dim.Render(r.Target))
+	fmt.Fprintf(w, "  %s %s\n", st.Title.Render(title), st.Dim.Render(r.Target))
 	for _, ch := range r.Checks {
-		line := fmt.Sprintf("    %s %-12s %7.1f ms", st.verdict(ch.OK), ch.Name, ch.DurationMs)
+		line := fmt.Sprintf("    %s %-12s %7.1f ms", st.Verdict(ch.OK), ch.Name, ch.DurationMs)
 		if ch.Err != "" {
 			line += "  " + ch.Err
 		}
@@ -55,7 +55,7 @@ func humanChecks(w io.Writer, st styles, title string, r *verify.Report) {
 
 func humanSteps(w io.Writer, st styles, steps []deploy.Step) {
 	for _, s := range steps {
-		line := fmt.Sprintf("  %s %-40s %8.1f ms", st.verdict(s.OK), s.Name, s.DurationMs)
+		line := fmt.Sprintf("  %s %-40s %8.1f ms", st.Verdict(s.OK), s.Name, s.DurationMs)
 		if s.Err != "" {
 			line += "  " + s.Err
 		}
@@ -64,15 +64,15 @@ func humanSteps(w io.Writer, st styles, steps []deploy.Step) {
 }
 
 func humanInstall(w io.Writer, st styles, r *deploy.InstallReport, err error) {
-	fmt.Fprintf(w, "%s %s %s\n", st.title.Render("install"), r.Version, st.verdict(err == nil && r.OK))
+	fmt.Fprintf(w, "%s %s %s\n", st.Title.Render("install"), r.Version, st.Verdict(err == nil && r.OK))
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("warning:"), warn)
+		fmt.Fprintf(w, "  %s %s\n", st.Bad.Render("warning:"), warn)
 	}
 	for _, reason := range r.Plan.Refusals {
-		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("refused:"), reason)
+		fmt.Fprintf(w, "  %s %s\n", st.Bad.Render("refused:"), reason)
 	}
 	if r.Digest != "" {
-		fmt.Fprintf(w, "  build %s\n", st.dim.Render(r.Digest))
+		fmt.Fprintf(w, "  build %s\n", st.Dim.Render(r.Digest))
 	}
 	humanSteps(w, st, r.Steps)
 	humanChecks(w, st, "backend", r.Backend)
@@ -80,15 +80,15 @@ func humanInstall(w io.Writer, st styles, r *deploy.InstallReport, err error) {
 		humanChecks(w, st, "tunnel", t)
 	}
 	if len(r.Undo) > 0 {
-		fmt.Fprintf(w, "  %s\n", st.title.Render("undo"))
+		fmt.Fprintf(w, "  %s\n", st.Title.Render("undo"))
 		humanSteps(w, st, r.Undo)
 		if r.UndoOK {
 			fmt.Fprintln(w, "  the host is as it was before install: fix the cause and run install again")
 		} else {
-			fmt.Fprintf(w, "  %s the install could not be taken back completely: remove what the failed undo steps name by hand\n", st.bad.Render("HUMAN NEEDED:"))
+			fmt.Fprintf(w, "  %s the install could not be taken back completely: remove what the failed undo steps name by hand\n", st.Bad.Render("HUMAN NEEDED:"))
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(w, "  %s %v\n", st.bad.Render("error:"), err)
+		fmt.Fprintf(w, "  %s %v\n", st.Bad.Render("error:"), err)
 	}
 }

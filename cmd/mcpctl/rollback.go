@@ -120,7 +120,7 @@ func rollbackCommand(d *deps) *cli.Command {
 					}
 					rv = status.PlanRollback(rv, time.Now())
 					d.out.printText(rv, func(w io.Writer) {
-						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
+						fmt.Fprintln(w, "rollback "+rv.Line(func(s ...string) string { return strings.Join(s, "") }))
 					})
 					if markerErr != nil {
 						return withCode(outcome.Failed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))

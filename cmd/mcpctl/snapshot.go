@@ -80,7 +80,7 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	if o.json {
 		return writeJSON(o.w, m)
 	}
-	fmt.Fprintf(o.w, "%s snapshot %s of %s (%d files)\n", o.st.ok.Render("created"), o.st.title.Render(m.ID), snapVersion(m.Version), len(m.Files))
+	fmt.Fprintf(o.w, "%s snapshot %s of %s (%d files)\n", o.St.OK.Render("created"), o.St.Title.Render(m.ID), snapVersion(m.Version), len(m.Files))
 	return nil
 }
 
@@ -111,12 +111,12 @@ func snapshotList(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st := d.out, d.out.st
+	o, st := d.out, d.out.St
 	if o.json {
 		return writeJSON(o.w, ls.Entries)
 	}
 	if ls.PendingError != nil {
-		fmt.Fprintf(o.w, "%s %v\n", st.bad.Render("warning:"), ls.PendingError)
+		fmt.Fprintf(o.w, "%s %v\n", st.Bad.Render("warning:"), ls.PendingError)
 	}
 	if len(ls.Entries) == 0 {
 		fmt.Fprintf(o.w, "no snapshots in %s\n", cfg.StateDir)
@@ -130,9 +130,9 @@ func snapshotList(c *cli.Context, d *deps) error {
 			e.Reason, strconv.Itoa(e.Files), snapBytes(e.Bytes), ""}
 		switch {
 		case e.Error != "":
-			row[6], notes = st.bad.Render("BROKEN: "+e.Error), true
+			row[6], notes = st.Bad.Render("BROKEN: "+e.Error), true
 		case e.Pending:
-			row[6], notes = st.warn.Render("pending cutover"), true
+			row[6], notes = st.Warn.Render("pending cutover"), true
 		}
 		rows = append(rows, row)
 	}
@@ -143,7 +143,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = rows[i][:6]
 		}
 	}
-	if !o.wide {
+	if !o.Wide {
 		// The id holds the creation time (UTC) already: the CREATED column
 		// is for --wide, so the table fits 80 columns.
 		headers = slices.Delete(headers, 1, 2)
@@ -151,7 +151,7 @@ func snapshotList(c *cli.Context, d *deps) error {
 			rows[i] = slices.Delete(rows[i], 1, 2)
 		}
 	}
-	fmt.Fprintln(o.w, o.table(headers, rows))
+	fmt.Fprintln(o.w, o.Table(headers, rows))
 	return nil
 }
 
@@ -171,14 +171,14 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st, m := d.out, d.out.st, res.Manifest
+	o, st, m := d.out, d.out.St, res.Manifest
 	if o.json {
 		if err := writeJSON(o.w, res); err != nil {
 			return err
 		}
 		return res.Err
 	}
-	kv := func(k, val string) { fmt.Fprintf(o.w, "%s %s\n", st.title.Render(fmt.Sprintf("%-10s", k)), val) }
+	kv := func(k, val string) { fmt.Fprintf(o.w, "%s %s\n", st.Title.Render(fmt.Sprintf("%-10s", k)), val) }
 	kv("id", m.ID)
 	kv("created", m.Created.Local().Format(time.RFC3339))
 	kv("reason", m.Reason)
@@ -192,23 +192,23 @@ func snapshotShow(c *cli.Context, d *deps) error {
 		kv("current", m.Current.Path+" (absent: a restore removes it)")
 	}
 	if res.OK {
-		kv("integrity", st.ok.Render("ok")+" (every sha256 matches)")
+		kv("integrity", st.OK.Render("ok")+" (every sha256 matches)")
 	} else {
-		kv("integrity", st.bad.Render("CORRUPT"))
+		kv("integrity", st.Bad.Render("CORRUPT"))
 	}
 	rows := make([][]string, 0, len(m.Files))
 	for _, f := range m.Files {
 		if !f.Exists {
-			rows = append(rows, []string{f.Role, f.Path, "", "", st.warn.Render("absent: a restore removes it")})
+			rows = append(rows, []string{f.Role, f.Path, "", "", st.Warn.Render("absent: a restore removes it")})
 			continue
 		}
 		sum := f.SHA256[:16]
-		if !o.wide {
+		if !o.Wide {
 			sum = f.SHA256[:8] // enough to tell files apart; --wide for more
 		}
 		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), sum})
 	}
-	fmt.Fprintln(o.w, o.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
+	fmt.Fprintln(o.w, o.Table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
 	for _, s := range m.Sets {
 		fmt.Fprintf(o.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
 	}
@@ -253,7 +253,7 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st := d.out, d.out.st
+	o, st := d.out, d.out.St
 	if o.json {
 		return writeJSON(o.w, res)
 	}
@@ -265,10 +265,10 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 		fmt.Fprintf(o.w, "%snothing to prune (keeping the newest %d)\n", prefix, keep)
 	}
 	for _, id := range res.Removed {
-		fmt.Fprintf(o.w, "%s %s\n", st.ok.Render(verb), id)
+		fmt.Fprintf(o.w, "%s %s\n", st.OK.Render(verb), id)
 	}
 	for _, id := range res.Protected {
-		fmt.Fprintf(o.w, "%s %s (%s)\n", st.warn.Render("kept"), id, res.Why[id])
+		fmt.Fprintf(o.w, "%s %s (%s)\n", st.Warn.Render("kept"), id, res.Why[id])
 	}
 	if dry {
 		fmt.Fprintln(o.w, "nothing was changed")

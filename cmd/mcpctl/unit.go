@@ -186,7 +186,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 }
 
 func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {
-	w, r := o.w, o.r
+	w, r := o.w, o.R
 	add := r.NewStyle().Foreground(lipgloss.Color("2"))
 	del := r.NewStyle().Foreground(lipgloss.Color("1"))
 	hdr := r.NewStyle().Bold(true)
