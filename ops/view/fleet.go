@@ -1,4 +1,4 @@
-package main
+package view
 
 import (
 	"encoding/json"
@@ -12,13 +12,13 @@ import (
 	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
-var timeNow = time.Now
-
-// fleetView is the live output of a fleet run: one line per step as it
+// Fleet is the live output of a fleet run: one line per step as it
 // ends and the per-host table after each wave, or with --json one event
-// per line as it is logged.
-type fleetView struct {
-	out  *output
+// per line as it is logged; and the fleet's plan and status.
+type Fleet struct {
+	w    io.Writer
+	json bool
+	out  *Printer
 	inv  *fleet.Inventory
 	mu   sync.Mutex
 	rows map[string]*fleetRow
@@ -35,15 +35,17 @@ type fleetRow struct {
 	start, end                            time.Time
 }
 
-func newFleetView(out *output, inv *fleet.Inventory) *fleetView {
-	v := &fleetView{out: out, inv: inv, rows: map[string]*fleetRow{}}
+// NewFleet writes to w (JSON lines with asJSON) for the hosts of inv.
+func NewFleet(w io.Writer, asJSON bool, out *Printer, inv *fleet.Inventory) *Fleet {
+	v := &Fleet{w: w, json: asJSON, out: out, inv: inv, rows: map[string]*fleetRow{}}
 	for _, h := range inv.Hosts {
 		v.rows[h.Name] = &fleetRow{Host: h.Name}
 	}
 	return v
 }
 
-func (v *fleetView) setPlan(p *fleet.Plan) {
+// SetPlan fills the table from the plan a run starts with.
+func (v *Fleet) SetPlan(p *fleet.Plan) {
 	v.to = p.Version
 	for _, h := range p.Hosts {
 		r := v.rows[h.Host]
@@ -51,7 +53,8 @@ func (v *fleetView) setPlan(p *fleet.Plan) {
 	}
 }
 
-func (v *fleetView) setRun(rs *fleet.RunState) {
+// SetRun fills the table from the run a resume or rollback continues.
+func (v *Fleet) SetRun(rs *fleet.RunState) {
 	v.to = rs.Start.Version
 	for name, h := range rs.Hosts {
 		if r := v.rows[name]; r != nil {
@@ -61,13 +64,13 @@ func (v *fleetView) setRun(rs *fleet.RunState) {
 	}
 }
 
-// event is Runner.Emit: called from the hosts' goroutines.
-func (v *fleetView) event(e fleet.Event) {
+// Event is Runner.Emit: called from the hosts' goroutines.
+func (v *Fleet) Event(e fleet.Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.out.json {
+	if v.json {
 		b, _ := json.Marshal(e)
-		fmt.Fprintf(v.out.w, "%s\n", b)
+		fmt.Fprintf(v.w, "%s\n", b)
 		return
 	}
 	st := v.out.St
@@ -89,7 +92,7 @@ func (v *fleetView) event(e fleet.Event) {
 	}
 	switch e.Type {
 	case fleet.EvWaveStart:
-		fmt.Fprintf(v.out.w, "%s %d: %s\n", st.Title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
+		fmt.Fprintf(v.w, "%s %d: %s\n", st.Title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
 	case fleet.EvStepEnd:
 		ok := e.ExitCode != nil && *e.ExitCode == 0
 		res, line := "ok", "ok"
@@ -117,7 +120,7 @@ func (v *fleetView) event(e fleet.Event) {
 		if !e.HostStart.IsZero() {
 			took = " " + st.Dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
+		fmt.Fprintf(v.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
 	case fleet.EvHostEnd:
 		if r != nil {
 			r.Result, r.end, r.Note = e.Outcome, e.Time, e.Detail
@@ -126,42 +129,43 @@ func (v *fleetView) event(e fleet.Event) {
 				r.From = e.From
 			}
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.Dim.Render(e.Detail))
+		fmt.Fprintf(v.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.Dim.Render(e.Detail))
 	case fleet.EvWaveEnd:
-		fmt.Fprintf(v.out.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
+		fmt.Fprintf(v.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
 		v.shown = true
 	case fleet.EvRevertStart:
-		fmt.Fprintf(v.out.w, "%s %s\n", st.Bad.Render("revert:"), e.Detail)
+		fmt.Fprintf(v.w, "%s %s\n", st.Bad.Render("revert:"), e.Detail)
 	case fleet.EvRevertHost:
 		if r != nil {
 			r.Result = e.Outcome
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.Dim.Render(e.Detail))
+		fmt.Fprintf(v.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.Dim.Render(e.Detail))
 	}
 }
 
-func (v *fleetView) final(res *fleet.Result) {
+// Final ends the output with the run's result.
+func (v *Fleet) Final(res *fleet.Result) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.out.json {
+	if v.json {
 		b, _ := json.Marshal(struct {
 			Type string `json:"type"`
 			*fleet.Result
 		}{"result", res})
-		fmt.Fprintf(v.out.w, "%s\n", b)
+		fmt.Fprintf(v.w, "%s\n", b)
 		return
 	}
 	if !v.shown {
-		fmt.Fprintln(v.out.w, v.table())
+		fmt.Fprintln(v.w, v.table())
 	}
-	fmt.Fprintf(v.out.w, "run %s: %s (exit %d)\n", res.Run, res.Message, res.Code)
+	fmt.Fprintf(v.w, "run %s: %s (exit %d)\n", res.Run, res.Message, res.Code)
 	for _, c := range res.Commands {
-		fmt.Fprintf(v.out.w, "  %s\n", c)
+		fmt.Fprintf(v.w, "  %s\n", c)
 	}
 }
 
 // table is the per-host table; the caller holds mu.
-func (v *fleetView) table() string {
+func (v *Fleet) table() string {
 	rows := [][]string{}
 	for _, h := range v.inv.Hosts {
 		r := v.rows[h.Name]
@@ -182,7 +186,7 @@ func (v *fleetView) table() string {
 	return v.out.Table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
 }
 
-func (v *fleetView) outcome(o fleet.Outcome, s string) string {
+func (v *Fleet) outcome(o fleet.Outcome, s string) string {
 	switch {
 	case o.OK():
 		return v.out.St.OK.Render(s)
@@ -200,7 +204,8 @@ func shortDigest(d string) string {
 	return d
 }
 
-func (v *fleetView) renderPlan(w io.Writer, st styles, p *fleet.Plan) {
+// RenderPlan writes the plan: the build, the waves, what each host gets.
+func (v *Fleet) RenderPlan(w io.Writer, st Styles, p *fleet.Plan) {
 	if p.Digest != "" {
 		fmt.Fprintf(w, "%s %s (%s)\n", st.Title.Render("build"), p.Version, shortDigest(p.Digest))
 	}
@@ -230,7 +235,8 @@ func dash(s string) string {
 	return s
 }
 
-func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
+// RenderStatus writes the fleet at a glance and its last run.
+func (v *Fleet) RenderStatus(w io.Writer, st Styles, rep *fleet.Status) {
 	rows := [][]string{}
 	for _, h := range rep.Hosts {
 		f := h.Facts
