@@ -1,8 +1,8 @@
 // Package view is the human form of mcpctl's reports: the few styles and
 // the table every screen uses (lipgloss, colour only on a terminal), and
-// the screens themselves: status, install, canary and unit install, the fleet's live run, plan and status,
-// the snapshot listing and manifest. The JSON forms are the reports' own
-// types; nothing here decides anything.
+// the screens themselves: status; install, canary and unit install; the
+// fleet's live run, plan and status; the snapshot listing and manifest.
+// The JSON forms are the reports' own types; nothing here decides anything.
 package view
 
 import (
