@@ -8,6 +8,7 @@ import (
 
 	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/outcome"
+	"github.com/overdeck/mcp-backend/ops/view"
 )
 
 func canaryCommand(d *deps) *cli.Command {
@@ -30,7 +31,7 @@ func canaryCommand(d *deps) *cli.Command {
 					}
 					defer done()
 					rep, err := deploy.CanaryStart(c.Context, env, deploy.CanaryOptions{Build: build, Version: c.String("version")})
-					d.out.print(rep, func(w io.Writer, st styles) { humanCanary(w, st, rep, err) })
+					d.out.print(rep, func(w io.Writer, st styles) { view.Canary(w, st, rep, err) })
 					if err != nil {
 						return fmt.Errorf("canary start: %w", err)
 					}
@@ -50,7 +51,7 @@ func canaryCommand(d *deps) *cli.Command {
 					if err != nil {
 						return withCode(outcome.Failed, fmt.Errorf("canary status: %w", err))
 					}
-					d.out.print(st, func(w io.Writer, s styles) { humanCanaryStatus(w, s, st) })
+					d.out.print(st, func(w io.Writer, s styles) { view.CanaryStatus(w, s, st) })
 					return nil
 				},
 			},
@@ -65,7 +66,7 @@ func canaryCommand(d *deps) *cli.Command {
 					defer done()
 					rep, err := deploy.Stop(c.Context, env)
 					d.out.print(rep, func(w io.Writer, s styles) {
-						fmt.Fprintf(w, "%s %s %s\n", s.title.Render("canary stop"), rep.Unit, s.verdict(err == nil))
+						fmt.Fprintf(w, "%s %s %s\n", s.Title.Render("canary stop"), rep.Unit, s.Verdict(err == nil))
 						if rep.Version != "" {
 							if rep.ReleaseRemoved {
 								fmt.Fprintf(w, "  release %s removed\n", rep.Version)
@@ -81,41 +82,5 @@ func canaryCommand(d *deps) *cli.Command {
 				},
 			},
 		},
-	}
-}
-
-func humanCanary(w io.Writer, st styles, r *deploy.CanaryReport, err error) {
-	fmt.Fprintf(w, "%s %s %s %s\n", st.title.Render("canary"), r.Version, st.dim.Render(r.URL), st.verdict(err == nil && r.Pass))
-	for _, reason := range r.Plan.Refusals {
-		fmt.Fprintf(w, "  %s %s\n", st.bad.Render("refused:"), reason)
-	}
-	if r.Digest != "" {
-		fmt.Fprintf(w, "  build %s\n", st.dim.Render(r.Digest))
-	}
-	humanSteps(w, st, r.Steps)
-	humanChecks(w, st, "canary", r.Canary)
-	p := r.Production
-	if p.Before.MainPID != 0 {
-		fmt.Fprintf(w, "  %s %s %s\n", st.title.Render("production"), p.Unit, st.verdict(len(p.Problems()) == 0))
-		fmt.Fprintf(w, "    MainPID      %d -> %d\n", p.Before.MainPID, p.After.MainPID)
-		fmt.Fprintf(w, "    InvocationID %s -> %s\n", p.Before.InvocationID, p.After.InvocationID)
-		fmt.Fprintf(w, "    /healthz     %d samples, %d failures\n", p.HealthzSamples, p.HealthzFailures)
-	}
-	if err != nil {
-		fmt.Fprintf(w, "  %s %v\n", st.bad.Render("error:"), err)
-	}
-}
-
-func humanCanaryStatus(w io.Writer, s styles, st *deploy.CanaryStatus) {
-	fmt.Fprintf(w, "%s %s %s/%s\n", s.title.Render("canary"), st.Unit, st.ActiveState, st.SubState)
-	if st.Record != nil {
-		fmt.Fprintf(w, "  release %s %s started %s verdict %s\n", st.Record.Version, s.dim.Render(st.Record.Digest), st.Record.Started.Format("2006-01-02 15:04:05"), s.verdict(st.Record.Pass))
-	}
-	if st.MainPID != 0 {
-		fmt.Fprintf(w, "  MainPID %d, restarts %d, since %s\n", st.MainPID, st.NRestarts, st.Since.Format("2006-01-02 15:04:05"))
-		fmt.Fprintf(w, "  %s /healthz %d, /readyz %d, serving %s\n", s.dim.Render(st.URL), st.Healthz, st.Readyz, st.Version)
-	}
-	if st.Err != "" {
-		fmt.Fprintf(w, "  %s %s\n", s.bad.Render("error:"), st.Err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/fleet/agent"
 	"github.com/overdeck/mcp-backend/ops/fleet/sshrun"
 	"github.com/overdeck/mcp-backend/ops/outcome"
+	"github.com/overdeck/mcp-backend/ops/view"
 )
 
 func fleetCommand(d *deps) *cli.Command {
@@ -69,7 +71,7 @@ type fleetEnv struct {
 	inv    *fleet.Inventory
 	ssh    *sshrun.Runner
 	runner *fleet.Runner
-	view   *fleetView
+	view   *view.Fleet
 	lock   *fleet.Lock
 }
 
@@ -101,10 +103,10 @@ func openFleet(c *cli.Context, d *deps, lock bool) (*fleetEnv, error) {
 		e.close()
 		return nil, fmt.Errorf("locate mcpctl: %w", err)
 	}
-	e.view = newFleetView(d.out, inv)
+	e.view = view.NewFleet(d.out.w, d.out.json, d.out.Printer, inv)
 	e.runner = &fleet.Runner{
 		Inv: inv, Remote: e.ssh, Log: &fleet.RunLog{Path: inv.LogPath()}, Logger: d.logger,
-		Self: self, SelfDigest: buildinfo.ExecutableDigest(), Emit: e.view.event,
+		Self: self, SelfDigest: buildinfo.ExecutableDigest(), Emit: e.view.Event,
 	}
 	if e.runner.SelfDigest == "" {
 		e.close()
@@ -136,7 +138,7 @@ func fleetPlan(c *cli.Context, d *deps) error {
 		}
 	}
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
-	d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
+	d.out.print(plan, func(w io.Writer, st styles) { e.view.RenderPlan(w, st, plan) })
 	if len(plan.Problems) > 0 {
 		return withCode(outcome.Failed, fmt.Errorf("%d host(s) would stop a rollout (fix them, then `mcpctl fleet plan` again): %s", len(plan.Problems), strings.Join(plan.Problems, "; ")))
 	}
@@ -155,11 +157,11 @@ func fleetRollout(c *cli.Context, d *deps) error {
 	defer e.close()
 	plan := fleet.PlanRollout(e.inv, e.runner.Observe(c.Context), b.Digest, b.Version, b.Size)
 	if len(plan.Problems) > 0 {
-		d.out.print(plan, func(w io.Writer, st styles) { e.view.renderPlan(w, st, plan) })
+		d.out.print(plan, func(w io.Writer, st styles) { e.view.RenderPlan(w, st, plan) })
 		return withCode(outcome.Failed, fmt.Errorf("refused, nothing changed on any host (fix these, then `mcpctl fleet plan`): %s", strings.Join(plan.Problems, "; ")))
 	}
-	e.view.setPlan(plan)
-	rs, err := e.runner.Start(plan, fleet.NewRunID(timeNow()), b.Path)
+	e.view.SetPlan(plan)
+	rs, err := e.runner.Start(plan, fleet.NewRunID(time.Now()), b.Path)
 	if err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func fleetRollout(c *cli.Context, d *deps) error {
 }
 
 func (e *fleetEnv) finish(d *deps, res *fleet.Result) error {
-	e.view.final(res)
+	e.view.Final(res)
 	if res.Code == 0 {
 		return nil
 	}
@@ -192,7 +194,7 @@ func fleetResume(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(outcome.Failed, fmt.Errorf("%w (`mcpctl fleet status` shows the fleet)", err))
 	}
-	e.view.setRun(rs)
+	e.view.SetRun(rs)
 	if rs.Revert {
 		return e.finish(d, e.runner.Revert(c.Context, rs, "resumed the revert of run "+rs.Start.Run))
 	}
@@ -216,7 +218,7 @@ func fleetRollback(c *cli.Context, d *deps) error {
 	if rs == nil {
 		return withCode(outcome.Failed, errors.New("the run log holds no run: nothing to roll back (`mcpctl fleet status` shows the fleet)"))
 	}
-	e.view.setRun(rs)
+	e.view.SetRun(rs)
 	res := e.runner.Revert(c.Context, rs, "fleet rollback of run "+rs.Start.Run)
 	if res.Code == fleet.CodeReverted {
 		res.Code = 0
@@ -231,7 +233,7 @@ func fleetStatus(c *cli.Context, d *deps) error {
 	}
 	defer e.close()
 	rep := e.runner.Status(c.Context)
-	d.out.print(rep, func(w io.Writer, st styles) { e.view.renderStatus(w, st, rep) })
+	d.out.print(rep, func(w io.Writer, st styles) { e.view.RenderStatus(w, st, rep) })
 	if h := rep.Unreadable(); h != nil {
 		return withCode(outcome.Failed, fmt.Errorf("host %s cannot be read (`mcpctl fleet plan` lists why for every host): %s", h.Host, h.Error))
 	}

@@ -4,57 +4,28 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"strings"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
-	"github.com/muesli/termenv"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
+	"github.com/overdeck/mcp-backend/ops/view"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 )
 
 // output is how a command writes, resolved once per run (resolveOutput):
-// JSON on stdout for scripts, or text styled with lipgloss for people, colour
-// only on a terminal and never with --no-color or NO_COLOR.
+// JSON on stdout for scripts, or text styled for people (package view),
+// colour only on a terminal and never with --no-color or NO_COLOR.
 type output struct {
-	w     io.Writer
-	json  bool
-	color bool
-	// wide lets tables and lines take the width they need; by default they
-	// fit 80 columns.
-	wide bool
-	r    *lipgloss.Renderer
-	st   styles
+	w    io.Writer
+	json bool
+	*view.Printer
 }
 
 // styles are the few text styles every human form uses.
-type styles struct {
-	title, ok, warn, bad, dim lipgloss.Style
-}
-
-func (s styles) verdict(ok bool) string {
-	if ok {
-		return s.ok.Render("PASS")
-	}
-	return s.bad.Render("FAIL")
-}
+type styles = view.Styles
 
 // newOutput styles w: colour only on a terminal, never with noColor.
 func newOutput(w io.Writer, asJSON, noColor bool) *output {
-	r := lipgloss.NewRenderer(w)
-	f, isFile := w.(*os.File)
-	color := !noColor && isFile && term.IsTerminal(int(f.Fd()))
-	if !color {
-		r.SetColorProfile(termenv.Ascii)
-	}
-	return &output{w: w, json: asJSON, color: color, r: r, st: styles{
-		title: r.NewStyle().Bold(true),
-		ok:    r.NewStyle().Foreground(lipgloss.Color("2")).Bold(true),
-		warn:  r.NewStyle().Foreground(lipgloss.Color("3")).Bold(true),
-		bad:   r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
-		dim:   r.NewStyle().Faint(true),
-	}}
+	return &output{w: w, json: asJSON, Printer: view.NewPrinter(w, noColor)}
 }
 
 // resolveOutput is the one place the output flags are read: --json and
@@ -68,20 +39,12 @@ func resolveOutput(c *cli.Context, d *deps) *output {
 		wide = wide || x.Bool("wide")
 	}
 	o := newOutput(d.stdout, asJSON, noColor)
-	o.wide = wide
+	o.Wide = wide
 	return o
 }
 
 // textWidth is the width human output fits by default.
-const textWidth = 80
-
-// width is the width tables and lines must fit, 0 for any (--wide).
-func (o *output) width() int {
-	if o.wide {
-		return 0
-	}
-	return textWidth
-}
+const textWidth = view.TextWidth
 
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
@@ -95,7 +58,7 @@ func (o *output) print(v any, human func(io.Writer, styles)) {
 		_ = writeJSON(o.w, v)
 		return
 	}
-	human(o.w, o.st)
+	human(o.w, o.St)
 }
 
 // printText is print for a human form that needs no styles.
@@ -133,29 +96,4 @@ func withOutput(d *deps, cmds []*cli.Command) []*cli.Command {
 		withOutput(d, cmd.Subcommands)
 	}
 	return cmds
-}
-
-// table draws a lipgloss table: rounded borders on a colour terminal,
-// space-separated columns otherwise (easy to read and to grep).
-func (o *output) table(headers []string, rows [][]string) string {
-	t := table.New().Headers(headers...).Rows(rows...)
-	if !o.color || o.r.ColorProfile() == termenv.Ascii {
-		out := t.Border(lipgloss.HiddenBorder()).BorderTop(false).BorderBottom(false).
-			BorderLeft(false).BorderRight(false).BorderHeader(false).
-			StyleFunc(func(_, _ int) lipgloss.Style { return o.r.NewStyle().PaddingRight(1) }).String()
-		lines := strings.Split(out, "\n")
-		for i, l := range lines {
-			lines[i] = strings.TrimRight(l, " ")
-		}
-		return strings.Join(lines, "\n")
-	}
-	header := o.r.NewStyle().Bold(true).Padding(0, 1)
-	cell := o.r.NewStyle().Padding(0, 1)
-	return t.Border(lipgloss.RoundedBorder()).BorderStyle(o.r.NewStyle().Foreground(lipgloss.Color("8"))).
-		StyleFunc(func(row, _ int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return header
-			}
-			return cell
-		}).String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
+	"github.com/overdeck/mcp-backend/ops/view"
 )
 
 func rollbackCommand(d *deps) *cli.Command {
@@ -120,7 +121,7 @@ func rollbackCommand(d *deps) *cli.Command {
 					}
 					rv = status.PlanRollback(rv, time.Now())
 					d.out.printText(rv, func(w io.Writer) {
-						fmt.Fprintln(w, "rollback "+rollbackLine(rv, func(s ...string) string { return strings.Join(s, "") }))
+						fmt.Fprintln(w, "rollback "+rv.Line(func(s ...string) string { return strings.Join(s, "") }))
 					})
 					if markerErr != nil {
 						return withCode(outcome.Failed, fmt.Errorf("rollback status: %w; run `mcpctl snapshot list`, then `mcpctl rollback --snapshot ID` or `mcpctl rollback disarm`", markerErr))
@@ -168,7 +169,7 @@ func rollbackPreview(c *cli.Context, d *deps, opts deploy.RollbackOptions, targe
 		case perr != nil:
 			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would fail now: %v\n", perr)
 		case p.Act:
-			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would restore snapshot %s (%s): %s\n", p.SnapshotID, snapVersion(p.Version), p.Reason)
+			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would restore snapshot %s (%s): %s\n", p.SnapshotID, view.VersionOrNone(p.Version), p.Reason)
 		default:
 			fmt.Fprintf(d.stdout, "`mcpctl rollback --last` would do nothing: %s\n", p.Reason)
 		}
@@ -182,7 +183,7 @@ func rollbackPreview(c *cli.Context, d *deps, opts deploy.RollbackOptions, targe
 			fmt.Fprintf(w, "dry run: would do nothing: %s\n", p.Reason)
 			return
 		}
-		fmt.Fprintf(w, "dry run: would restore snapshot %s (%s): %s\n", p.SnapshotID, snapVersion(p.Version), p.Reason)
+		fmt.Fprintf(w, "dry run: would restore snapshot %s (%s): %s\n", p.SnapshotID, view.VersionOrNone(p.Version), p.Reason)
 		for _, ch := range p.Changes {
 			fmt.Fprintf(w, "  %-9s %s\n", ch.Action, ch.Path)
 		}

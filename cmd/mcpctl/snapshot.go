@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/overdeck/mcp-backend/ops/release"
 	"github.com/overdeck/mcp-backend/ops/snapshot"
 	"github.com/overdeck/mcp-backend/ops/state"
+	"github.com/overdeck/mcp-backend/ops/view"
 )
 
 func snapshotCommand(d *deps) *cli.Command {
@@ -80,7 +78,7 @@ func snapshotCreate(c *cli.Context, d *deps) error {
 	if o.json {
 		return writeJSON(o.w, m)
 	}
-	fmt.Fprintf(o.w, "%s snapshot %s of %s (%d files)\n", o.st.ok.Render("created"), o.st.title.Render(m.ID), snapVersion(m.Version), len(m.Files))
+	fmt.Fprintf(o.w, "%s snapshot %s of %s (%d files)\n", o.St.OK.Render("created"), o.St.Title.Render(m.ID), view.VersionOrNone(m.Version), len(m.Files))
 	return nil
 }
 
@@ -111,47 +109,10 @@ func snapshotList(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st := d.out, d.out.st
-	if o.json {
-		return writeJSON(o.w, ls.Entries)
+	if d.out.json {
+		return writeJSON(d.out.w, ls.Entries)
 	}
-	if ls.PendingError != nil {
-		fmt.Fprintf(o.w, "%s %v\n", st.bad.Render("warning:"), ls.PendingError)
-	}
-	if len(ls.Entries) == 0 {
-		fmt.Fprintf(o.w, "no snapshots in %s\n", cfg.StateDir)
-		return nil
-	}
-	headers := []string{"ID", "CREATED", "VERSION", "REASON", "FILES", "SIZE"}
-	rows := make([][]string, 0, len(ls.Entries))
-	notes := false
-	for _, e := range ls.Entries {
-		row := []string{e.ID, e.Created.Local().Format("2006-01-02 15:04:05"), snapVersion(e.Version),
-			e.Reason, strconv.Itoa(e.Files), snapBytes(e.Bytes), ""}
-		switch {
-		case e.Error != "":
-			row[6], notes = st.bad.Render("BROKEN: "+e.Error), true
-		case e.Pending:
-			row[6], notes = st.warn.Render("pending cutover"), true
-		}
-		rows = append(rows, row)
-	}
-	if notes {
-		headers = append(headers, "NOTE")
-	} else {
-		for i := range rows {
-			rows[i] = rows[i][:6]
-		}
-	}
-	if !o.wide {
-		// The id holds the creation time (UTC) already: the CREATED column
-		// is for --wide, so the table fits 80 columns.
-		headers = slices.Delete(headers, 1, 2)
-		for i := range rows {
-			rows[i] = slices.Delete(rows[i], 1, 2)
-		}
-	}
-	fmt.Fprintln(o.w, o.table(headers, rows))
+	d.out.SnapshotList(d.out.w, ls, cfg.StateDir)
 	return nil
 }
 
@@ -171,47 +132,13 @@ func snapshotShow(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st, m := d.out, d.out.st, res.Manifest
-	if o.json {
-		if err := writeJSON(o.w, res); err != nil {
+	if d.out.json {
+		if err := writeJSON(d.out.w, res); err != nil {
 			return err
 		}
 		return res.Err
 	}
-	kv := func(k, val string) { fmt.Fprintf(o.w, "%s %s\n", st.title.Render(fmt.Sprintf("%-10s", k)), val) }
-	kv("id", m.ID)
-	kv("created", m.Created.Local().Format(time.RFC3339))
-	kv("reason", m.Reason)
-	kv("version", snapVersion(m.Version))
-	if m.Digest != "" {
-		kv("digest", m.Digest)
-	}
-	if m.Current.Exists {
-		kv("current", m.Current.Path+" -> "+m.Current.Target)
-	} else {
-		kv("current", m.Current.Path+" (absent: a restore removes it)")
-	}
-	if res.OK {
-		kv("integrity", st.ok.Render("ok")+" (every sha256 matches)")
-	} else {
-		kv("integrity", st.bad.Render("CORRUPT"))
-	}
-	rows := make([][]string, 0, len(m.Files))
-	for _, f := range m.Files {
-		if !f.Exists {
-			rows = append(rows, []string{f.Role, f.Path, "", "", st.warn.Render("absent: a restore removes it")})
-			continue
-		}
-		sum := f.SHA256[:16]
-		if !o.wide {
-			sum = f.SHA256[:8] // enough to tell files apart; --wide for more
-		}
-		rows = append(rows, []string{f.Role, f.Path, fmt.Sprintf("%04o", uint32(f.Mode)), snapBytes(f.Size), sum})
-	}
-	fmt.Fprintln(o.w, o.table([]string{"ROLE", "PATH", "MODE", "SIZE", "SHA256"}, rows))
-	for _, s := range m.Sets {
-		fmt.Fprintf(o.w, "restore replaces %s/%s as a set (files added since are removed)\n", s.Dir, s.Pattern)
-	}
+	d.out.SnapshotShow(d.out.w, res)
 	return res.Err
 }
 
@@ -253,45 +180,9 @@ func snapshotPrune(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	o, st := d.out, d.out.st
-	if o.json {
-		return writeJSON(o.w, res)
+	if d.out.json {
+		return writeJSON(d.out.w, res)
 	}
-	verb, prefix := "removed", ""
-	if dry {
-		verb, prefix = "would remove", "dry run: "
-	}
-	if len(res.Removed) == 0 {
-		fmt.Fprintf(o.w, "%snothing to prune (keeping the newest %d)\n", prefix, keep)
-	}
-	for _, id := range res.Removed {
-		fmt.Fprintf(o.w, "%s %s\n", st.ok.Render(verb), id)
-	}
-	for _, id := range res.Protected {
-		fmt.Fprintf(o.w, "%s %s (%s)\n", st.warn.Render("kept"), id, res.Why[id])
-	}
-	if dry {
-		fmt.Fprintln(o.w, "nothing was changed")
-	}
+	d.out.SnapshotPrune(d.out.w, res, keep, dry)
 	return nil
-}
-
-func snapVersion(v string) string {
-	if v == "" {
-		return "(none installed)"
-	}
-	return v
-}
-
-func snapBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

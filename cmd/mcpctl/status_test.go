@@ -15,67 +15,16 @@ import (
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/jsoncheck"
-	"github.com/overdeck/mcp-backend/internal/millis"
 	"github.com/overdeck/mcp-backend/mcpwire"
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
-	"github.com/overdeck/mcp-backend/ops/deploy"
 	"github.com/overdeck/mcp-backend/ops/state"
 	"github.com/overdeck/mcp-backend/ops/status"
 	"github.com/overdeck/mcp-backend/ops/verify"
+	"github.com/overdeck/mcp-backend/ops/view"
 	"github.com/overdeck/mcp-backend/systemd/unitstate"
 	"github.com/overdeck/mcp-backend/systemd/unitstate/unitstatetest"
 	"github.com/overdeck/mcp-backend/units"
 )
-
-// TestRollbackLine: the lines that need a human say so and what to run.
-func TestRollbackLine(t *testing.T) {
-	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	p := &state.Pending{SnapshotID: "s", Deadline: now.Add(90 * time.Second)}
-	tests := []struct {
-		name string
-		in   status.RollbackView
-		want string
-	}{
-		{"marker after a reboot", status.RollbackView{Pending: p}, "NOT ARMED"},
-		{"unreadable marker", status.RollbackView{Err: "read pending-cutover.json: unexpected end of JSON input", TimerState: "active"}, "`mcpctl rollback --snapshot ID`"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if line := rollbackLine(status.PlanRollback(tc.in, now), func(s ...string) string { return strings.Join(s, "") }); !strings.Contains(line, tc.want) {
-				t.Fatalf("line %q lacks %q", line, tc.want)
-			}
-		})
-	}
-}
-
-// TestCrashLoopLine: "crash loop: N starts in M s, next try in T", what
-// failed and what to run.
-func TestCrashLoopLine(t *testing.T) {
-	failed := []deploy.FailedUnit{{Unit: "mcp-backend@blue.service", Result: "signal"}, {Unit: "mcp-backend.socket", Result: "service-start-limit-hit"}}
-	tests := []struct {
-		name string
-		in   status.CrashLoopView
-		want []string
-	}{
-		{"down, the watchdog not yet run", status.CrashLoopView{Down: true, Failed: failed, Starts: 6, Window: millis.Duration(time.Minute)},
-			[]string{"6 starts in 60 s, next try in the watchdog's next round", "DOWN", "mcp-backend.socket failed (service-start-limit-hit)", "`mcpctl recover`"}},
-		{"down, backing off", status.CrashLoopView{Down: true, Failed: failed, Starts: 12, Window: millis.Duration(3 * time.Minute), Attempts: 2,
-			LastOutcome: state.OutcomeFailed, LastError: "not ready", NextIn: millis.Duration(time.Minute)},
-			[]string{"12 starts in 180 s, next try in 1m0s", "attempt 2 failed: not ready"}},
-		{"recovered", status.CrashLoopView{Starts: 6, Window: millis.Duration(time.Minute), Attempts: 1, Recovered: time.Date(2026, 12, 6, 3, 32, 45, 0, time.UTC)},
-			[]string{"6 starts in 60 s, recovered at ", "after 1 attempt(s) of the watchdog"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			line := crashLoopLine(&tc.in, func(s ...string) string { return strings.Join(s, "") })
-			for _, w := range tc.want {
-				if !strings.Contains(line, w) {
-					t.Fatalf("line %q lacks %q", line, w)
-				}
-			}
-		})
-	}
-}
 
 // TestStatusAssembly gathers status from a real backend handler, a stored
 // marker and audit, and fixed unit states, and renders it.
@@ -142,7 +91,7 @@ func TestStatusAssembly(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	renderStatus(&out, plainStyles(), r, textWidth)
+	view.Status(&out, plainStyles(), r, textWidth)
 	// Every line fits 80 columns (a tunnel line was ~136).
 	for _, line := range strings.Split(out.String(), "\n") {
 		if len(line) > textWidth {
@@ -150,7 +99,7 @@ func TestStatusAssembly(t *testing.T) {
 		}
 	}
 	var wide bytes.Buffer
-	renderStatus(&wide, plainStyles(), r, 0)
+	view.Status(&wide, plainStyles(), r, 0)
 	if !strings.Contains(wide.String(), "production mcp-backend.service active since") {
 		t.Errorf("--wide keeps since on the unit's line:\n%s", wide.String())
 	}
@@ -170,7 +119,7 @@ func TestStatusAssembly(t *testing.T) {
 	}
 }
 
-func plainStyles() styles { return newOutput(&bytes.Buffer{}, false, true).st }
+func plainStyles() styles { return newOutput(&bytes.Buffer{}, false, true).St }
 
 // TestDegradedWithoutSystemd: with no system bus, status and verify backend
 // still run their HTTP checks against a real backend and say which parts
@@ -262,7 +211,7 @@ func TestStatusShowsTheSlotBeside(t *testing.T) {
 				t.Fatalf("production %s beside %+v, want %s beside %+v", r.Production.Unit, r.Beside, tc.serving, tc.beside)
 			}
 			var out bytes.Buffer
-			renderStatus(&out, plainStyles(), r, textWidth)
+			view.Status(&out, plainStyles(), r, textWidth)
 			for _, b := range tc.beside {
 				if want := "beside it: " + b.Unit + " " + b.Status; !strings.Contains(out.String(), want) {
 					t.Errorf("status lacks %q:\n%s", want, out.String())

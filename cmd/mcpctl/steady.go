@@ -58,7 +58,7 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 			_ = writeJSON(d.stdout, rep)
 		} else {
 			fmt.Fprintln(d.stdout, "INTERRUPTED: the counts until Ctrl-C")
-			printSteady(d.stdout, rep, d.out.width())
+			printSteady(d.stdout, rep, d.out.Width())
 		}
 		return withCode(outcome.Failed, errors.New("steady interrupted: the counts above are partial; run the same `mcpctl stress --profile steady` again for a verdict"))
 	}
@@ -70,7 +70,7 @@ func runSteadyCommand(c *cli.Context, d *deps, cfg *ctlconfig.Config) error {
 			return withCode(outcome.Failed, err)
 		}
 	} else {
-		printSteady(d.stdout, rep, d.out.width())
+		printSteady(d.stdout, rep, d.out.Width())
 	}
 	if !rep.Total.Clean() {
 		return withCode(outcome.Failed, fmt.Errorf("steady: %d transport failures, %d HTTP errors, %d JSON-RPC errors, %d unreadable replies in %d calls",

@@ -227,7 +227,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 		if d.out.json {
 			_ = rep.WriteJSON(d.stdout)
 		} else {
-			_ = rep.RenderWidth(d.stdout, d.out.color, d.out.width())
+			_ = rep.RenderWidth(d.stdout, d.out.Color, d.out.Width())
 		}
 		return withCode(outcome.Failed, fmt.Errorf("stress interrupted after %.1fs: the partial report above is not recorded; run the same `mcpctl stress` again for a verdict", rep.AttackSeconds))
 	}
@@ -254,7 +254,7 @@ func runStressCommand(c *cli.Context, d *deps) error {
 			return withCode(outcome.Failed, err)
 		}
 	} else {
-		if err := rep.RenderWidth(d.stdout, d.out.color, d.out.width()); err != nil {
+		if err := rep.RenderWidth(d.stdout, d.out.Color, d.out.Width()); err != nil {
 			return withCode(outcome.Failed, err)
 		}
 		if rep.Build != nil && rep.Build.Recorded && rep.Build.Note != "" {

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
 	"github.com/urfave/cli/v2"
 
 	"github.com/overdeck/mcp-backend/ops/ctlconfig"
 	"github.com/overdeck/mcp-backend/ops/deploy"
+	"github.com/overdeck/mcp-backend/ops/notify"
 	"github.com/overdeck/mcp-backend/ops/outcome"
 	"github.com/overdeck/mcp-backend/systemd"
 	"github.com/overdeck/mcp-backend/units"
@@ -161,7 +161,7 @@ func unitInstall(c *cli.Context, d *deps) error {
 	if err != nil {
 		return withCode(outcome.Failed, err)
 	}
-	notified, err := installNotifier(ctx, cfg, sd)
+	notified, err := notify.Install(ctx, cfg, sd)
 	if err != nil {
 		return withCode(deploy.CodeFailed, err)
 	}
@@ -176,65 +176,12 @@ func unitInstall(c *cli.Context, d *deps) error {
 			return err
 		}
 	} else {
-		printUnitInstall(d.out, rep)
+		d.out.UnitInstall(d.out.w, rep)
 		if notified {
 			fmt.Fprintf(d.out.w, "approvals notifier: %s and %s started; NEEDS_APPROVAL tells clients the operator is notified\n", units.NotifyPath, units.NotifyTimer)
 		}
 	}
 	return deploy.DownError(o, "unit install starts nothing")
-}
-
-func printUnitInstall(o *output, rep *deploy.UnitInstallReport) {
-	w, r := o.w, o.r
-	add := r.NewStyle().Foreground(lipgloss.Color("2"))
-	del := r.NewStyle().Foreground(lipgloss.Color("1"))
-	hdr := r.NewStyle().Bold(true)
-	for _, ch := range rep.Changed {
-		fmt.Fprintln(w, hdr.Render(fmt.Sprintf("%s %s", ch.Action, ch.Unit)))
-		for _, line := range strings.SplitAfter(ch.Diff, "\n") {
-			if line == "" {
-				continue
-			}
-			text := strings.TrimSuffix(line, "\n")
-			switch {
-			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"), strings.HasPrefix(line, "@@"):
-				fmt.Fprintln(w, hdr.Render(text))
-			case strings.HasPrefix(line, "+"):
-				fmt.Fprintln(w, add.Render(text))
-			case strings.HasPrefix(line, "-"):
-				fmt.Fprintln(w, del.Render(text))
-			default:
-				fmt.Fprintln(w, text)
-			}
-		}
-	}
-	switch {
-	case rep.DryRun:
-		plan := "no daemon-reload"
-		if len(rep.Changed) > 0 {
-			plan = fmt.Sprintf("would write %d unit(s) to %s and daemon-reload", len(rep.Changed), rep.UnitDir)
-		}
-		fmt.Fprintf(w, "dry run: %s, %d unchanged; would enable at boot: %s\n", plan, len(rep.Unchanged), strings.Join(rep.Enabled, " "))
-		if len(rep.LinkedSlots) > 0 {
-			fmt.Fprintf(w, "would link the slots to the current release: %s\n", strings.Join(rep.LinkedSlots, " "))
-		}
-		if len(rep.Disabled) > 0 {
-			fmt.Fprintf(w, "would disable at boot, if enabled (it serves until the next cutover hands it off): %s\n", strings.Join(rep.Disabled, " "))
-		}
-		fmt.Fprintln(w, "nothing was changed")
-		return
-	case len(rep.Changed) == 0:
-		fmt.Fprintf(w, "units in %s are up to date (%d unchanged); no daemon-reload\n", rep.UnitDir, len(rep.Unchanged))
-	default:
-		fmt.Fprintf(w, "%d unit(s) written to %s, %d unchanged; systemd reloaded\n", len(rep.Changed), rep.UnitDir, len(rep.Unchanged))
-	}
-	fmt.Fprintf(w, "enabled at boot: %s\n", strings.Join(rep.Enabled, " "))
-	if len(rep.LinkedSlots) > 0 {
-		fmt.Fprintf(w, "slots linked to the current release: %s\n", strings.Join(rep.LinkedSlots, " "))
-	}
-	if len(rep.Disabled) > 0 {
-		fmt.Fprintf(w, "disabled at boot (serves until the next cutover hands it off): %s\n", strings.Join(rep.Disabled, " "))
-	}
 }
 
 // unitInstallDryRun is unit install --dry-run: the same comparison and
@@ -251,6 +198,6 @@ func unitInstallDryRun(d *deps, cfg *ctlconfig.Config, us []units.Unit) error {
 	if d.out.json {
 		return writeJSON(d.stdout, rep)
 	}
-	printUnitInstall(d.out, rep)
+	d.out.UnitInstall(d.out.w, rep)
 	return nil
 }

@@ -47,7 +47,7 @@ func watchdogCommand(d *deps) *cli.Command {
 				}
 				fmt.Fprintf(w, "backend ok=%v; tunnels: %s; restarted: %v\n", rep.BackendOK, strings.Join(parts, ", "), rep.Restarted)
 				if cl := status.PlanCrashLoop(rep.Outage, rep.Recovery, time.Now()); cl != nil && cl.Down {
-					fmt.Fprintln(w, crashLoopLine(cl, func(s ...string) string { return strings.Join(s, "") }))
+					fmt.Fprintln(w, cl.Line(func(s ...string) string { return strings.Join(s, "") }))
 				}
 				if r := rep.Recovered; r != nil && r.OK {
 					fmt.Fprintf(w, "recovered: %s serves again (%s)\n", r.Version, r.Reason)

@@ -1,4 +1,4 @@
-package main
+package view
 
 import (
 	"encoding/json"
@@ -12,13 +12,13 @@ import (
 	"github.com/overdeck/mcp-backend/ops/outcome"
 )
 
-var timeNow = time.Now
-
-// fleetView is the live output of a fleet run: one line per step as it
+// Fleet is the live output of a fleet run: one line per step as it
 // ends and the per-host table after each wave, or with --json one event
-// per line as it is logged.
-type fleetView struct {
-	out  *output
+// per line as it is logged; and the fleet's plan and status.
+type Fleet struct {
+	w    io.Writer
+	json bool
+	out  *Printer
 	inv  *fleet.Inventory
 	mu   sync.Mutex
 	rows map[string]*fleetRow
@@ -35,15 +35,17 @@ type fleetRow struct {
 	start, end                            time.Time
 }
 
-func newFleetView(out *output, inv *fleet.Inventory) *fleetView {
-	v := &fleetView{out: out, inv: inv, rows: map[string]*fleetRow{}}
+// NewFleet writes to w (JSON lines with asJSON) for the hosts of inv.
+func NewFleet(w io.Writer, asJSON bool, out *Printer, inv *fleet.Inventory) *Fleet {
+	v := &Fleet{w: w, json: asJSON, out: out, inv: inv, rows: map[string]*fleetRow{}}
 	for _, h := range inv.Hosts {
 		v.rows[h.Name] = &fleetRow{Host: h.Name}
 	}
 	return v
 }
 
-func (v *fleetView) setPlan(p *fleet.Plan) {
+// SetPlan fills the table from the plan a run starts with.
+func (v *Fleet) SetPlan(p *fleet.Plan) {
 	v.to = p.Version
 	for _, h := range p.Hosts {
 		r := v.rows[h.Host]
@@ -51,7 +53,8 @@ func (v *fleetView) setPlan(p *fleet.Plan) {
 	}
 }
 
-func (v *fleetView) setRun(rs *fleet.RunState) {
+// SetRun fills the table from the run a resume or rollback continues.
+func (v *Fleet) SetRun(rs *fleet.RunState) {
 	v.to = rs.Start.Version
 	for name, h := range rs.Hosts {
 		if r := v.rows[name]; r != nil {
@@ -61,16 +64,16 @@ func (v *fleetView) setRun(rs *fleet.RunState) {
 	}
 }
 
-// event is Runner.Emit: called from the hosts' goroutines.
-func (v *fleetView) event(e fleet.Event) {
+// Event is Runner.Emit: called from the hosts' goroutines.
+func (v *Fleet) Event(e fleet.Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.out.json {
+	if v.json {
 		b, _ := json.Marshal(e)
-		fmt.Fprintf(v.out.w, "%s\n", b)
+		fmt.Fprintf(v.w, "%s\n", b)
 		return
 	}
-	st := v.out.st
+	st := v.out.St
 	r := v.rows[e.Host]
 	if e.Host != "" {
 		v.shown = false
@@ -83,13 +86,13 @@ func (v *fleetView) event(e fleet.Event) {
 	}
 	mark := func(ok bool, s string) string {
 		if ok {
-			return st.ok.Render(s)
+			return st.OK.Render(s)
 		}
-		return st.bad.Render(s)
+		return st.Bad.Render(s)
 	}
 	switch e.Type {
 	case fleet.EvWaveStart:
-		fmt.Fprintf(v.out.w, "%s %d: %s\n", st.title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
+		fmt.Fprintf(v.w, "%s %d: %s\n", st.Title.Render("wave"), e.Wave, strings.ReplaceAll(e.Detail, ",", ", "))
 	case fleet.EvStepEnd:
 		ok := e.ExitCode != nil && *e.ExitCode == 0
 		res, line := "ok", "ok"
@@ -115,9 +118,9 @@ func (v *fleetView) event(e fleet.Event) {
 		}
 		took := ""
 		if !e.HostStart.IsZero() {
-			took = " " + st.dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
+			took = " " + st.Dim.Render(e.HostEnd.Sub(e.HostStart).Round(10*time.Millisecond).String())
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
+		fmt.Fprintf(v.w, "  %-12s %-14s %s%s\n", e.Host, e.Step, mark(ok, line), took)
 	case fleet.EvHostEnd:
 		if r != nil {
 			r.Result, r.end, r.Note = e.Outcome, e.Time, e.Detail
@@ -126,42 +129,43 @@ func (v *fleetView) event(e fleet.Event) {
 				r.From = e.From
 			}
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.dim.Render(e.Detail))
+		fmt.Fprintf(v.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome.OK(), string(e.Outcome)), st.Dim.Render(e.Detail))
 	case fleet.EvWaveEnd:
-		fmt.Fprintf(v.out.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
+		fmt.Fprintf(v.w, "wave %d: %s, %s\n%s\n", e.Wave, e.Decision, e.Detail, v.table())
 		v.shown = true
 	case fleet.EvRevertStart:
-		fmt.Fprintf(v.out.w, "%s %s\n", st.bad.Render("revert:"), e.Detail)
+		fmt.Fprintf(v.w, "%s %s\n", st.Bad.Render("revert:"), e.Detail)
 	case fleet.EvRevertHost:
 		if r != nil {
 			r.Result = e.Outcome
 		}
-		fmt.Fprintf(v.out.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.dim.Render(e.Detail))
+		fmt.Fprintf(v.w, "  %-12s %s %s\n", e.Host, mark(e.Outcome == fleet.Reverted, string(e.Outcome)), st.Dim.Render(e.Detail))
 	}
 }
 
-func (v *fleetView) final(res *fleet.Result) {
+// Final ends the output with the run's result.
+func (v *Fleet) Final(res *fleet.Result) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.out.json {
+	if v.json {
 		b, _ := json.Marshal(struct {
 			Type string `json:"type"`
 			*fleet.Result
 		}{"result", res})
-		fmt.Fprintf(v.out.w, "%s\n", b)
+		fmt.Fprintf(v.w, "%s\n", b)
 		return
 	}
 	if !v.shown {
-		fmt.Fprintln(v.out.w, v.table())
+		fmt.Fprintln(v.w, v.table())
 	}
-	fmt.Fprintf(v.out.w, "run %s: %s (exit %d)\n", res.Run, res.Message, res.Code)
+	fmt.Fprintf(v.w, "run %s: %s (exit %d)\n", res.Run, res.Message, res.Code)
 	for _, c := range res.Commands {
-		fmt.Fprintf(v.out.w, "  %s\n", c)
+		fmt.Fprintf(v.w, "  %s\n", c)
 	}
 }
 
 // table is the per-host table; the caller holds mu.
-func (v *fleetView) table() string {
+func (v *Fleet) table() string {
 	rows := [][]string{}
 	for _, h := range v.inv.Hosts {
 		r := v.rows[h.Name]
@@ -179,17 +183,17 @@ func (v *fleetView) table() string {
 		}
 		rows = append(rows, []string{r.Host, r.Wave, from + " -> " + v.to, r.Canary, r.Stress, r.Cutover, r.Verify, took, v.outcome(r.Result, res)})
 	}
-	return v.out.table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
+	return v.out.Table([]string{"host", "wave", "from -> to", "canary", "stress", "cutover", "verify", "time", "result"}, rows)
 }
 
-func (v *fleetView) outcome(o fleet.Outcome, s string) string {
+func (v *Fleet) outcome(o fleet.Outcome, s string) string {
 	switch {
 	case o.OK():
-		return v.out.st.ok.Render(s)
+		return v.out.St.OK.Render(s)
 	case o == "":
-		return v.out.st.dim.Render(s)
+		return v.out.St.Dim.Render(s)
 	}
-	return v.out.st.bad.Render(s)
+	return v.out.St.Bad.Render(s)
 }
 
 func shortDigest(d string) string {
@@ -200,27 +204,28 @@ func shortDigest(d string) string {
 	return d
 }
 
-func (v *fleetView) renderPlan(w io.Writer, st styles, p *fleet.Plan) {
+// RenderPlan writes the plan: the build, the waves, what each host gets.
+func (v *Fleet) RenderPlan(w io.Writer, st Styles, p *fleet.Plan) {
 	if p.Digest != "" {
-		fmt.Fprintf(w, "%s %s (%s)\n", st.title.Render("build"), p.Version, shortDigest(p.Digest))
+		fmt.Fprintf(w, "%s %s (%s)\n", st.Title.Render("build"), p.Version, shortDigest(p.Digest))
 	}
 	for _, wv := range p.Waves {
-		fmt.Fprintf(w, "%s %d: %s\n", st.title.Render("wave"), wv.Index, strings.Join(wv.Hosts, ", "))
+		fmt.Fprintf(w, "%s %d: %s\n", st.Title.Render("wave"), wv.Index, strings.Join(wv.Hosts, ", "))
 	}
 	rows := [][]string{}
 	for _, h := range p.Hosts {
 		what := "roll out"
 		switch {
 		case h.Problem != "":
-			what = st.bad.Render(h.Problem)
+			what = st.Bad.Render(h.Problem)
 		case h.Skip:
-			what = st.ok.Render("skip: already on it, verified")
+			what = st.OK.Render("skip: already on it, verified")
 		case p.Digest == "":
-			what = st.ok.Render("ready")
+			what = st.OK.Render("ready")
 		}
 		rows = append(rows, []string{h.Host, fmt.Sprint(h.Wave), dash(h.From), shortDigest(h.Digest), what})
 	}
-	fmt.Fprintln(w, v.out.table([]string{"host", "wave", "version", "digest", "plan"}, rows))
+	fmt.Fprintln(w, v.out.Table([]string{"host", "wave", "version", "digest", "plan"}, rows))
 }
 
 func dash(s string) string {
@@ -230,21 +235,22 @@ func dash(s string) string {
 	return s
 }
 
-func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
+// RenderStatus writes the fleet at a glance and its last run.
+func (v *Fleet) RenderStatus(w io.Writer, st Styles, rep *fleet.Status) {
 	rows := [][]string{}
 	for _, h := range rep.Hosts {
 		f := h.Facts
 		if f == nil {
-			rows = append(rows, []string{h.Host, h.Address, "-", "-", st.bad.Render("unreachable"), "-", "-", "-", st.bad.Render(h.Error)})
+			rows = append(rows, []string{h.Host, h.Address, "-", "-", st.Bad.Render("unreachable"), "-", "-", "-", st.Bad.Render(h.Error)})
 			continue
 		}
-		health := st.ok.Render("healthy")
+		health := st.OK.Render("healthy")
 		if !f.Healthy {
-			health = st.bad.Render("unhealthy")
+			health = st.Bad.Render("unhealthy")
 		}
 		pending := "-"
 		if f.Pending != nil {
-			pending = st.bad.Render("to " + f.Pending.ToVersion + " until " + f.Pending.Deadline.Local().Format("15:04:05"))
+			pending = st.Bad.Render("to " + f.Pending.ToVersion + " until " + f.Pending.Deadline.Local().Format("15:04:05"))
 		}
 		up := 0
 		for _, t := range f.Tunnels {
@@ -254,11 +260,11 @@ func (v *fleetView) renderStatus(w io.Writer, st styles, rep *fleet.Status) {
 		}
 		tun := fmt.Sprintf("%d/%d active", up, len(f.Tunnels))
 		if up < len(f.Tunnels) {
-			tun = st.bad.Render(tun)
+			tun = st.Bad.Render(tun)
 		}
 		rows = append(rows, []string{h.Host, h.Address, dash(f.Version), shortDigest(f.Digest), health, pending, tun, shortDigest(f.MachineID), dash(string(h.LastRun))})
 	}
-	fmt.Fprintln(w, v.out.table([]string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
+	fmt.Fprintln(w, v.out.Table([]string{"host", "address", "version", "digest", "health", "pending", "tunnels", "machine", "last run"}, rows))
 	if rs := rep.LastRun; rs != nil {
 		end := "not ended (resume it: mcpctl fleet resume)"
 		if rs.End != nil {
