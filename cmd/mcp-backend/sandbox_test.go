@@ -54,15 +54,19 @@ func newSandboxSite(t testing.TB) sandboxSite {
 	return s
 }
 
-// config is a backend whose commands run under sandbox.allow = profile,
-// with the canary's file and directory in a deny rule's paths, and its
-// audit file.
+// config is a backend whose commands run under sandbox.allow = profile
+// (no "sandbox" section at all for ""), with the canary's file and
+// directory in a deny rule's paths, and its audit file.
 func (s sandboxSite) config(t testing.TB, addr, profile string) (cfg, audit string) {
 	audit = filepath.Join(t.TempDir(), "audit.jsonl")
+	sb := ""
+	if profile != "" {
+		sb = fmt.Sprintf(`,"sandbox":{"allow":%q}`, profile)
+	}
 	return writeConfig(t, fmt.Sprintf(`{"listen":%q,"auth":{"bearerTokenFile":%q},
 		"audit":{"sink":"file","file":%q},
-		"policy":{"default":"allow","rules":[{"id":"secrets","action":"deny","paths":[%q,%q]}]},
-		"sandbox":{"allow":%q}}`, addr, s.token, audit, s.file, s.secretDir, profile)), audit
+		"policy":{"default":"allow","rules":[{"id":"secrets","action":"deny","paths":[%q,%q]}]}%s}`,
+		addr, s.token, audit, s.file, s.secretDir, sb)), audit
 }
 
 // sandboxBackend is the real binary serving a config.
@@ -147,19 +151,26 @@ func (s sandboxSite) readers() []struct{ name, cmd string } {
 	}
 }
 
-// TestSandboxMasksSecrets: through the real server, under inspect and root
-// every reader returns nothing of a paths deny rule's targets, the
-// bearer-token file or the backend's environment. Under none (today's
-// behaviour, the negative control) the same readers do return it.
+// TestSandboxMasksSecrets: through the real server, under inspect and root,
+// and with no sandbox section at all (the default: root), every reader
+// returns nothing of a paths deny rule's targets, the bearer-token file
+// or the backend's environment. Under an explicit none (the negative
+// control) the same readers do return it.
 func TestSandboxMasksSecrets(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
 	}
 	site := newSandboxSite(t)
-	for _, profile := range []string{"inspect", "root", "none"} {
-		t.Run(profile, func(t *testing.T) {
+	for _, tc := range []struct{ name, allow, profile string }{
+		{"inspect", "inspect", "inspect"},
+		{"root", "root", "root"},
+		{"default", "", "root"},
+		{"none", "none", "none"},
+	} {
+		profile := tc.profile
+		t.Run(tc.name, func(t *testing.T) {
 			addr := proctest.FreeAddr(t)
-			cfg, audit := site.config(t, addr, profile)
+			cfg, audit := site.config(t, addr, tc.allow)
 			b := startSandboxBackend(t, cfg, addr)
 			leaked := 0
 			for _, r := range site.readers() {
