@@ -352,11 +352,24 @@ func TestSandboxCheckConfig(t *testing.T) {
 	if err != nil {
 		t.Skip("no setpriv to drop CAP_SYS_ADMIN with")
 	}
-	for _, sub := range []string{"check-config", "serve"} {
-		c := exec.Command(setpriv, "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", binary, sub, "--config", cfg)
+	// The default config too: root by default, refused rather than run
+	// without the masks; an explicit none starts.
+	def := writeConfig(t, `{"listen":"127.0.0.1:0"}`)
+	none := writeConfig(t, `{"sandbox":{"allow":"none","approved":"none"}}`)
+	for _, tc := range []struct {
+		sub, cfg, want string
+		code           int
+	}{
+		{"check-config", cfg, `sandbox.allow = "inspect": this host or process cannot enforce the profile`, 2},
+		{"serve", cfg, `sandbox.allow = "inspect": this host or process cannot enforce the profile`, 2},
+		{"check-config", def, `sandbox.allow = "root": this host or process cannot enforce the profile`, 2},
+		{"serve", def, `sandbox.allow = "root": this host or process cannot enforce the profile`, 2},
+		{"check-config", none, `warning: sandbox.allow = "none"`, 0},
+	} {
+		c := exec.Command(setpriv, "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", binary, tc.sub, "--config", tc.cfg)
 		out, err = c.CombinedOutput()
-		if c.ProcessState == nil || c.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `sandbox.allow = "inspect": this host or process cannot enforce the profile`) {
-			t.Errorf("%s without CAP_SYS_ADMIN: %v\n%s\nwant exit 2 naming sandbox.allow", sub, err, out)
+		if c.ProcessState == nil || c.ProcessState.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %s without CAP_SYS_ADMIN: %v\n%s\nwant exit %d and %q", tc.sub, tc.cfg, err, out, tc.code, tc.want)
 		}
 	}
 }
