@@ -459,3 +459,35 @@ func sleeping(arg string) bool {
 	}
 	return false
 }
+
+// TestSandboxHelperStartsEarly: `mcp-backend sandbox-exec` is handled in
+// package sandbox's init, before main and before the packages initialised
+// after it: the command-line parser and the markdown renderer never
+// initialise on a command's path (GODEBUG=inittrace=1 lists each package
+// initialised), while a normal start does initialise them (the test can
+// fail). A bad command line exits 2 with the helper's own usage.
+func TestSandboxHelperStartsEarly(t *testing.T) {
+	heavy := []string{"github.com/russross/blackfriday", "github.com/urfave/cli"}
+	trace := func(args ...string) (string, int) {
+		c := exec.Command(binary, args...)
+		c.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+		out, _ := c.CombinedOutput()
+		return string(out), c.ProcessState.ExitCode()
+	}
+	out, code := trace("sandbox-exec")
+	if code != 2 || !strings.Contains(out, "sandbox-exec: usage: sandbox-exec --spec JSON -- PROGRAM") {
+		t.Fatalf("sandbox-exec without a spec: exit %d\n%s", code, out)
+	}
+	for _, p := range heavy {
+		if strings.Contains(out, "init "+p) {
+			t.Errorf("the helper initialised %s:\n%s", p, out)
+		}
+	}
+	full, _ := trace("--version")
+	for _, p := range heavy {
+		if !strings.Contains(full, "init "+p) {
+			t.Errorf("--version did not initialise %s: the test cannot tell:\n%s", p, full)
+		}
+	}
+	t.Logf("packages initialised: helper %d, --version %d", strings.Count(out, "init "), strings.Count(full, "init "))
+}
