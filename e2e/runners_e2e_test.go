@@ -60,7 +60,10 @@ func TestIPNetnsExecInSystemd(t *testing.T) {
 	s.restartBackend()
 	t.Run("policy", func(t *testing.T) { s.T = t; run(t, denied, true) })
 
-	nspawntest.WriteJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen})
+	// The negative control runs them with no sandbox: every profile
+	// refuses setns and mount, so under the default (root) ip netns exec
+	// fails whatever the policy says.
+	nspawntest.WriteJSON(t, s.Cfg.Backend.Config, map[string]any{"listen": s.Cfg.Backend.Listen, "sandbox": map[string]any{"allow": "none"}})
 	s.T = t
 	s.restartBackend()
 	t.Run("without policy", func(t *testing.T) { s.T = t; run(t, open, false) })

@@ -3,6 +3,8 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,15 +140,10 @@ func TestSandboxInSystemd(t *testing.T) {
 		}
 	}
 
-	// What systemd scores a job's unit at: the unit itself is the
-	// supervisor's (root, to set the profile up); the profile is inside.
-	var st mcpwire.JobStartResult
-	s.job("e2e", mcpwire.ToolJobStart, map[string]any{"command": "sleep 5", "cwd": "/"}, &st)
-	if st.Job.Unit != "" {
-		score := s.inContainer("sh", "-c", "systemd-analyze security --no-pager "+st.Job.Unit+" 2>&1 | tail -1")
-		t.Logf("systemd-analyze security %s: %s", st.Job.Unit, strings.TrimSpace(score))
-	}
-	s.waitJob("e2e", st.Job.ID)
+	// What systemd scores a job's unit at: the unit is the supervisor's
+	// (root, to set the profile up), carrying what systemd can enforce
+	// of the profile around it.
+	inspectScore := s.jobUnitExposure()
 
 	// The negative control and root's own identity: the same commands
 	// that inspect refused (those nspawn itself allows) work under root.
@@ -179,6 +176,11 @@ func TestSandboxInSystemd(t *testing.T) {
 		t.Errorf("root read the canary through /proc/PID/root: %q", via.Stdout)
 	}
 	t.Logf("root through another process's /proc/PID/root: %q", via.Stderr)
+	// The unit of a root job carries less: its exposure is the
+	// negative control of inspect's.
+	if rootScore := s.jobUnitExposure(); inspectScore >= rootScore {
+		t.Errorf("systemd-analyze security: an inspect job's unit is exposed %.1f, a root job's %.1f: want inspect's lower", inspectScore, rootScore)
+	}
 	rootShell := s.shell(identity)
 	rootJob := s.jobRun(identity)
 	t.Logf("root shell.exec:\n%s", rootShell.Stdout)
@@ -188,4 +190,28 @@ func TestSandboxInSystemd(t *testing.T) {
 			t.Errorf("%s under root: %q: want uid 0, capabilities, a writable root and the clean environment", what, out)
 		}
 	}
+}
+
+// jobUnitExposure starts a job that sleeps, scores its running unit with
+// systemd-analyze security (0 to 10, lower is less exposed), logs the
+// report and returns the overall exposure.
+func (s *site) jobUnitExposure() float64 {
+	s.T.Helper()
+	var st mcpwire.JobStartResult
+	s.job("e2e", mcpwire.ToolJobStart, map[string]any{"command": "sleep 5", "cwd": "/"}, &st)
+	defer s.waitJob("e2e", st.Job.ID)
+	if st.Job.Unit == "" {
+		s.T.Fatalf("job %s has no unit: not under systemd", st.Job.ID)
+	}
+	out := s.inContainer("sh", "-c", "systemd-analyze security --no-pager "+st.Job.Unit+" 2>&1")
+	s.T.Logf("systemd-analyze security %s:\n%s", st.Job.Unit, out)
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindStringSubmatch(out)
+	if m == nil {
+		s.T.Fatalf("no overall exposure in %q", out)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return v
 }

@@ -654,6 +654,24 @@ type TransientService struct {
 	// KillMode is the unit's KillMode=; "" leaves systemd's default
 	// (control-group), as systemd-run does.
 	KillMode string
+	// Properties are set as given, after the ones above: the unit's
+	// sandboxing (NoNewPrivileges, ProtectSystem, ...).
+	Properties []Property
+}
+
+// Property is a unit property as systemd's D-Bus API names and types it:
+// NoNewPrivileges a bool, CapabilityBoundingSet a uint64, ProtectSystem a
+// string, ReadWritePaths a []string, SystemCallFilter a SyscallFilter.
+type Property struct {
+	Name  string
+	Value any
+}
+
+// SyscallFilter is SystemCallFilter's (and RestrictAddressFamilies') D-Bus
+// value, (bas): Allow false makes List a deny list.
+type SyscallFilter struct {
+	Allow bool
+	List  []string
 }
 
 // StartTransientService starts t and waits for the start job: the main
@@ -689,6 +707,9 @@ func (c *Client) StartTransientService(ctx context.Context, t TransientService) 
 	}
 	if t.StopTimeout > 0 {
 		props = append(props, sddbus.Property{Name: "TimeoutStopUSec", Value: godbus.MakeVariant(uint64(t.StopTimeout / time.Microsecond))})
+	}
+	for _, p := range t.Properties {
+		props = append(props, sddbus.Property{Name: p.Name, Value: godbus.MakeVariant(p.Value)})
 	}
 	res, err := c.await(ctx, "start", t.Name, func(ch chan<- string) (int, error) {
 		return c.conn.StartTransientUnitContext(ctx, t.Name, "fail", props, ch)

@@ -35,3 +35,20 @@ func (c Config) validateSandbox() []error {
 	}
 	return errs
 }
+
+// SandboxWarnings names each default that chooses no sandbox at all
+// ("none", an explicit opt-out since the default is root; a rule cannot) and what that gives up;
+// check-config prints them and serve logs them.
+func (c Config) SandboxWarnings() []string {
+	var keys []string
+	for _, kv := range [][2]string{{"sandbox.allow", c.Sandbox.Allow}, {"sandbox.approved", c.Sandbox.Approved}} {
+		if kv[1] == sandbox.None {
+			keys = append(keys, kv[0])
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s = %q: commands it chooses run without a sandbox: the backend's secrets, the paths of deny rules and its environment are within their reach", k, sandbox.None))
+	}
+	return out
+}

@@ -252,7 +252,8 @@ func (r *SystemdRunner) Start(ctx context.Context, jobDir string, spec Spec) err
 		StopTimeout: killGrace + 3*time.Second,
 		// A stop gives the supervisor SIGTERM, then SIGKILLs the rest of
 		// the cgroup: the supervisor ends the job's group itself.
-		KillMode: "mixed",
+		KillMode:   "mixed",
+		Properties: unitSandbox(spec.Sandbox, jobDir),
 	})
 	done(err)
 	if err != nil {

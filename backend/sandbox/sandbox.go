@@ -23,7 +23,7 @@ import (
 const (
 	Inspect = "inspect" // read the host, change nothing: an unprivileged user, read-only, no capabilities
 	Root    = "root"    // today's root shell, with the masks and no mount or namespace calls
-	None    = "none"    // no sandbox (only as a default: the backend's environment, no masks)
+	None    = "none"    // no sandbox (only as an explicit default: the backend's environment, no masks)
 )
 
 // Config is the "sandbox" section of the backend's config.
@@ -105,9 +105,11 @@ func Builtin() map[string]Profile {
 // no such group; a custom profile's groups must exist.
 var optionalGroups = []string{"systemd-journal", "adm"}
 
-// Default is a config without "sandbox": no sandbox, today's behaviour.
+// Default is a config without "sandbox": every command under root, so the
+// masks and the clean environment hold out of the box (same privileges as
+// a plain root shell otherwise). "none" is only ever an explicit choice.
 func Default() Config {
-	return Config{Allow: None, Approved: None, Profiles: map[string]Profile{}}
+	return Config{Allow: Root, Approved: Root, Profiles: map[string]Profile{}}
 }
 
 // Profile returns the named profile (built-in or custom).

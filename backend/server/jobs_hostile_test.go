@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/overdeck/mcp-backend/backend/config"
+	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/toolerr"
 	"github.com/overdeck/mcp-backend/internal/proctest"
 	"github.com/overdeck/mcp-backend/mcpwire"
@@ -103,11 +104,12 @@ func TestJobStateOutOfReachOfFileTools(t *testing.T) {
 const plantedRecord = `{"version":1,"state":"exited","exitCode":0,"started":"2020-01-01T00:00:00Z","ended":"2020-01-01T00:00:01Z"}`
 
 // TestJobWritingItsOwnRecordStillRuns: a job that writes exit.json into
-// its own directory (it runs as the backend's user, so it can) still runs
+// its own directory (without a sandbox it runs as the backend's user and
+// sees the jobs' directory, so it can; every profile masks it) still runs
 // for job.status, job.list and /metrics, is not pruned, is cancelled by
 // job.cancel, and ends with the record its supervisor made.
 func TestJobWritingItsOwnRecordStillRuns(t *testing.T) {
-	b := jobsBackend(t, func(c *config.Config) { c.Jobs.KeepForMs = 1000 })
+	b := jobsBackend(t, func(c *config.Config) { c.Jobs.KeepForMs = 1000; c.Sandbox.Allow = sandbox.None })
 	hand := filepath.Join(t.TempDir(), "dir")
 	cmd := fmt.Sprintf(`until [ -s %[1]s ]; do sleep 0.02; done; d=$(cat %[1]s); printf '%%s' '%[2]s' > "$d/exit.json" && echo planted; exec sleep 300`, hand, plantedRecord)
 	st := okAs[mcpwire.JobStartResult](t, b, "alice", mcpwire.ToolJobStart, map[string]any{"command": cmd})

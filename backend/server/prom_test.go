@@ -21,6 +21,7 @@ import (
 // sections and not written there fails TestPrometheusCarriesEveryField.
 var promHandNames = map[string]string{
 	"sandbox.calls.none":           `mcp_sandbox_calls_total{profile="none"}`,
+	"sandbox.calls.root":           `mcp_sandbox_calls_total{profile="root"}`,
 	"limits.maxActive":             `mcp_admission_limit{limit="maxActive"}`,
 	"limits.reservedControl":       `mcp_admission_limit{limit="reservedControl"}`,
 	"limits.maxNonControl":         `mcp_admission_limit{limit="maxNonControl"}`,

@@ -39,6 +39,9 @@ var sandboxExe = os.Executable
 // descriptors through /proc, not even the root ones it starts: they keep
 // no CAP_SYS_PTRACE) and resolves the profiles (resolveSandboxes).
 func openSandboxes(cfg config.Config, secrets filepolicy.Options, log *slog.Logger) (*sandboxState, error) {
+	for _, w := range cfg.SandboxWarnings() {
+		log.Warn("sandbox: " + w)
+	}
 	st, err := resolveSandboxes(cfg, secrets)
 	if err != nil || len(st.specs) == 0 {
 		return st, err

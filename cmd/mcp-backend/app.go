@@ -18,7 +18,6 @@ import (
 
 	"github.com/overdeck/mcp-backend/backend/config"
 	"github.com/overdeck/mcp-backend/backend/jobs"
-	"github.com/overdeck/mcp-backend/backend/sandbox"
 	"github.com/overdeck/mcp-backend/backend/server"
 	"github.com/overdeck/mcp-backend/internal/buildinfo"
 	"github.com/overdeck/mcp-backend/internal/cliargs"
@@ -28,9 +27,8 @@ const (
 	exitOK     = 0
 	exitFailed = 1
 	exitUsage  = 2 // usage or invalid configuration
-	// exitSandbox is sandbox-exec's when it could not set the profile up:
-	// the command never ran (bash's 127 and 126 are taken).
-	exitSandbox = 125
+	// `mcp-backend sandbox-exec` never reaches this parser: package
+	// sandbox runs it from its init (sandbox.ExitUsage, sandbox.ExitSetup).
 )
 
 type exitError struct {
@@ -167,32 +165,16 @@ func newApp(d *deps) *cli.App {
 				},
 			},
 			{
-				Name:      sandbox.HelperCommand,
-				Usage:     "set a sandbox profile up and exec the program (started by the backend in a mount namespace of its own)",
-				ArgsUsage: "-- PROGRAM ARGS...",
-				Hidden:    true,
-				Flags:     []cli.Flag{&cli.StringFlag{Name: "spec", Usage: "the resolved profile and masks as `JSON` (required)"}},
-				Action: func(c *cli.Context) error {
-					args := c.Args().Slice()
-					if len(args) > 0 && !filepath.IsAbs(args[0]) {
-						return &exitError{exitUsage, fmt.Errorf("%s: unexpected argument %q (want an absolute program after --)", sandbox.HelperCommand, args[0])}
-					}
-					if c.String("spec") == "" || len(args) == 0 {
-						return &exitError{exitUsage, fmt.Errorf("%s: --spec JSON and a program after -- are required", sandbox.HelperCommand)}
-					}
-					if err := sandbox.Enter(c.String("spec"), args); err != nil {
-						return &exitError{exitSandbox, err}
-					}
-					return nil
-				},
-			},
-			{
 				Name:  "check-config",
 				Usage: "validate a config file: exit 0 if valid, 2 and the bad field otherwise",
 				Flags: []cli.Flag{configFlag},
 				Action: func(c *cli.Context) error {
-					if _, err := loadConfig(c.String("config"), "", true); err != nil {
+					cfg, err := loadConfig(c.String("config"), "", true)
+					if err != nil {
 						return err
+					}
+					for _, w := range cfg.SandboxWarnings() {
+						fmt.Fprintf(d.stderr, "mcp-backend: warning: %s\n", w)
 					}
 					fmt.Fprintf(d.stdout, "%s: ok\n", c.String("config"))
 					return nil

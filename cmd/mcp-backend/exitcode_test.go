@@ -63,7 +63,7 @@ func TestConfigEffective(t *testing.T) {
 	if code := run(context.Background(), []string{"mcp-backend", "config", "--config", cfg, "--effective"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("exit %d %s", code, errb.String())
 	}
-	for _, want := range []string{`"maxShell": 4`, `"maxActive": 48`, `"listen": "127.0.0.1:3210"`, `"responseBytes"`} {
+	for _, want := range []string{`"maxShell": 4`, `"maxActive": 48`, `"listen": "127.0.0.1:3210"`, `"responseBytes"`, `"allow": "root"`, `"approved": "root"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("effective config lacks %s:\n%s", want, out.String())
 		}

@@ -8,6 +8,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	// `mcp-backend sandbox-exec` (the helper every shell command runs
+	// through) runs from this package's init and never reaches main.
+	_ "github.com/overdeck/mcp-backend/backend/sandbox"
 )
 
 func main() {

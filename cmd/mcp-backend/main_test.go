@@ -84,6 +84,8 @@ func TestCheckConfig(t *testing.T) {
 		{"custom profile bad capability", `{"sandbox":{"profiles":{"web":{"capabilities":["CAP_FLY"]}}}}`, 2, `sandbox.profiles.web.capabilities[0] = "CAP_FLY"`},
 		{"custom profile writable without readOnly", `{"sandbox":{"profiles":{"web":{"writable":["/srv"]}}}}`, 2, `sandbox.profiles.web.writable = [/srv]: only means something with readOnly: true`},
 		{"custom profile user this host lacks", `{"sandbox":{"allow":"web","profiles":{"web":{"user":"no-such-user-h36"}}}}`, 2, `sandbox.allow = "web": this host cannot enforce the profile: user "no-such-user-h36"`},
+		{"none is an opt-out, warned", `{"sandbox":{"allow":"none","approved":"root"}}`, 0, `warning: sandbox.allow = "none": commands it chooses run without a sandbox`},
+		{"default sandbox covers deny paths", `{"policy":{"rules":[{"id":"keys","action":"deny","paths":["/**/id_rsa"]}]}}`, 2, `policy.rules[0].paths[0] = "/**/id_rsa": the sandbox cannot cover`},
 		{"deny path the sandbox cannot cover", `{"sandbox":{"allow":"root"},"policy":{"rules":[{"id":"keys","action":"deny","paths":["/**/id_rsa"]}]}}`, 2, `policy.rules[0].paths[0] = "/**/id_rsa": the sandbox cannot cover a pattern that starts with a wildcard`},
 	}
 	for _, tc := range tests {

@@ -54,15 +54,19 @@ func newSandboxSite(t testing.TB) sandboxSite {
 	return s
 }
 
-// config is a backend whose commands run under sandbox.allow = profile,
-// with the canary's file and directory in a deny rule's paths, and its
-// audit file.
+// config is a backend whose commands run under sandbox.allow = profile
+// (no "sandbox" section at all for ""), with the canary's file and
+// directory in a deny rule's paths, and its audit file.
 func (s sandboxSite) config(t testing.TB, addr, profile string) (cfg, audit string) {
 	audit = filepath.Join(t.TempDir(), "audit.jsonl")
+	sb := ""
+	if profile != "" {
+		sb = fmt.Sprintf(`,"sandbox":{"allow":%q}`, profile)
+	}
 	return writeConfig(t, fmt.Sprintf(`{"listen":%q,"auth":{"bearerTokenFile":%q},
 		"audit":{"sink":"file","file":%q},
-		"policy":{"default":"allow","rules":[{"id":"secrets","action":"deny","paths":[%q,%q]}]},
-		"sandbox":{"allow":%q}}`, addr, s.token, audit, s.file, s.secretDir, profile)), audit
+		"policy":{"default":"allow","rules":[{"id":"secrets","action":"deny","paths":[%q,%q]}]}%s}`,
+		addr, s.token, audit, s.file, s.secretDir, sb)), audit
 }
 
 // sandboxBackend is the real binary serving a config.
@@ -147,19 +151,26 @@ func (s sandboxSite) readers() []struct{ name, cmd string } {
 	}
 }
 
-// TestSandboxMasksSecrets: through the real server, under inspect and root
-// every reader returns nothing of a paths deny rule's targets, the
-// bearer-token file or the backend's environment. Under none (today's
-// behaviour, the negative control) the same readers do return it.
+// TestSandboxMasksSecrets: through the real server, under inspect and root,
+// and with no sandbox section at all (the default: root), every reader
+// returns nothing of a paths deny rule's targets, the bearer-token file
+// or the backend's environment. Under an explicit none (the negative
+// control) the same readers do return it.
 func TestSandboxMasksSecrets(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the sandbox needs root (a mount namespace, other credentials)")
 	}
 	site := newSandboxSite(t)
-	for _, profile := range []string{"inspect", "root", "none"} {
-		t.Run(profile, func(t *testing.T) {
+	for _, tc := range []struct{ name, allow, profile string }{
+		{"inspect", "inspect", "inspect"},
+		{"root", "root", "root"},
+		{"default", "", "root"},
+		{"none", "none", "none"},
+	} {
+		profile := tc.profile
+		t.Run(tc.name, func(t *testing.T) {
 			addr := proctest.FreeAddr(t)
-			cfg, audit := site.config(t, addr, profile)
+			cfg, audit := site.config(t, addr, tc.allow)
 			b := startSandboxBackend(t, cfg, addr)
 			leaked := 0
 			for _, r := range site.readers() {
@@ -341,11 +352,24 @@ func TestSandboxCheckConfig(t *testing.T) {
 	if err != nil {
 		t.Skip("no setpriv to drop CAP_SYS_ADMIN with")
 	}
-	for _, sub := range []string{"check-config", "serve"} {
-		c := exec.Command(setpriv, "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", binary, sub, "--config", cfg)
+	// The default config too: root by default, refused rather than run
+	// without the masks; an explicit none starts.
+	def := writeConfig(t, `{"listen":"127.0.0.1:0"}`)
+	none := writeConfig(t, `{"sandbox":{"allow":"none","approved":"none"}}`)
+	for _, tc := range []struct {
+		sub, cfg, want string
+		code           int
+	}{
+		{"check-config", cfg, `sandbox.allow = "inspect": this host or process cannot enforce the profile`, 2},
+		{"serve", cfg, `sandbox.allow = "inspect": this host or process cannot enforce the profile`, 2},
+		{"check-config", def, `sandbox.allow = "root": this host or process cannot enforce the profile`, 2},
+		{"serve", def, `sandbox.allow = "root": this host or process cannot enforce the profile`, 2},
+		{"check-config", none, `warning: sandbox.allow = "none"`, 0},
+	} {
+		c := exec.Command(setpriv, "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", binary, tc.sub, "--config", tc.cfg)
 		out, err = c.CombinedOutput()
-		if c.ProcessState == nil || c.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `sandbox.allow = "inspect": this host or process cannot enforce the profile`) {
-			t.Errorf("%s without CAP_SYS_ADMIN: %v\n%s\nwant exit 2 naming sandbox.allow", sub, err, out)
+		if c.ProcessState == nil || c.ProcessState.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %s without CAP_SYS_ADMIN: %v\n%s\nwant exit %d and %q", tc.sub, tc.cfg, err, out, tc.code, tc.want)
 		}
 	}
 }
@@ -434,4 +458,36 @@ func sleeping(arg string) bool {
 		}
 	}
 	return false
+}
+
+// TestSandboxHelperStartsEarly: `mcp-backend sandbox-exec` is handled in
+// package sandbox's init, before main and before the packages initialised
+// after it: the command-line parser and the markdown renderer never
+// initialise on a command's path (GODEBUG=inittrace=1 lists each package
+// initialised), while a normal start does initialise them (the test can
+// fail). A bad command line exits 2 with the helper's own usage.
+func TestSandboxHelperStartsEarly(t *testing.T) {
+	heavy := []string{"github.com/russross/blackfriday", "github.com/urfave/cli"}
+	trace := func(args ...string) (string, int) {
+		c := exec.Command(binary, args...)
+		c.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+		out, _ := c.CombinedOutput()
+		return string(out), c.ProcessState.ExitCode()
+	}
+	out, code := trace("sandbox-exec")
+	if code != 2 || !strings.Contains(out, "sandbox-exec: usage: sandbox-exec --spec JSON -- PROGRAM") {
+		t.Fatalf("sandbox-exec without a spec: exit %d\n%s", code, out)
+	}
+	for _, p := range heavy {
+		if strings.Contains(out, "init "+p) {
+			t.Errorf("the helper initialised %s:\n%s", p, out)
+		}
+	}
+	full, _ := trace("--version")
+	for _, p := range heavy {
+		if !strings.Contains(full, "init "+p) {
+			t.Errorf("--version did not initialise %s: the test cannot tell:\n%s", p, full)
+		}
+	}
+	t.Logf("packages initialised: helper %d, --version %d", strings.Count(out, "init "), strings.Count(full, "init "))
 }
