@@ -84,7 +84,10 @@ type waiter struct {
 	conv *flowState
 	// seq orders waiters by arrival: the clock, read once a tick, would
 	// leave the waiters of a tick in a tie.
-	seq        uint64
+	seq uint64
+	// since is the enqueue time on the system's monotonic clock: what
+	// another process sharing the limits compares its waiters with.
+	since      int64
 	ready      chan struct{} // closed when granted or evicted
 	permit     *Permit       // the slot, once granted
 	linked     bool          // in its flow's FIFO
@@ -612,6 +615,7 @@ func (t *flowTable) queue(w *waiter) {
 	c := w.conv
 	t.seq++
 	w.seq = t.seq
+	w.since = monoNow()
 	w.prev, w.next = c.tail, nil
 	if c.tail != nil {
 		c.tail.next = w

@@ -57,7 +57,12 @@ const (
 	recAck   = 16 // the epoch the holder last saw: from then on it decides under the lock
 	recCgLen = 24 // the length of the holder's cgroup path, which follows
 	recCg    = 32
-	maxCg    = recordSize - recCg
+	// At the record's end, after the room for the cgroup path (a build
+	// before these fields never wrote them: they read as zero there, a
+	// holder with no waiters and no beat).
+	recBeat  = recordSize - 32 // the holder's monotonic clock at its last publish
+	recHeads = recordSize - 24 // its oldest waiter's enqueue time, per kind (0: none)
+	maxCg    = recBeat - recCg
 )
 
 // LedgerFile is the ledger's name inside the runtime directory.
@@ -147,6 +152,7 @@ func (l *Ledger) open(cgroup string) error {
 		return fmt.Errorf("all %d records held", ledgerRecords)
 	}
 	l.setCgroup(l.rec, cgroup)
+	l.clearHeads(l.rec)
 	l.word(recordOff(l.rec) + recUsage).Store(0)
 	l.word(recordOff(l.rec) + recPid).Store(l.pid)
 	// Not acknowledged yet: until its controller has taken the record up
@@ -190,6 +196,15 @@ func (l *Ledger) cgroupVacated(cg string, dead int) bool {
 		return true // gone
 	}
 	return !strings.Contains(string(b), "populated 1")
+}
+
+// clearHeads forgets record i's waiters and beat.
+func (l *Ledger) clearHeads(i int) {
+	o := recordOff(i)
+	l.word(o + recBeat).Store(0)
+	for k := range numKinds {
+		l.word(o + recHeads + int64(k)*8).Store(0)
+	}
 }
 
 func recordOff(i int) int64 { return offRecords + int64(i)*recordSize }
@@ -247,11 +262,34 @@ func (l *Ledger) Unlock() {
 // Epoch is the membership's generation.
 func (l *Ledger) Epoch() uint64 { return l.word(offEpoch).Load() }
 
-// Publish records our holdings and the epoch we decide under. Under Lock.
-func (l *Ledger) Publish(state, epoch uint64) {
+// Publish records our holdings, the epoch we decide under and our oldest
+// waiters (see cross.go), with the time. Under Lock.
+func (l *Ledger) Publish(state, epoch uint64, heads [numKinds]int64) {
 	o := recordOff(l.rec)
 	l.word(o + recUsage).Store(state)
 	l.word(o + recAck).Store(epoch)
+	for k, t := range heads {
+		l.word(o + recHeads + int64(k)*8).Store(uint64(t))
+	}
+	l.word(o + recBeat).Store(uint64(monoNow()))
+}
+
+// Heads appends to dst the oldest waiters of the other processes whose
+// records were written less than peerStale before now. Under Lock.
+func (l *Ledger) Heads(dst []peerHead, now int64) []peerHead {
+	for i := range ledgerRecords {
+		o := recordOff(i)
+		pid := l.word(o + recPid).Load()
+		if i == l.rec || pid == 0 || now-int64(l.word(o+recBeat).Load()) >= int64(peerStale) {
+			continue
+		}
+		for k := range numKinds {
+			if t := int64(l.word(o + recHeads + int64(k)*8).Load()); t != 0 {
+				dst = append(dst, peerHead{rec: i, pid: pid, kind: Kind(k), since: t})
+			}
+		}
+	}
+	return dst
 }
 
 // Peers is what the other processes with a record hold, added field by
@@ -289,6 +327,7 @@ func (l *Ledger) Reap() []int {
 			continue
 		}
 		l.word(o + recUsage).Store(0)
+		l.clearHeads(i)
 		l.word(o + recPid).Store(0)
 		dead = append(dead, int(pid))
 	}
@@ -303,6 +342,7 @@ func (l *Ledger) Close() error {
 	l.Lock()
 	o := recordOff(l.rec)
 	l.word(o + recUsage).Store(0)
+	l.clearHeads(l.rec)
 	l.word(o + recPid).Store(0)
 	l.word(offEpoch).Add(1)
 	l.Unlock()

@@ -29,6 +29,9 @@ type sharedState struct {
 	reaped   atomic.Int64  // records of dead processes reclaimed
 	looks    atomic.Int64  // looks at the ledger (tests wait on it)
 	log      *slog.Logger
+	heads    []peerHead   // mu: the others' oldest waiters at the last look (cross.go)
+	yielded  yieldState   // mu: the heads yielded to, and since when
+	yields   atomic.Int64 // starts left to another process's waiter
 }
 
 // usage is what the decisions see: our holdings, plus the others' while
@@ -50,13 +53,20 @@ func (c *Controller) enterShared() {
 	held, n := c.sh.ledger.Peers()
 	c.sh.outside.Store(held)
 	c.sh.peers.Store(int64(n))
+	c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], monoNow())
+}
+
+// publish writes our holdings, the epoch we decide under and our oldest
+// waiters to our record. Caller holds mu and the ledger's lock.
+func (c *Controller) publish() {
+	c.sh.ledger.Publish(c.state.Load(), c.sh.acked, c.ownHeads())
 }
 
 // unlock releases mu; while shared it first publishes our holdings and
 // lets go of the ledger's lock.
 func (c *Controller) unlock() {
 	if c.sh.together {
-		c.sh.ledger.Publish(c.state.Load(), c.sh.acked)
+		c.publish()
 		c.sh.ledger.Unlock()
 	}
 	c.mu.Unlock()
@@ -129,10 +139,12 @@ func (c *Controller) sync() {
 	c.sh.peers.Store(int64(n))
 	if c.sh.together {
 		c.sh.outside.Store(held)
+		c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], monoNow())
 	} else {
 		c.sh.outside.Store(0)
+		c.sh.heads = c.sh.heads[:0]
 	}
-	c.sh.ledger.Publish(c.state.Load(), c.sh.acked)
+	c.publish()
 	if was != c.sh.together {
 		c.sh.log.Info("admission: limits held with other processes", "shared", c.sh.together, "others", n)
 	}
@@ -158,6 +170,7 @@ func (c *Controller) Leave() error {
 		return nil
 	}
 	c.sh.ledger, c.sh.together = nil, false
+	c.sh.heads = nil
 	c.sh.outside.Store(0)
 	c.sh.peers.Store(0)
 	c.mu.Unlock()
