@@ -174,4 +174,7 @@ type ServiceMetrics struct {
 	// Reclaimed counts records of processes that died holding a share,
 	// freed by this one.
 	Reclaimed int64 `json:"reclaimed"`
+	// Yielded counts the waiters of other processes this one left a slot
+	// to (across processes the older waiter starts first).
+	Yielded int64 `json:"yielded"`
 }

@@ -95,9 +95,9 @@ func (c *Controller) yields(k Kind, since int64) bool {
 		now := monoNow()
 		if y.since != h.since {
 			y.since, y.first = h.since, now
+			c.sh.yields.Add(1)
 		}
 		if now-y.first < int64(claimWait) {
-			c.sh.yields.Add(1)
 			return true
 		}
 		// Left for claimWait and not taken: the peer will not start it

@@ -193,5 +193,6 @@ func (c *Controller) serviceMetrics(own uint64) *mcpwire.ServiceMetrics {
 		Active:    mcpwire.Active{Total: total, Control: total - nonControl, NonControl: nonControl, Shell: int64(field(s, shShell))},
 		Queued:    mcpwire.Queued{Total: qc + qn, Control: qc, NonControl: qn},
 		Reclaimed: c.sh.reaped.Load(),
+		Yielded:   c.sh.yields.Load(),
 	}
 }

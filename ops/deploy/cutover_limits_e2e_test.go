@@ -21,46 +21,76 @@ import (
 	"github.com/overdeck/mcp-backend/units"
 )
 
-// commandsRunning counts the processes whose command line is exactly argv,
-// in all and those in a cgroup whose path contains unit. The container's
-// processes are the host's too: this is what runs on the host, whichever
-// slot started it.
-func commandsRunning(unit string, argv ...string) (all, inUnit int) {
-	want := strings.Join(argv, "\x00") + "\x00"
+// commandsRunningOf counts, in one pass over /proc, the processes whose
+// command line is exactly each of argvs, and those of the first in a
+// cgroup whose path contains unit: one pass, so that the counts are of
+// one moment and their sum is what ran at once. The container's processes
+// are the host's too: this is what runs on the host, whichever slot
+// started it.
+func commandsRunningOf(unit string, argvs ...[]string) (all []int, inUnit int) {
+	all = make([]int, len(argvs))
+	want := map[string]int{}
+	for i, argv := range argvs {
+		want[strings.Join(argv, "\x00")+"\x00"] = i
+	}
 	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil && string(b) == want {
-			all++
-			if cg, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup")); err == nil && unit != "" && strings.Contains(string(cg), "/"+unit+"\n") {
-				inUnit++
-			}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		i, ok := want[string(b)]
+		if !ok {
+			continue
+		}
+		all[i]++
+		if cg, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup")); err == nil && i == 0 && unit != "" && strings.Contains(string(cg), "/"+unit+"\n") {
+			inUnit++
 		}
 	}
 	return all, inUnit
 }
 
-// sample is a count of commands running at a time: in all, and in the
-// unit the load watches.
+// sample is a count of commands running at a time: the shells' in all,
+// those in the unit the load watches, and the slow operations' (the
+// commands of the units service.control starts).
 type sample struct {
 	at     time.Time
 	n      int
 	inUnit int
+	ops    int
 }
 
 // outcome is one call's end.
 type limitCall struct {
 	end  time.Time
+	tool string
 	kind mcpclient.Kind
 	code string
 }
 
-// shellLoad keeps shell.exec saturated through both tunnels: 24 callers,
-// each command sleeping 3.7 s, a conversation each, each call its own
-// connection (as a tunnel forwards each client connection). It samples the
-// commands running every 200 ms.
+// slowOpUnit is a template unit whose start job lasts as long as its
+// command (a oneshot): a service.control start of an instance holds its
+// admission slot for that long, as shell.exec's sleep does.
+const slowOpUnit = "mcp-slowop@.service"
+
+// loadMix is what a load runs: shell callers, each keeping a shell.exec
+// running, and control callers, each keeping a service.control start of
+// its own mcp-slowop@N.service running; and the limits it should reach.
+type loadMix struct {
+	shells, controls    int
+	maxShell, maxActive int
+}
+
+// shellLoad keeps shell.exec (and, in a mix, service.control) saturated
+// through both tunnels: each shell command sleeping 3.7 s (a slow
+// operation's 7.4 s), a conversation per
+// caller, each call its own connection (as a tunnel forwards each client
+// connection). It samples the commands running every 200 ms.
 type shellLoad struct {
 	t       testing.TB
-	argv    []string
+	argv    []string // the shells' command
+	opArgv  []string // the slow operations' command
 	mu      sync.Mutex
 	samples []sample
 	calls   []limitCall
@@ -70,8 +100,35 @@ type shellLoad struct {
 	stopped bool
 }
 
+// startShellLoad keeps shell.exec alone saturated: 24 callers.
 func startShellLoad(t testing.TB, s *site, maxShell int) *shellLoad {
-	l := &shellLoad{t: t, argv: []string{"sleep", fmt.Sprintf("3.7%03d", os.Getpid()%1000)}, stop: make(chan struct{})}
+	return startLoad(t, s, loadMix{shells: 24, maxShell: maxShell})
+}
+
+// installSlowOp installs slowOpUnit in the container, running argv.
+func installSlowOp(t testing.TB, s *site, argv []string) {
+	t.Helper()
+	unit := "[Unit]\nDescription=a slow operation for the limits test (%i)\n\n[Service]\nType=oneshot\nExecStart=" + strings.Join(argv, " ") + "\n"
+	if err := os.WriteFile(filepath.Join(s.M.UnitsDir, slowOpUnit), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.M.Client.DaemonReload(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startLoad starts mix's callers and the sampler, and returns once the
+// commands running reached mix's limits (both, in a mix).
+func startLoad(t testing.TB, s *site, mix loadMix) *shellLoad {
+	marker := fmt.Sprintf("%03d", os.Getpid()%1000)
+	// The slow operations last twice the shells' length: half the unit
+	// starts a second keep systemd from being the bottleneck.
+	l := &shellLoad{t: t, argv: []string{"sleep", "3.7" + marker}, opArgv: []string{"/bin/sleep", "7.4" + marker}, stop: make(chan struct{})}
+	if mix.controls > 0 {
+		installSlowOp(t, s, l.opArgv)
+	}
 	l.unit.Store("")
 	command := "exec " + strings.Join(l.argv, " ")
 	l.wg.Add(1)
@@ -80,9 +137,9 @@ func startShellLoad(t testing.TB, s *site, maxShell int) *shellLoad {
 		tk := time.NewTicker(200 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			n, in := commandsRunning(l.unit.Load().(string), l.argv...)
+			n, in := commandsRunningOf(l.unit.Load().(string), l.argv, l.opArgv)
 			l.mu.Lock()
-			l.samples = append(l.samples, sample{time.Now(), n, in})
+			l.samples = append(l.samples, sample{time.Now(), n[0], in, n[1]})
 			l.mu.Unlock()
 			select {
 			case <-l.stop:
@@ -92,36 +149,41 @@ func startShellLoad(t testing.TB, s *site, maxShell int) *shellLoad {
 		}
 	}()
 	targets := []string{s.Cfg.Tunnels[0].URL, s.Cfg.Tunnels[1].URL}
-	for i := range 24 {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			c := &mcpclient.Client{HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				r := c.CallToolIn(ctx, targets[i%2], mcpwire.ToolShellExec, map[string]any{"command": command, "timeoutMs": 60000}, fmt.Sprintf("caller-%d", i))
-				cancel()
-				l.mu.Lock()
-				l.calls = append(l.calls, limitCall{time.Now(), r.Kind, r.Code})
-				l.mu.Unlock()
+	caller := func(i int, tool string, args map[string]any, conversation string) {
+		defer l.wg.Done()
+		c := &mcpclient.Client{HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
 			}
-		}()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			r := c.CallToolIn(ctx, targets[i%2], tool, args, conversation)
+			cancel()
+			l.mu.Lock()
+			l.calls = append(l.calls, limitCall{time.Now(), tool, r.Kind, r.Code})
+			l.mu.Unlock()
+		}
+	}
+	for i := range mix.shells {
+		l.wg.Add(1)
+		go caller(i, mcpwire.ToolShellExec, map[string]any{"command": command, "timeoutMs": 60000}, fmt.Sprintf("caller-%d", i))
+	}
+	for i := range mix.controls {
+		l.wg.Add(1)
+		go caller(i, mcpwire.ToolServiceControl, map[string]any{"unit": fmt.Sprintf("mcp-slowop@%d.service", i), "action": "start"}, fmt.Sprintf("control-%d", i))
 	}
 	t.Cleanup(l.Stop)
 	// Saturated before anything else.
 	warm := time.Now()
 	for end := warm.Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		p, _ := l.peakIn(warm, time.Now())
-		if p >= maxShell {
+		p := l.peakIn(warm, time.Now())
+		if p.shells >= mix.maxShell && (mix.controls == 0 || p.total >= mix.maxActive) {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("shell.exec never saturated: %d commands at most", p)
+			t.Fatalf("never saturated: %d shell commands at most, %d commands in all", p.shells, p.total)
 		}
 	}
 	return l
@@ -136,27 +198,35 @@ func (l *shellLoad) Stop() {
 	}
 }
 
-// peakIn is the most commands running in a sample of [from, to), and the
+// peak is the most commands running in a sample of a span: shell
+// commands, and shell commands and slow operations together; and the
 // samples taken.
-func (l *shellLoad) peakIn(from, to time.Time) (peak, n int) {
+type peak struct {
+	shells, total, samples int
+}
+
+// peakIn is the peak of the samples in [from, to).
+func (l *shellLoad) peakIn(from, to time.Time) (p peak) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, x := range l.samples {
 		if !x.at.Before(from) && x.at.Before(to) {
-			peak, n = max(peak, x.n), n+1
+			p.shells, p.total, p.samples = max(p.shells, x.n), max(p.total, x.n+x.ops), p.samples+1
 		}
 	}
-	return peak, n
+	return p
 }
 
-// checkCalls logs the outcomes and, when strict, fails the test for a
-// transport error or an OVERLOADED (24 callers never fill a queue of 64).
+// checkCalls logs the outcomes per tool and, when strict, fails the test
+// for a transport error or an OVERLOADED: the callers, one call each at a
+// time, are fewer than concurrency.maxActive + maxQueue (48 + 64), so the
+// queue is never full.
 func (l *shellLoad) checkCalls(strict bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	byOutcome := map[string]int{}
 	for _, c := range l.calls {
-		k := string(c.kind)
+		k := c.tool + " " + string(c.kind)
 		if c.code != "" {
 			k += " " + c.code
 		}
@@ -165,33 +235,40 @@ func (l *shellLoad) checkCalls(strict bool) {
 			continue
 		}
 		if c.kind == mcpclient.KindTransport {
-			l.t.Errorf("a call failed in transport at %v", c.end)
+			l.t.Errorf("a %s call failed in transport at %v", c.tool, c.end)
 		}
 		if c.code == string(mcpwire.CodeOverloaded) {
-			l.t.Errorf("a call was refused OVERLOADED at %v with 24 callers: the queue holds 64", c.end)
+			l.t.Errorf("a %s call was refused OVERLOADED at %v: the callers never fill the queue of 64", c.tool, c.end)
 		}
 	}
 	l.t.Logf("figures: %d calls: %v", len(l.calls), byOutcome)
 }
 
-// TestCutoverHoldsTheServiceShellBudget keeps shell.exec saturated through
-// both tunnels across a good cutover, a `rollback --last` and a cutover
-// whose verification fails, and samples the commands running in the
-// container every 200 ms: while two slots run, they hold one budget, so
-// the peak of every phase is concurrency.maxShell (8), not twice that (the
-// per-process limits before showed 16). No caller sees a transport error,
-// and none OVERLOADED. The peaks are logged per phase.
-func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
-	const maxShell = 8 // the default concurrency.maxShell the site runs with
+// TestCutoverHoldsTheServiceBudget keeps the service saturated through both
+// tunnels with a mix of tools, 24 callers of shell.exec and 40 of
+// service.control (each starting a oneshot unit of its own whose command
+// runs 7.4 s), across a good cutover, a `rollback --last`
+// and a cutover whose verification fails, and samples the commands running
+// in the container every 200 ms: while two slots run, they hold one
+// budget, so the peak of every phase is at most concurrency.maxShell (8)
+// shell commands and concurrency.maxActive (48) commands in all, not twice
+// that (the per-process limits before showed 16 shells). Before the first
+// cutover the load reaches both limits (the test could see them passed).
+// No caller sees a transport error, and none OVERLOADED. The peaks are
+// logged per phase.
+func TestCutoverHoldsTheServiceBudget(t *testing.T) {
+	// The defaults the site runs with: concurrency.maxShell and maxActive.
+	const maxShell, maxActive = 8, 48
 	s := newSite(t, 60*time.Second)
 	s.Pass(s.Build("v2"))
 	wrong := writeWrongVersion(t, s, s.Build("v3"), s.Builds["v1"])
-	load := startShellLoad(t, s, maxShell)
+	warm := time.Now()
+	load := startLoad(t, s, loadMix{shells: 24, controls: 40, maxShell: maxShell, maxActive: maxActive})
 	type phaseRun struct {
 		name       string
 		start, end time.Time
 	}
-	var runs []phaseRun
+	runs := []phaseRun{{"steady, one slot", warm, time.Now()}}
 	for _, st := range []struct {
 		name string
 		code int
@@ -213,16 +290,19 @@ func TestCutoverHoldsTheServiceShellBudget(t *testing.T) {
 		runs = append(runs, phaseRun{st.name, start, time.Now()})
 	}
 	load.Stop()
-	overall := 0
+	var overall peak
 	for _, r := range runs {
-		peak, n := load.peakIn(r.start, r.end)
-		overall = max(overall, peak)
-		t.Logf("figures: %s: peak of shell commands running %d (%d samples over %v)", r.name, peak, n, r.end.Sub(r.start).Round(time.Millisecond))
-		if peak > maxShell {
-			t.Errorf("%s: %d shell commands ran at once, want at most concurrency.maxShell %d", r.name, peak, maxShell)
+		p := load.peakIn(r.start, r.end)
+		overall.shells, overall.total = max(overall.shells, p.shells), max(overall.total, p.total)
+		t.Logf("figures: %s: peak of shell commands running %d, of commands in all %d (%d samples over %v)", r.name, p.shells, p.total, p.samples, r.end.Sub(r.start).Round(time.Millisecond))
+		if p.shells > maxShell {
+			t.Errorf("%s: %d shell commands ran at once, want at most concurrency.maxShell %d", r.name, p.shells, maxShell)
+		}
+		if p.total > maxActive {
+			t.Errorf("%s: %d commands ran at once, want at most concurrency.maxActive %d", r.name, p.total, maxActive)
 		}
 	}
-	t.Logf("figures: peak over the run %d", overall)
+	t.Logf("figures: peak over the run: %d shell commands, %d in all", overall.shells, overall.total)
 	load.checkCalls(true)
 }
 
@@ -282,7 +362,8 @@ func TestSlotKilledDuringHandoffLeavesTheBudget(t *testing.T) {
 	err := cutover.Wait()
 	time.Sleep(8 * time.Second)
 	load.Stop()
-	peak, n := load.peakIn(killed, time.Now())
+	p := load.peakIn(killed, time.Now())
+	peak, n := p.shells, p.samples
 	t.Logf("figures: %s SIGKILLed while handing off; %s ran all %d shell commands %v later; peak of commands running from the kill on %d (%d samples); cutover: %v", old, newUnit, maxShell, took.Round(time.Millisecond), peak, n, err)
 	t.Logf("cutover:\n%s", out.String())
 	if peak > maxShell {
