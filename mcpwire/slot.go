@@ -15,4 +15,9 @@ const (
 	// SlotParked: serving nothing new, able to accept on the shared socket
 	// again at once (SIGUSR1); it exits when stopped.
 	SlotParked = "parked: able to take over at once"
+	// SlotParkedFinishing: parked as SlotParked (serving nothing new, able
+	// to accept again at once), but calls it accepted before the handoff
+	// still run past its drain: stopping it now would cut them. It says
+	// SlotParked once the last of them is answered.
+	SlotParkedFinishing = "parked: finishing calls accepted before the handoff"
 )

@@ -26,8 +26,9 @@ const DrainTimeout = 2 * time.Second
 
 // HandoffDrainTimeout bounds how long a handoff (SIGUSR2) waits for the
 // calls the old slot accepted before it says it is parked; a call still
-// running then goes on until it ends or the slot is stopped. It is shorter
-// than the cutover waits for the old slot to park.
+// running then goes on until it ends or the slot is stopped, and the slot
+// says mcpwire.SlotParkedFinishing until then. It is shorter than the
+// cutover waits for the old slot to park.
 const HandoffDrainTimeout = 10 * time.Second
 
 // answerGrace is how long, after the drain deadline, the calls still running
@@ -48,7 +49,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // A slot moves between four states, each told to systemd as its status
 // (mcpwire.Slot*): standby (its own listener only) --Takeover--> accepting
 // --Handoff--> handing off (finishing what it accepted) --> parked (serving
-// nothing, able to take over again at once) --Takeover--> accepting. It
+// nothing, able to take over again at once) --Takeover--> accepting. A call
+// still running when the handoff's drain ends makes it park as
+// parked-finishing (as able to take over) until that call is answered. It
 // exits only when ctx ends (SIGTERM: systemd stops it).
 type Slot struct {
 	// Standby, when set, is a listener of the process's own (a loopback
@@ -122,6 +125,11 @@ func (s *Server) ServeSlot(ctx context.Context, ln net.Listener, slot Slot) erro
 	var drained chan struct{}
 	stopDrain := func() {}
 	defer func() { stopDrain() }()
+	// finished is closed when the calls still running as the slot parked
+	// are answered; stopFinish abandons that wait on a takeover.
+	var finished chan struct{}
+	stopFinish := func() {}
+	defer func() { stopFinish() }()
 wait:
 	for {
 		select {
@@ -135,6 +143,8 @@ wait:
 			from := state
 			stopDrain()
 			drained = nil
+			stopFinish()
+			finished = nil
 			handing.Store(false)
 			gate.set(true)
 			tell(mcpwire.SlotAccepting)
@@ -174,8 +184,30 @@ wait:
 			// would: a client dials ahead and pools them. A call still
 			// running past the drain goes on and is answered here.
 			unused := pending.closeUnused()
-			tell(mcpwire.SlotParked)
-			s.log.Info("handed off; parked", "unused", unused, "running", pending.active())
+			running := pending.active()
+			if running == 0 {
+				tell(mcpwire.SlotParked)
+				s.log.Info("handed off; parked", "unused", unused, "running", running)
+				continue
+			}
+			// Parked, able to take over at once, but stopping it now would
+			// cut those calls: it says so until the last is answered.
+			tell(mcpwire.SlotParkedFinishing)
+			s.log.Info("handed off; parked, finishing calls", "unused", unused, "running", running)
+			f := make(chan struct{})
+			fctx, cancel := context.WithCancel(ctx)
+			finished, stopFinish = f, cancel
+			go func() {
+				defer close(f)
+				pending.waitAnswered(fctx)
+			}()
+		case <-finished:
+			finished = nil
+			stopFinish()
+			if state == mcpwire.SlotParkedFinishing {
+				tell(mcpwire.SlotParked)
+				s.log.Info("parked; the calls accepted before the handoff are answered")
+			}
 		case <-ctx.Done():
 			break wait
 		}

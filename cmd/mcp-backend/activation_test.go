@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -314,10 +315,18 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 // the last STATUS= it sent there.
 func slotStatus(t testing.TB) func() string {
 	t.Helper()
+	last, _ := slotStatuses(t)
+	return last
+}
+
+// slotStatuses is slotStatus that also returns every STATUS= sent so far,
+// in order.
+func slotStatuses(t testing.TB) (last func() string, all func() []string) {
+	t.Helper()
 	sock, conn := notifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", sock)
 	var mu sync.Mutex
-	var last string
+	var seen []string
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -328,13 +337,22 @@ func slotStatus(t testing.TB) func() string {
 			for _, line := range strings.Split(string(buf[:n]), "\n") {
 				if v, ok := strings.CutPrefix(line, "STATUS="); ok {
 					mu.Lock()
-					last = v
+					seen = append(seen, v)
 					mu.Unlock()
 				}
 			}
 		}
 	}()
-	return func() string { mu.Lock(); defer mu.Unlock(); return last }
+	last = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 {
+			return ""
+		}
+		return seen[len(seen)-1]
+	}
+	all = func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
+	return last, all
 }
 
 // callIn is one tools/call in a conversation, classified as every client

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,4 +229,112 @@ func TestSlotKilledHoldingShellsLeavesTheBudget(t *testing.T) {
 			t.Fatalf("a call failed in transport: %s", got)
 		}
 	}
+}
+
+// TestSlotParksFinishingCallsPastTheDrain: a call the old slot accepted
+// still runs when its handoff drain (server.HandoffDrainTimeout) ends: the
+// slot says it is parked but finishing calls, answers the call, and only
+// then says it is parked (mcpctl stops a parked slot only then). A slot
+// parked finishing takes over again at once (a rollback), and then stays
+// accepting when its call ends. It waits out two real drains (10 s each).
+func TestSlotParksFinishingCallsPastTheDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out two handoff drains")
+	}
+	ln, sock := passedSocket(t)
+	addr := ln.Addr().String()
+	base := "http://" + addr
+	cfg := writeConfig(t, fmt.Sprintf(`{"listen":%q}`, addr))
+	oldStatus, oldSeen := slotStatuses(t)
+	old, oldErr := activated(t, sock, "serve", "--config", cfg)
+	standby := proctest.FreeAddr(t)
+	t.Setenv(StandbyEnv, standby)
+	nextStatus, nextSeen := slotStatuses(t)
+	next, nextErr := activated(t, sock, "serve", "--config", cfg)
+	ready := func(base string) bool {
+		r, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/readyz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == 200
+	}
+	proctest.Eventually(t, "old serves on the shared socket", func() bool { return ready(base) })
+	proctest.Eventually(t, "the standby serves its own listener", func() bool { return ready("http://" + standby) })
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	tag := os.Getpid() % 1000
+	// long runs argv through the shared socket (the one slot accepting
+	// runs it) and returns its outcome once answered.
+	long := func(conv string, argv []string) <-chan string {
+		out := make(chan string, 1)
+		go func() {
+			r := callIn(hc, base, conv, mcpwire.ToolShellExec, map[string]any{"command": "exec " + strings.Join(argv, " "), "timeoutMs": 120000})
+			if !r.OK() {
+				out <- fmt.Sprintf("%s %s %s", r.Kind, r.Code, r.Detail)
+				return
+			}
+			out <- "ok"
+		}()
+		return out
+	}
+	answered := func(ch <-chan string, what string) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			if got != "ok" {
+				t.Fatalf("%s: %s\nold:\n%s\nnew:\n%s", what, got, oldErr, nextErr)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: no answer", what)
+		}
+	}
+	is := func(status func() string, want string) func() bool {
+		return func() bool { return status() == want }
+	}
+
+	// A call of 13 s on the old slot, then the handoff: its 10 s drain
+	// ends with the call running.
+	argvA := []string{"sleep", fmt.Sprintf("13.%d", tag)}
+	a := long("conversation-a", argvA)
+	proctest.Eventually(t, "the old slot runs the call", func() bool { return commandsAlive(argvA...) == 1 })
+	next.cmd.Process.Signal(syscall.SIGUSR1)
+	proctest.Eventually(t, "the new slot accepts", is(nextStatus, mcpwire.SlotAccepting))
+	handedOff := time.Now()
+	old.cmd.Process.Signal(syscall.SIGUSR2)
+	proctest.Eventually(t, "the old slot parks finishing its call", is(oldStatus, mcpwire.SlotParkedFinishing))
+	if d := time.Since(handedOff); d < 9*time.Second {
+		t.Fatalf("parked finishing %s after the handoff, before its drain ended", d)
+	}
+	if commandsAlive(argvA...) != 1 {
+		t.Fatal("the call ended before the slot said it was finishing it")
+	}
+	answered(a, "the call running past the drain")
+	proctest.Eventually(t, "the old slot parks once the call is answered", is(oldStatus, mcpwire.SlotParked))
+	want := []string{mcpwire.SlotAccepting, mcpwire.SlotHandingOff, mcpwire.SlotParkedFinishing, mcpwire.SlotParked}
+	if got := oldSeen(); !slices.Equal(got, want) {
+		t.Fatalf("the old slot said %q, want %q", got, want)
+	}
+
+	// The way back: the new slot hands off with a call running past its
+	// drain, and takes over again while finishing it (a rollback of the
+	// rollback): it accepts at once and still answers the call.
+	argvB := []string{"sleep", fmt.Sprintf("12.%d", tag)}
+	b := long("conversation-b", argvB)
+	proctest.Eventually(t, "the new slot runs the call", func() bool { return commandsAlive(argvB...) == 1 })
+	old.cmd.Process.Signal(syscall.SIGUSR1)
+	proctest.Eventually(t, "the old slot accepts again", is(oldStatus, mcpwire.SlotAccepting))
+	next.cmd.Process.Signal(syscall.SIGUSR2)
+	proctest.Eventually(t, "the new slot parks finishing its call", is(nextStatus, mcpwire.SlotParkedFinishing))
+	if commandsAlive(argvB...) != 1 {
+		t.Fatal("the call ended before the slot said it was finishing it")
+	}
+	next.cmd.Process.Signal(syscall.SIGUSR1)
+	proctest.Eventually(t, "the finishing slot takes over at once", is(nextStatus, mcpwire.SlotAccepting))
+	answered(b, "the call running across the takeover")
+	time.Sleep(200 * time.Millisecond)
+	want = []string{mcpwire.SlotStandby, mcpwire.SlotAccepting, mcpwire.SlotHandingOff, mcpwire.SlotParkedFinishing, mcpwire.SlotAccepting}
+	if got := nextSeen(); !slices.Equal(got, want) {
+		t.Fatalf("the new slot said %q, want %q", got, want)
+	}
+	stop(t, next, nextErr)
+	stop(t, old, oldErr)
 }

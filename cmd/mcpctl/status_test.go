@@ -198,6 +198,9 @@ func TestStatusShowsTheSlotBeside(t *testing.T) {
 		{"parked until confirmed", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotParked, MainPID: 7},
 			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 9}, green,
 			[]status.BesideView{{Unit: blue, ActiveState: "active", Status: mcpwire.SlotParked, MainPID: 7}}},
+		{"parked, still finishing calls accepted before the handoff", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotParkedFinishing, MainPID: 7},
+			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 9}, green,
+			[]status.BesideView{{Unit: blue, ActiveState: "active", Status: mcpwire.SlotParkedFinishing, MainPID: 7}}},
 		{"standby being verified", &unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotAccepting, MainPID: 7},
 			&unitstate.State{LoadState: "loaded", ActiveState: "active", StatusText: mcpwire.SlotStandby, MainPID: 9}, blue,
 			[]status.BesideView{{Unit: green, ActiveState: "active", Status: mcpwire.SlotStandby, MainPID: 9}}},
@@ -212,8 +215,10 @@ func TestStatusShowsTheSlotBeside(t *testing.T) {
 			}
 			var out bytes.Buffer
 			view.Status(&out, plainStyles(), r, textWidth)
+			// A long status wraps: compared with the lines joined.
+			joined := strings.Join(strings.Fields(out.String()), " ")
 			for _, b := range tc.beside {
-				if want := "beside it: " + b.Unit + " " + b.Status; !strings.Contains(out.String(), want) {
+				if want := "beside it: " + b.Unit + " " + b.Status; !strings.Contains(joined, want) {
 					t.Errorf("status lacks %q:\n%s", want, out.String())
 				}
 			}

@@ -119,7 +119,9 @@ func Cutover(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		return c.rep, err
 	}
 	if tk := c.rep.Takeover; tk != nil && len(tk.Parked) > 0 {
-		if err := c.env.stopParked(context.WithoutCancel(ctx), tk.Parked); err != nil {
+		warns, err := c.env.stopParked(context.WithoutCancel(ctx), tk.Parked)
+		c.rep.Warnings = append(c.rep.Warnings, warns...)
+		if err != nil {
 			c.rep.Warnings = append(c.rep.Warnings, err.Error())
 		}
 	}

@@ -102,7 +102,7 @@ func Down(socket *unitstate.State, prod []*unitstate.State) *Outage {
 			// A slot in standby or parked by an interrupted cutover runs
 			// but serves nothing: beside a failed one it is no server.
 			switch u.StatusText {
-			case mcpwire.SlotStandby, mcpwire.SlotParked, mcpwire.SlotHandingOff:
+			case mcpwire.SlotStandby, mcpwire.SlotParked, mcpwire.SlotParkedFinishing, mcpwire.SlotHandingOff:
 			default:
 				running = true
 			}

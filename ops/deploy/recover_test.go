@@ -32,6 +32,8 @@ func TestDown(t *testing.T) {
 			"mcp-backend@blue.service failed (exit-code)", 3},
 		{"failed beside a parked slot", unit(sock, "active", "success", "", 0), []*unitstate.State{notFound, unit(blue, "active", "", mcpwire.SlotParked, 0), unit(green, "failed", "start-limit-hit", "", 5)},
 			"mcp-backend@green.service failed (start-limit-hit)", 6},
+		{"failed beside a parked slot still finishing calls", unit(sock, "active", "success", "", 0), []*unitstate.State{notFound, unit(blue, "active", "", mcpwire.SlotParkedFinishing, 0), unit(green, "failed", "start-limit-hit", "", 5)},
+			"mcp-backend@green.service failed (start-limit-hit)", 6},
 		{"failed beside one serving", unit(sock, "active", "success", "", 0), []*unitstate.State{notFound, unit(blue, "active", "", mcpwire.SlotAccepting, 0), unit(green, "failed", "exit-code", "", 0)}, "", 0},
 		{"socket failed, a slot still runs", unit(sock, "failed", "trigger-limit-hit", "", 0), []*unitstate.State{notFound, unit(blue, "active", "", mcpwire.SlotAccepting, 0), unit(green, "inactive", "", "", 0)},
 			"mcp-backend.socket failed (trigger-limit-hit)", 0},

@@ -58,16 +58,24 @@ func (f SlotFact) Accepting() bool {
 		return false
 	}
 	switch f.StatusText {
-	case mcpwire.SlotStandby, mcpwire.SlotHandingOff, mcpwire.SlotParked:
+	case mcpwire.SlotStandby, mcpwire.SlotHandingOff:
 		return false
 	}
-	return true
+	return !parkedText(f.StatusText)
 }
 
 // Parked reports a slot that handed off and waits, able to accept again at
 // once (SIGUSR1): the old release's process until its cutover is confirmed.
+// It may still be finishing calls it accepted before the handoff.
 func (f SlotFact) Parked() bool {
-	return f.Running() && f.ActiveState != "deactivating" && f.StatusText == mcpwire.SlotParked
+	return f.Running() && f.ActiveState != "deactivating" && parkedText(f.StatusText)
+}
+
+// parkedText reports a slot status that says parked: all its calls
+// answered (mcpwire.SlotParked), or some accepted before the handoff still
+// running (mcpwire.SlotParkedFinishing). Either takes over again at once.
+func parkedText(s string) bool {
+	return s == mcpwire.SlotParked || s == mcpwire.SlotParkedFinishing
 }
 
 // SlotPlan is the decision of PlanSlots: how production comes to run the
@@ -338,6 +346,12 @@ type Takeover = outcome.Takeover
 // margin; then it is stopped.
 const handoffWait = 15 * time.Second
 
+// finishWait bounds the wait, before a parked slot is stopped, for the
+// calls it accepted before its handoff and still runs (it says
+// mcpwire.SlotParkedFinishing until they are answered: a saturated old
+// slot's queued calls can take 15-20 s); then it is stopped anyway.
+const finishWait = 60 * time.Second
+
 // applySlots applies plan to run version (build digest) within budget: a
 // new slot starts in standby beside the one serving, is verified on its own
 // listener (readiness, system.info version and build), takes over the
@@ -353,13 +367,18 @@ func (e *Env) applySlots(ctx context.Context, plan SlotPlan, version, digest str
 	if plan.Refusal != "" {
 		return nil, []string{plan.Refusal}
 	}
+	var warns []string
 	for _, u := range plan.StopFirst {
+		// A parked slot left finishing calls answers them first.
+		if warn := e.waitFinished(ctx, u, finishWait); warn != "" {
+			warns = append(warns, warn)
+		}
 		if err := sd.Stop(ctx, u); err != nil {
 			return nil, []string{fmt.Sprintf("stop %s before the start: %v", u, err)}
 		}
 		_ = sd.ResetFailed(ctx, u)
 	}
-	tk := &Takeover{}
+	tk := &Takeover{Warnings: warns}
 	if len(plan.Old) > 0 {
 		tk.From = plan.Old[0].Unit
 	}
@@ -513,10 +532,15 @@ func (e *Env) resume(ctx context.Context, unit string, budget time.Duration) []s
 	return nil
 }
 
-// stopParked stops the units a confirmed cutover kept parked.
-func (e *Env) stopParked(ctx context.Context, parked []string) error {
+// stopParked stops the units a confirmed cutover kept parked, each once
+// the calls it accepted before its handoff are answered (within
+// finishWait). It returns a warning for each stopped with calls running.
+func (e *Env) stopParked(ctx context.Context, parked []string) (warns []string, err error) {
 	var errs []error
 	for _, u := range parked {
+		if warn := e.waitFinished(ctx, u, finishWait); warn != "" {
+			warns = append(warns, warn)
+		}
 		if err := e.Systemd.Stop(ctx, u); err != nil {
 			errs = append(errs, fmt.Errorf("stop the parked %s: %w", u, err))
 			continue
@@ -524,7 +548,38 @@ func (e *Env) stopParked(ctx context.Context, parked []string) error {
 		_ = e.Systemd.ResetFailed(ctx, u)
 		e.log().Info("stopped the parked slot", "unit", u)
 	}
-	return errors.Join(errs...)
+	return warns, errors.Join(errs...)
+}
+
+// waitFinished waits, within bound, until unit no longer says it is
+// finishing calls accepted before its handoff (mcpwire.SlotParkedFinishing):
+// it said mcpwire.SlotParked (all answered), or another status, or it no
+// longer runs. It returns a warning naming unit when the bound (or ctx)
+// ended the wait first: stopping it then cuts those calls.
+func (e *Env) waitFinished(ctx context.Context, unit string, bound time.Duration) (warn string) {
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for waited := false; ; waited = true {
+		st, err := e.Systemd.Unit(wctx, unit)
+		if err == nil && (!active(st) || st.StatusText != mcpwire.SlotParkedFinishing) {
+			if waited {
+				status := ""
+				if active(st) {
+					status = st.StatusText
+				}
+				e.log().Info("the parked slot finished its calls", "unit", unit, "waited", time.Since(start).Round(time.Millisecond), "status", status)
+			}
+			return ""
+		}
+		select {
+		case <-wctx.Done():
+			after := time.Since(start).Round(time.Millisecond)
+			e.log().Warn("the parked slot still finishes calls; stopping it", "unit", unit, "waited", after)
+			return fmt.Sprintf("%s was still finishing calls accepted before its handoff after %s: stopped anyway; those calls were cut", unit, after)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // handOff makes o stop accepting and finish: a process that said it
@@ -533,7 +588,8 @@ func (e *Env) stopParked(ctx context.Context, parked []string) error {
 // are answered (a build before parking exits instead); one that said
 // nothing (an older build, to which SIGUSR2 is fatal) is stopped, which
 // drains its running calls but answers its next ones UNAVAILABLE. A parked
-// o is left running when keep is set, and stopped otherwise. It reports
+// o is left running when keep is set, and stopped otherwise, once the calls
+// it still runs are answered (within finishWait). It reports
 // whether o was left parked, and a warning when it exited or never parked
 // instead: it did not finish its drain as a handoff does.
 func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, warn string, err error) {
@@ -552,8 +608,11 @@ func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, 
 				state = fmt.Sprintf("exited (result %s, status %d)", st.Result, st.ExecMainStatus)
 				break
 			}
-			if err == nil && st.StatusText == mcpwire.SlotParked {
+			if err == nil && parkedText(st.StatusText) {
 				state, parked = "parked", true
+				if st.StatusText == mcpwire.SlotParkedFinishing {
+					state = "parked, finishing calls"
+				}
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -567,6 +626,10 @@ func (e *Env) handOff(ctx context.Context, o SlotFact, keep bool) (parked bool, 
 		}
 		if parked && keep {
 			return true, "", nil
+		}
+		if parked {
+			// Stopped only once the calls it still runs are answered.
+			warn = e.waitFinished(ctx, o.Unit, finishWait)
 		}
 	} else {
 		e.log().Info("stopping; its build knows no handoff", "unit", o.Unit)

@@ -116,7 +116,8 @@ type Report struct {
 	EventsErr  string        `json:"eventsError,omitempty"`
 	// Beside are the production processes running beside the serving one:
 	// a slot in standby, handing off or parked during a cutover (the old
-	// one stays parked until the cutover is confirmed), or one an
+	// one stays parked until the cutover is confirmed, saying so while it
+	// still finishes calls accepted before the handoff), or one an
 	// interrupted run left (the next cutover or rollback stops it).
 	Beside []BesideView `json:"beside,omitempty"`
 	// SystemdErr is why systemd could not be reached: unit states, restarts
