@@ -93,11 +93,67 @@ type shellLoad struct {
 	opArgv  []string // the slow operations' command
 	mu      sync.Mutex
 	samples []sample
+	metrics []metricsLine
 	calls   []limitCall
 	unit    atomic.Value // string: the unit whose commands are counted apart
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	stopped bool
+}
+
+// metricsLine is production's /metrics at a time, in short.
+type metricsLine struct {
+	at   time.Time
+	line string
+}
+
+// pollMetrics reads production's /metrics every 500 ms: what each slot
+// that answers holds and queues, and its busiest flows, for the log of a
+// failure.
+func (l *shellLoad) pollMetrics(listen string) {
+	defer l.wg.Done()
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	tk := time.NewTicker(500 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tk.C:
+		}
+		line := "no answer"
+		if resp, err := c.Get("http://" + listen + "/metrics"); err == nil {
+			var m mcpwire.Metrics
+			if json.NewDecoder(resp.Body).Decode(&m) == nil {
+				line = fmt.Sprintf("active %+v queued %+v", m.Active, m.Queued)
+				if m.Service != nil {
+					line += fmt.Sprintf(" service{procs %d active %+v queued %+v yielded %d}", m.Service.Processes, m.Service.Active, m.Service.Queued, m.Service.Yielded)
+				}
+				if m.Flows != nil {
+					for _, f := range m.Flows.Top {
+						line += fmt.Sprintf(" [%s a%d q%d %.1fs]", f.Conversation, f.Active, f.Queued, f.ServedSeconds)
+					}
+				}
+			}
+			_ = resp.Body.Close()
+		}
+		l.mu.Lock()
+		l.metrics = append(l.metrics, metricsLine{time.Now(), line})
+		l.mu.Unlock()
+	}
+}
+
+// metricsIn is the /metrics lines read in [from, to).
+func (l *shellLoad) metricsIn(from, to time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.metrics {
+		if !m.at.Before(from) && m.at.Before(to) {
+			out = append(out, m.at.Format("15:04:05.000")+" "+m.line)
+		}
+	}
+	return out
 }
 
 // startShellLoad keeps shell.exec alone saturated: 24 callers.
@@ -130,6 +186,8 @@ func startLoad(t testing.TB, s *site, mix loadMix) *shellLoad {
 		installSlowOp(t, s, l.opArgv)
 	}
 	l.unit.Store("")
+	l.wg.Add(1)
+	go l.pollMetrics(s.Cfg.Backend.Listen)
 	command := "exec " + strings.Join(l.argv, " ")
 	l.wg.Add(1)
 	go func() {
@@ -281,7 +339,7 @@ func TestCutoverHoldsTheServiceBudget(t *testing.T) {
 		start := time.Now()
 		code, out := s.Run(st.args...)
 		if code != st.code {
-			t.Fatalf("%s: exit %d, want %d:\n%s", st.name, code, st.code, out)
+			t.Fatalf("%s: exit %d, want %d:\n%s\nproduction's /metrics meanwhile:\n%s", st.name, code, st.code, out, strings.Join(load.metricsIn(start, time.Now()), "\n"))
 		}
 		t.Logf("%s: exit %d in %v", st.name, code, time.Since(start).Round(time.Millisecond))
 		// A parked slot's last calls and the callers' move to the new one

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -631,7 +633,20 @@ func failedChecks(rep *stress.Report) string {
 	if len(out) == 0 {
 		return "none"
 	}
-	return strings.Join(out, ", ")
+	// What the calls that failed got, so a failure says why.
+	var got []string
+	for class, outcomes := range rep.Outcomes {
+		for o, n := range outcomes {
+			if o != stress.OutcomeOK {
+				got = append(got, fmt.Sprintf("%s %s %d", class, o, n))
+			}
+		}
+	}
+	sort.Strings(got)
+	for _, o := range slices.Sorted(maps.Keys(rep.Examples)) {
+		got = append(got, fmt.Sprintf("e.g. %s: %s", o, rep.Examples[o]))
+	}
+	return strings.Join(out, ", ") + "; not ok: " + strings.Join(got, "; ")
 }
 
 func nonEmpty(path string) error {
