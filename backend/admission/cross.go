@@ -17,7 +17,7 @@ import (
 // (control priority holds for the service), otherwise the older one. The
 // peer takes the slot at its next look at the ledger (ShareInterval).
 //
-// A peer whose record has not been written for peerStale (stopped, or
+// A peer that has not looked at the ledger for peerStale (stopped, or
 // stuck) is not waited for, and a peer's waiter is yielded to for at most
 // claimWait: if the peer has not started it by then (its own fair shares
 // hold it back), the slot is used here rather than left idle.

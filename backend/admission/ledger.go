@@ -60,7 +60,7 @@ const (
 	// At the record's end, after the room for the cgroup path (a build
 	// before these fields never wrote them: they read as zero there, a
 	// holder with no waiters and no beat).
-	recBeat  = recordSize - 32 // the holder's monotonic clock at its last publish
+	recBeat  = recordSize - 32 // the holder's monotonic clock at its last look
 	recHeads = recordSize - 24 // its oldest waiter's enqueue time, per kind (0: none)
 	maxCg    = recBeat - recCg
 )
@@ -263,7 +263,7 @@ func (l *Ledger) Unlock() {
 func (l *Ledger) Epoch() uint64 { return l.word(offEpoch).Load() }
 
 // Publish records our holdings, the epoch we decide under and our oldest
-// waiters (see cross.go), with the time. Under Lock.
+// waiters (see cross.go). Under Lock.
 func (l *Ledger) Publish(state, epoch uint64, heads [numKinds]int64) {
 	o := recordOff(l.rec)
 	l.word(o + recUsage).Store(state)
@@ -271,11 +271,15 @@ func (l *Ledger) Publish(state, epoch uint64, heads [numKinds]int64) {
 	for k, t := range heads {
 		l.word(o + recHeads + int64(k)*8).Store(uint64(t))
 	}
-	l.word(o + recBeat).Store(uint64(monoNow()))
 }
 
-// Heads appends to dst the oldest waiters of the other processes whose
-// records were written less than peerStale before now. Under Lock.
+// Beat records that we looked at the ledger at now (monoNow): our waiters
+// are live. Once a look, not once a decision: a clock read is a system
+// call.
+func (l *Ledger) Beat(now int64) { l.word(recordOff(l.rec) + recBeat).Store(uint64(now)) }
+
+// Heads appends to dst the oldest waiters of the other processes that
+// looked at the ledger less than peerStale before now. Under Lock.
 func (l *Ledger) Heads(dst []peerHead, now int64) []peerHead {
 	for i := range ledgerRecords {
 		o := recordOff(i)

@@ -31,7 +31,8 @@ type sharedState struct {
 	log      *slog.Logger
 	heads    []peerHead   // mu: the others' oldest waiters at the last look (cross.go)
 	yielded  yieldState   // mu: the heads yielded to, and since when
-	yields   atomic.Int64 // starts left to another process's waiter
+	yields   atomic.Int64 // waiters of another process a slot was left to
+	lookedAt int64        // mu: monoNow at our last look at the ledger
 }
 
 // usage is what the decisions see: our holdings, plus the others' while
@@ -53,7 +54,9 @@ func (c *Controller) enterShared() {
 	held, n := c.sh.ledger.Peers()
 	c.sh.outside.Store(held)
 	c.sh.peers.Store(int64(n))
-	c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], monoNow())
+	// The time of our last look serves: staleness is judged in tenths of
+	// a second, and a clock read per decision would cost a system call.
+	c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], c.sh.lookedAt)
 }
 
 // publish writes our holdings, the epoch we decide under and our oldest
@@ -134,12 +137,14 @@ func (c *Controller) sync() {
 	}
 	held, n := c.sh.ledger.Peers()
 	c.sh.acked = c.sh.ledger.Epoch()
+	c.sh.lookedAt = monoNow()
+	c.sh.ledger.Beat(c.sh.lookedAt)
 	was := c.sh.together
 	c.sh.together = n > 0
 	c.sh.peers.Store(int64(n))
 	if c.sh.together {
 		c.sh.outside.Store(held)
-		c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], monoNow())
+		c.sh.heads = c.sh.ledger.Heads(c.sh.heads[:0], c.sh.lookedAt)
 	} else {
 		c.sh.outside.Store(0)
 		c.sh.heads = c.sh.heads[:0]
