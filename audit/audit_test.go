@@ -181,6 +181,53 @@ func TestLogNeverBlocksAndSaysWhatItLost(t *testing.T) {
 	}
 }
 
+// TestRefusalsOfAnOutageReachTheTrailAfterIt: refusals counted while the
+// sink loses records are held, not emitted into the loss, and reach the
+// sink with their exact count once it takes records again (before, their
+// record went to the full buffer and was lost with the rest).
+func TestRefusalsOfAnOutageReachTheTrailAfterIt(t *testing.T) {
+	sink := &blockingSink{release: make(chan struct{})}
+	l := audit.New(audit.Options{Sink: sink, Buffer: 2, Window: 10 * time.Millisecond})
+	l.Emit(audit.Record{Event: audit.EventCallEnd})
+	for l.Pending() > 0 { // the writer holds it, blocked in the sink
+		time.Sleep(time.Millisecond)
+	}
+	for range 3 { // two fill the buffer, one is lost: failing
+		l.Emit(audit.Record{Event: audit.EventCallEnd})
+	}
+	if !l.Failing() {
+		t.Fatal("not failing with the buffer full")
+	}
+	r := audit.Refusal{Status: 200, Outcome: "UNAVAILABLE", Scope: "server", Reason: "audit", Tool: "shell.exec"}
+	for range 7 {
+		l.Refused(r)
+	}
+	time.Sleep(100 * time.Millisecond) // ten windows end while failing
+	close(sink.release)
+	l.EmitWritten(audit.Record{Event: audit.EventCallStart}, 30*time.Second) // taken: no longer failing
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		var count string
+		for _, rec := range sink.got {
+			if rec.Event == audit.EventRefused {
+				count = rec.Get(audit.FieldCount)
+			}
+		}
+		sink.mu.Unlock()
+		if count == "7" {
+			break
+		}
+		if count != "" || time.Now().After(deadline) {
+			t.Fatalf("refusal record count %q, want the 7 of the outage", count)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRefusalsAggregateWithExactCounts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	sink, err := audit.OpenFile(path, 0, 0)

@@ -20,6 +20,9 @@ type Record struct {
 	Fields  []Field
 
 	written chan struct{} // closed once the sink took or refused it (EmitWritten)
+	// lost, when set, is called if the record is lost (the buffer full,
+	// or the sink refused it): a refusal record hands its counts back.
+	lost func()
 }
 
 // Add appends a field; empty values are left out, so absent means unknown.
@@ -128,6 +131,9 @@ func (l *Log) Emit(r Record) {
 	select {
 	case l.ch <- r:
 	default:
+		if r.lost != nil {
+			r.lost()
+		}
 		l.lost(1)
 	}
 }
@@ -242,6 +248,9 @@ func (l *Log) write(r Record) {
 	}
 	if err := l.sink.Write(complete(l.ident, r)); err != nil {
 		l.unreported.Add(n)
+		if r.lost != nil {
+			r.lost()
+		}
 		l.lost(1)
 		return
 	}

@@ -54,12 +54,20 @@ func (l *Log) Refused(r Refusal) {
 	r.Outcome, r.Scope = Bound(r.Outcome, ValueBytes), Bound(r.Scope, ValueBytes)
 	r.PrincipalKind, r.Principal = Bound(r.PrincipalKind, ValueBytes), Bound(r.Principal, ValueBytes)
 	r.PrincipalHash, r.Conversation = Bound(r.PrincipalHash, ValueBytes), Bound(r.Conversation, ValueBytes)
-	a := l.agg
+	l.agg.add(r, 1, time.Time{})
+}
+
+// add counts n refusals r into the current window; a window that carries
+// the counts of a lost record starts at since, that record's start.
+func (a *aggregator) add(r Refusal, n int64, since time.Time) {
 	a.mu.Lock()
 	if _, ok := a.counts[r]; !ok && len(a.counts) >= maxFlows {
 		r = Refusal{Status: r.Status, Outcome: r.Outcome, Scope: r.Scope, Principal: "*", Reason: "more distinct refusals than one window holds"}
 	}
-	a.counts[r]++
+	a.counts[r] += n
+	if !since.IsZero() && since.Before(a.since) {
+		a.since = since
+	}
 	a.mu.Unlock()
 }
 
@@ -122,6 +130,11 @@ func (a *aggregator) flush() {
 		r.AddInt(FieldCount, n)
 		r.Add(FieldWindowStart, FormatTime(since))
 		r.AddInt(FieldWindowMs, now.Sub(since).Milliseconds())
+		// Lost (a journal that stopped reading), its counts go into the
+		// next window: the refusals of an outage reach the trail after
+		// it, exactly, while each window's record still tries the sink
+		// (the first it takes ends audit.onFailure refuse).
+		r.lost = func() { a.add(k, n, since) }
 		a.l.Emit(r)
 	}
 }
