@@ -188,15 +188,8 @@ func TestStandbyTakeoverHandoff(t *testing.T) {
 	t.Setenv(StandbyEnv, standby)
 	nextStatus := slotStatus(t)
 	next, nextErr := activated(t, sock, "serve", "--config", cfg)
-	ready := func(base string) bool {
-		r, err := http.Get(base + "/readyz")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil && r.StatusCode == 200
-	}
-	proctest.Eventually(t, "old serves on the shared socket", func() bool { return ready(base) })
-	proctest.Eventually(t, "standby serves its own listener", func() bool { return ready("http://" + standby) })
+	proctest.Eventually(t, "old serves on the shared socket", func() bool { return readyAt(base) })
+	proctest.Eventually(t, "standby serves its own listener", func() bool { return readyAt("http://" + standby) })
 
 	var (
 		mu    sync.Mutex
@@ -372,4 +365,13 @@ func callIn(hc *http.Client, base, conversation, tool string, args any) mcpclien
 		return mcpclient.Classify(id, resp.StatusCode, err.Error(), "", nil)
 	}
 	return mcpclient.Classify(id, resp.StatusCode, "", resp.Header.Get("Content-Type"), raw)
+}
+
+// readyAt reports whether the backend at base answers /readyz 200.
+func readyAt(base string) bool {
+	r, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/readyz")
+	if err == nil {
+		r.Body.Close()
+	}
+	return err == nil && r.StatusCode == 200
 }

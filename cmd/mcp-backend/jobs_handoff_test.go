@@ -34,13 +34,6 @@ func TestJobsAcrossAHandoff(t *testing.T) {
 	t.Setenv(StandbyEnv, standby)
 	nextStatus := slotStatus(t)
 	next, nextErr := activated(t, sock, "serve", "--config", cfg)
-	ready := func(base string) bool {
-		r, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/readyz")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil && r.StatusCode == 200
-	}
 	alive := func(b *backend, stderr fmt.Stringer) {
 		select {
 		case <-b.done:
@@ -48,8 +41,8 @@ func TestJobsAcrossAHandoff(t *testing.T) {
 		default:
 		}
 	}
-	proctest.Eventually(t, "the standby serves its own listener", func() bool { alive(next, nextErr); return ready("http://" + standby) })
-	proctest.Eventually(t, "old serves on the shared socket", func() bool { alive(old, oldErr); return ready(base) })
+	proctest.Eventually(t, "the standby serves its own listener", func() bool { alive(next, nextErr); return readyAt("http://" + standby) })
+	proctest.Eventually(t, "old serves on the shared socket", func() bool { alive(old, oldErr); return readyAt(base) })
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	callAt := func(t testing.TB, base, tool string, args map[string]any, out any) mcpclient.Result {
 		t.Helper()

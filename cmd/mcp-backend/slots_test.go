@@ -251,15 +251,8 @@ func TestSlotParksFinishingCallsPastTheDrain(t *testing.T) {
 	t.Setenv(StandbyEnv, standby)
 	nextStatus, nextSeen := slotStatuses(t)
 	next, nextErr := activated(t, sock, "serve", "--config", cfg)
-	ready := func(base string) bool {
-		r, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/readyz")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil && r.StatusCode == 200
-	}
-	proctest.Eventually(t, "old serves on the shared socket", func() bool { return ready(base) })
-	proctest.Eventually(t, "the standby serves its own listener", func() bool { return ready("http://" + standby) })
+	proctest.Eventually(t, "old serves on the shared socket", func() bool { return readyAt(base) })
+	proctest.Eventually(t, "the standby serves its own listener", func() bool { return readyAt("http://" + standby) })
 	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	tag := os.Getpid() % 1000
 	// long runs argv through the shared socket (the one slot accepting
