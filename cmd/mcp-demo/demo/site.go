@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -642,7 +641,7 @@ func failedChecks(rep *stress.Report) string {
 			}
 		}
 	}
-	sort.Strings(got)
+	slices.Sort(got)
 	for _, o := range slices.Sorted(maps.Keys(rep.Examples)) {
 		got = append(got, fmt.Sprintf("e.g. %s: %s", o, rep.Examples[o]))
 	}
