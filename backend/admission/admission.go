@@ -390,7 +390,7 @@ func (c *Controller) dispatch(now instant) {
 	}
 	for queuedTotal(c.state.Load()) > 0 {
 		w := c.flows.pick(c.usage(), now)
-		if w == nil || c.sh.together && len(c.sh.heads) > 0 && c.yields(w.kind, w.since) {
+		if w == nil || c.yields(w.kind, w.since) {
 			// A yield stops the round: the peer takes the slot at its
 			// next look, and ours are dispatched again at our next.
 			break
@@ -443,7 +443,7 @@ func (c *Controller) redispatch() {
 // holds mu.
 func (c *Controller) mayStartNow(conv *flowState, k Kind) bool {
 	u := c.usage()
-	return c.flows.fits(u, k) && c.flows.mayStart(u, conv, k) && !(c.sh.together && len(c.sh.heads) > 0 && c.yields(k, monoNow()))
+	return c.flows.fits(u, k) && c.flows.mayStart(u, conv, k) && !c.yields(k, 0)
 }
 
 // permit hands out a permit for a slot of kind k of conv. Caller holds mu.

@@ -81,10 +81,17 @@ func crossYield(k Kind, since int64, pid uint64, u usage, heads []peerHead, fits
 // record and kind, the head it last yielded to and since when.
 type yieldState [ledgerRecords][numKinds]struct{ since, first int64 }
 
-// yields reports whether an operation of kind k waiting since since must
-// let a peer's waiter start first. Caller holds mu, shared.
+// yields reports whether an operation of kind k waiting since since (0:
+// arriving now) must let a peer's waiter start first. Alone, or with no
+// peer waiting, it costs a branch: no clock read. Caller holds mu.
 func (c *Controller) yields(k Kind, since int64) bool {
 	heads := c.sh.heads
+	if !c.sh.together || len(heads) == 0 {
+		return false
+	}
+	if since == 0 {
+		since = monoNow()
+	}
 	for {
 		i := crossYield(k, since, c.sh.ledger.pid, c.usage(), heads, c.flows.fits)
 		if i < 0 {
